@@ -1,0 +1,1 @@
+"""distserve: LLM serving with prefill and decode disaggregated, as gRPC services."""

@@ -1,0 +1,1 @@
+"""Code shared by every service: logging, config, gRPC helpers, Redis registry, metrics."""

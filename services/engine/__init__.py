@@ -1,0 +1,1 @@
+"""The model execution engine shared by prefill and decode instances."""

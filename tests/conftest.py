@@ -1,0 +1,1 @@
+"""Shared fixtures: small random-weight checkpoints made once per test session."""
