@@ -87,16 +87,18 @@ class LeaseEvent(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., reason: _Optional[_Union[LeaseEvent.Reason, str]] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("source", "dst_instance_id", "dst_block_ids", "checksum")
+    __slots__ = ("source", "dst_instance_id", "dst_block_ids", "checksum", "timeout_s")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     DST_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     DST_BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     source: _kv_pb2.KVHandle
     dst_instance_id: str
     dst_block_ids: _containers.RepeatedScalarFieldContainer[int]
     checksum: bool
-    def __init__(self, source: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., dst_instance_id: _Optional[str] = ..., dst_block_ids: _Optional[_Iterable[int]] = ..., checksum: _Optional[bool] = ...) -> None: ...
+    timeout_s: float
+    def __init__(self, source: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., dst_instance_id: _Optional[str] = ..., dst_block_ids: _Optional[_Iterable[int]] = ..., checksum: _Optional[bool] = ..., timeout_s: _Optional[float] = ...) -> None: ...
 
 class PullResponse(_message.Message):
     __slots__ = ("bytes", "seconds", "path", "crc32")
