@@ -11,7 +11,7 @@ from services.common.convert import sampling_from_proto
 from services.common.errors import Overloaded
 from services.common.grpc_errors import abort_for, stats_of
 from services.common.instance import InstanceSettings
-from services.common.kv_transfer import KVTransfer
+from services.kvxfer.client import KVXferClient
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
 
@@ -53,7 +53,7 @@ class ColocatedServicer(worker_pb2_grpc.ColocatedServicer):
 
 
 async def add_colocated(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
-                        kv: KVTransfer | None):
+                        kv: KVXferClient | None):
     worker_pb2_grpc.add_ColocatedServicer_to_server(
         ColocatedServicer(engine, instance_id, settings.role, settings.max_pending), server)
 

@@ -1,12 +1,15 @@
-"""Maps the services' exceptions onto gRPC status codes at the servicer boundary."""
+"""Maps the instances' exceptions onto gRPC statuses at the servicer boundary, and their Stats reply."""
 
 from __future__ import annotations
 
 import grpc
 
-from services.common.kv_transfer import TransferError
-from services.engine.errors import EngineInputError
+from distserve.v1 import worker_pb2
 from services.common.errors import Overloaded
+from services.engine.async_engine import AsyncEngine
+from services.engine.engine import LLMEngine
+from services.engine.errors import EngineInputError
+from services.kvxfer.client import PullFailed
 
 
 async def abort_for(context: grpc.aio.ServicerContext, exc: Exception) -> None:
@@ -15,16 +18,14 @@ async def abort_for(context: grpc.aio.ServicerContext, exc: Exception) -> None:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     if isinstance(exc, Overloaded):
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-    if isinstance(exc, TransferError):
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"KV transfer failed: {exc}")
+    if isinstance(exc, PullFailed):
+        # The source lease outlives a failed pull: the router may retry on another decode instance.
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"KV pull failed: {exc}")
     raise exc
 
 
-async def stats_of(engine, instance_id: str, role: str, held: int = 0):
-    """The InstanceStatsResponse of an instance's engine."""
-    from distserve.v1 import worker_pb2
-
-    def snapshot(e):
+async def stats_of(engine: AsyncEngine, instance_id: str, role: str) -> worker_pb2.InstanceStatsResponse:
+    def snapshot(e: LLMEngine) -> worker_pb2.InstanceStatsResponse:
         return worker_pb2.InstanceStatsResponse(
             instance_id=instance_id, role=role, blocks_total=e.blocks.num_blocks, blocks_used=e.blocks.num_used,
             waiting=len(e.scheduler.waiting), running=len(e.scheduler.running), held=len(e.prefilled))

@@ -16,13 +16,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.common.kv_transfer import KVTransfer
 from services.common.metrics import KV_TOTAL, KV_USED, QUEUE, RUNNING, serve_metrics
 from services.common.registry import InstanceInfo, Registry
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
 from services.engine.kv_pool import shm_path
+from services.kvxfer.client import KVXferClient
 
 log = logging.getLogger(__name__)
 Role = Literal["prefill", "decode", "colocated", "chunked"]
@@ -51,7 +51,8 @@ class InstanceSettings(BaseSettings):
     metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")
 
 
-ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str, KVTransfer | None], Awaitable[Callable[[], Awaitable[None]]]]
+ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str, KVXferClient | None],
+                           Awaitable[Callable[[], Awaitable[None]]]]
 
 
 async def _report(engine: AsyncEngine, instance_id: str) -> None:
@@ -64,8 +65,7 @@ async def _report(engine: AsyncEngine, instance_id: str) -> None:
     KV_USED.labels(instance_id).set(used)
 
 
-async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory,
-                       kv_factory: Callable[[str], KVTransfer] | None = None) -> None:
+async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory) -> None:
     """Serves one instance until SIGINT/SIGTERM."""
     instance_id = settings.instance_id or f"{settings.role}-{uuid.uuid4().hex[:8]}"
     device = setup_device(settings.device)
@@ -77,9 +77,9 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         max_num_seqs=settings.max_num_seqs, pool_path=pool_path), device)
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
-    kv = kv_factory(settings.kvxfer) if uses_kvxfer and kv_factory else None
+    kv = KVXferClient(settings.kvxfer) if uses_kvxfer else None
     if kv is not None:
-        await kv.register_pool(instance_id, pool_path or "", engine.layout)
+        await kv.register_pool(instance_id, engine.runner.pool)
 
     server = grpc.aio.server()
     health_servicer = health.aio.HealthServicer()
@@ -120,6 +120,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     await on_stop()
     if kv is not None:
         await kv.unregister_pool(instance_id)
+        await kv.close()
     async_engine.stop()
     engine.close()
     await registry.close()

@@ -31,12 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
     values = settings_values(args, InstanceSettings)
     values["model"] = resolve_model(values.get("model"))
     settings = InstanceSettings(role=args.command, **values)
-    kv_factory = None
-    if settings.role in ("prefill", "decode"):
-        from services.kvxfer.client import KVXferClient
-
-        kv_factory = KVXferClient
-    asyncio.run(run_instance(settings, _servicer(settings.role), kv_factory))
+    asyncio.run(run_instance(settings, _servicer(settings.role)))
     return 0
 
 

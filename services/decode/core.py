@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from distserve.v1 import kv_pb2
-from services.common.kv_transfer import KVTransfer
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
 from services.engine.errors import EngineInputError
 from services.engine.sequence import SamplingParams
+from services.kvxfer.client import KVXferClient
 from services.common.errors import Overloaded
 
 
@@ -23,7 +23,7 @@ class DecodeChunk:
 
 
 class DecodeCore:
-    def __init__(self, engine: AsyncEngine, kv: KVTransfer, instance_id: str, pull_timeout_s: float, max_pending: int) -> None:
+    def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, pull_timeout_s: float, max_pending: int) -> None:
         self.engine = engine
         self.kv = kv
         self.instance_id = instance_id
@@ -44,7 +44,7 @@ class DecodeCore:
             blocks = await self.engine.reserve_blocks(len(prompt_ids))
             stamps.xfer_start = time.time()
             try:
-                await self.kv.pull(handle, self.instance_id, blocks, self.pull_timeout_s)
+                await self.kv.pull(handle, self.instance_id, blocks, timeout_s=self.pull_timeout_s)
             except BaseException:
                 await self.engine.free_blocks(blocks)
                 raise

@@ -8,7 +8,7 @@ from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.convert import sampling_from_proto
 from services.common.grpc_errors import abort_for, stats_of
 from services.common.instance import InstanceSettings
-from services.common.kv_transfer import KVTransfer
+from services.kvxfer.client import KVXferClient
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
 
@@ -31,7 +31,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeServicer):
 
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
-                     kv: KVTransfer | None):
+                     kv: KVXferClient | None):
     core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending)
     worker_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(core), server)
 

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass, field
 
 from distserve.v1 import kv_pb2
 from services.common.errors import Overloaded
-from services.common.kv_transfer import KVTransfer
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
 from services.engine.sequence import SamplingParams
-
-log = logging.getLogger(__name__)
+from services.kvxfer.client import KVXferClient
+from services.kvxfer.lease_keeper import LeaseKeeper
 
 
 @dataclass(slots=True)
@@ -26,22 +24,29 @@ class PrefillResult:
 
 
 class PrefillCore:
-    def __init__(self, engine: AsyncEngine, kv: KVTransfer, instance_id: str, lease_ttl_s: float, max_pending: int) -> None:
+    def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, lease_ttl_s: float,
+                 max_pending: int, pull_timeout_s: float) -> None:
         self.engine = engine
-        self.kv = kv
+        # A pull in flight holds its lease past expiry: free by our own clock only well after that.
+        self.leases = LeaseKeeper(kv, instance_id, self.free_leased, grace_s=pull_timeout_s + 5)
         self.instance_id = instance_id
         self.lease_ttl_s = lease_ttl_s
         self.max_pending = max_pending
         self.pending = 0
-        self._lease_owner: dict[str, str] = {}  # lease id → request id
-        self._watch: asyncio.Task | None = None
+        self._holder: dict[int, str] = {}  # first held block → request id (a lease names its blocks)
+        self._keeper: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._watch = asyncio.create_task(self._watch_leases())
+        self._keeper = asyncio.create_task(self.leases.run())
 
     async def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
+        if self._keeper is not None:
+            self._keeper.cancel()
+
+    def free_leased(self, block_ids: list[int]) -> None:
+        """The LeaseKeeper's callback: a lease ended (pulled, released, expired), so its request's blocks go back."""
+        request_id = self._holder.pop(block_ids[0])
+        self.engine.worker.call(lambda e: e.release_prefilled(request_id))
 
     async def prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> PrefillResult:
         self.engine.engine.validate(prompt_ids, params)  # reads config only: safe off the engine thread
@@ -57,25 +62,11 @@ class PrefillCore:
         stamps.prefill_start, stamps.prefill_end = last.step_start, last.step_end
         if last.finished:
             return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps)
+        self._holder[last.held_blocks[0]] = request_id
         try:
-            handle = await self.kv.create_lease(self.instance_id, last.held_blocks, len(prompt_ids), self.lease_ttl_s)
+            handle = await self.leases.create_lease(last.held_blocks, len(prompt_ids), self.lease_ttl_s)
         except BaseException:
-            await self.engine.call(lambda e: e.release_prefilled(request_id))
+            self._holder.pop(last.held_blocks[0], None)
+            self.engine.worker.call(lambda e: e.release_prefilled(request_id))
             raise
-        self._lease_owner[handle.lease_id] = request_id
         return PrefillResult(last.new_token_ids[0], "", handle, stamps)
-
-    async def _watch_leases(self) -> None:
-        """Frees a request's blocks when kvxfer says its lease ended (pulled, released or expired)."""
-        while True:
-            try:
-                async for ended in self.kv.lease_events(self.instance_id):
-                    request_id = self._lease_owner.pop(ended.lease_id, None)
-                    if request_id is not None:
-                        await self.engine.call(lambda e, r=request_id: e.release_prefilled(r))
-                        log.debug("lease %s of %s %s", ended.lease_id, request_id, ended.reason)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("lease event stream broke (%s); reconnecting", exc)
-                await asyncio.sleep(0.5)

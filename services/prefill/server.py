@@ -8,7 +8,7 @@ from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.convert import sampling_from_proto
 from services.common.grpc_errors import abort_for, stats_of
 from services.common.instance import InstanceSettings
-from services.common.kv_transfer import KVTransfer
+from services.kvxfer.client import KVXferClient
 from services.engine.async_engine import AsyncEngine
 from services.prefill.core import PrefillCore
 
@@ -31,8 +31,8 @@ class PrefillServicer(worker_pb2_grpc.PrefillServicer):
 
 
 async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
-                      kv: KVTransfer | None):
-    core = PrefillCore(engine, kv, instance_id, settings.lease_ttl_s, settings.max_pending)
+                      kv: KVXferClient | None):
+    core = PrefillCore(engine, kv, instance_id, settings.lease_ttl_s, settings.max_pending, settings.pull_timeout_s)
     core.start()
     worker_pb2_grpc.add_PrefillServicer_to_server(PrefillServicer(core), server)
     return core.stop

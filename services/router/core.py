@@ -69,7 +69,7 @@ class RouterCore:
                 if n_tokens == 0:
                     req.lifetime.first_token = time.time()
                 n_tokens += len(token_ids)
-                yield Chunk(token_ids, decoder.push(token_ids), reason)
+                yield Chunk(token_ids, decoder.push(token_ids, final=bool(reason)), reason)
             outcome = "ok"
         except (GeneratorExit, asyncio.CancelledError):
             outcome = "cancelled"
