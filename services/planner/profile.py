@@ -6,6 +6,7 @@ File format (JSON): {"version": 1, "model": ModelShape fields, "device": "cpu:0"
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,7 @@ def fit_profile(profile: ProfileFile, shape: ModelShape | None = None, gpu_memor
     """A latency model from a profile; `shape` defaults to the profiled model's own."""
     profiled = ModelShape(**profile.model)
     coeffs = fit_coefficients(profile)
-    if shape is not None and shape != profiled:
+    if shape is not None and replace(shape, name=profiled.name) != profiled:
         raise ValueError(f"hardware: profile is of model {profiled.name!r}, not {shape.name!r}")
     return LatencyModel(profiled, {profile.tp: coeffs}, source=f"profile:{profile.device}",
                         gpu_memory_gb=gpu_memory_gb)

@@ -14,23 +14,25 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import product
 
-from services.planner.goodput import Scenario, phase_goodput
+from services.planner.goodput import Scenario, phase_goodput, placement_goodput
 from services.planner.placement import Parallel, Placement, pack, pack_units
 
 
 @dataclass(slots=True)
 class PlanResult:
     placement: Placement
-    prefill_goodput: float  # req/s of one prefill instance
-    decode_goodput: float  # req/s of one decode instance
-    goodput: float  # req/s of the whole placement, min over the phases
+    prefill_goodput: float  # req/s of one prefill instance (phase simulation)
+    decode_goodput: float  # req/s of one decode instance (phase simulation)
+    estimated_goodput: float  # req/s of the placement from the phase goodputs: min over the phases
     algorithm: str
+    simulated_goodput: float = 0.0  # req/s of the placement in the whole-system simulation
+    meets_rate: bool | None = None  # with a rate: the whole-system simulation meets the SLO at it
     search_seconds: float = 0.0
     evaluated: dict[tuple[str, int, int], float] = field(default_factory=dict)  # (phase, tp, pp) → req/s
 
     @property
     def goodput_per_gpu(self) -> float:
-        return self.goodput / self.placement.num_gpus
+        return self.simulated_goodput / self.placement.num_gpus
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -59,7 +61,7 @@ def _evaluate(scn: Scenario, tasks: list[tuple[str, Parallel]], workers: int | N
 
 def replicas(g_p: float, gpus_p: int, g_d: float, gpus_d: int, budget: int, rate: float | None) -> tuple[int, int]:
     """Instances per phase: enough for `rate`, or (no rate) the counts within `budget` GPUs with the most
-    goodput per GPU (some GPUs may stay idle when a phase's replica would add no goodput)."""
+    goodput per GPU, the larger on a tie (GPUs stay idle only where a replica would lower goodput per GPU)."""
     if g_p <= 0 or g_d <= 0:
         raise ValueError("slo: no configuration meets the SLO at any rate on this cluster")
     if rate is not None:
@@ -71,8 +73,8 @@ def replicas(g_p: float, gpus_p: int, g_d: float, gpus_d: int, budget: int, rate
               for n_d in range(1, (budget - n_p * gpus_p) // gpus_d + 1)]
     if not splits:
         raise ValueError("cluster: too small for one prefill and one decode instance")
-    return max(splits, key=lambda s: (min(s[0] * g_p, s[1] * g_d) / (s[0] * gpus_p + s[1] * gpus_d),
-                                      -(s[0] * gpus_p + s[1] * gpus_d)))
+    return max(splits, key=lambda s: (round(min(s[0] * g_p, s[1] * g_d) / (s[0] * gpus_p + s[1] * gpus_d), 9),
+                                      s[0] * gpus_p + s[1] * gpus_d))
 
 
 def high_affinity(scn: Scenario, rate: float | None = None, workers: int | None = None) -> PlanResult:
@@ -81,7 +83,7 @@ def high_affinity(scn: Scenario, rate: float | None = None, workers: int | None 
     began = time.perf_counter()
     configs = candidates(scn, scn.cluster.num_gpus)
     goodput = _evaluate(scn, [(phase, c) for phase in ("prefill", "decode") for c in configs], workers)
-    best = None
+    ranked = []
     for par_p, par_d in product(configs, configs):
         g_p, g_d = goodput["prefill", par_p.tp, par_p.pp], goodput["decode", par_d.tp, par_d.pp]
         try:
@@ -89,15 +91,32 @@ def high_affinity(scn: Scenario, rate: float | None = None, workers: int | None 
             placement = pack(scn.cluster, par_p, n_p, par_d, n_d)
         except ValueError:
             continue
-        total = min(n_p * g_p, n_d * g_d)
-        # With a rate: fewest GPUs; without: most goodput per GPU. Ties go to the fewer GPUs.
-        key = (-placement.num_gpus, total) if rate is not None else (total / placement.num_gpus, -placement.num_gpus)
-        if best is None or key > best[0]:
-            best = (key, PlanResult(placement, g_p, g_d, total, "high-affinity", evaluated=goodput))
-    if best is None:
+        ranked.append(PlanResult(placement, g_p, g_d, min(n_p * g_p, n_d * g_d), "high-affinity", evaluated=goodput))
+    return _choose(scn, ranked, rate, began)
+
+
+def _choose(scn: Scenario, ranked: list[PlanResult], rate: float | None, began: float,
+            verify: int = 8) -> PlanResult:
+    """The best candidate by its phase estimate (with a rate: fewest GPUs; else most goodput per GPU, then the
+    most GPUs), checked
+    in the whole-system simulation; with a rate the first of the best `verify` that meets it there wins."""
+    if not ranked:
         raise ValueError("slo: no placement on this cluster meets the SLO" + (f" at {rate} req/s" if rate else ""))
-    best[1].search_seconds = time.perf_counter() - began
-    return best[1]
+    if rate is None:
+        ranked.sort(key=lambda r: (-round(r.estimated_goodput / r.placement.num_gpus, 9), -r.placement.num_gpus))
+        chosen = ranked[0]
+    else:
+        ranked.sort(key=lambda r: (r.placement.num_gpus, -r.estimated_goodput))
+        passing = (r for r in ranked[:verify] if scn.attainment(r.placement, rate) >= scn.slo.attainment)
+        chosen = next(passing, None)
+        if chosen is None:
+            chosen = ranked[0]
+            chosen.meets_rate = False
+        else:
+            chosen.meets_rate = True
+    chosen.simulated_goodput = placement_goodput(scn, chosen.placement, guess=max(chosen.estimated_goodput, 0.1))
+    chosen.search_seconds = time.perf_counter() - began
+    return chosen
 
 
 def unit_configs(scn: Scenario) -> list[tuple[int, Parallel, Parallel]]:
@@ -126,39 +145,47 @@ def low_affinity(scn: Scenario, rate: float | None = None, workers: int | None =
              for cross, seg_p, seg_d in units for phase, seg in (("prefill", seg_p), ("decode", seg_d))}
     goodput = _evaluate(scn, sorted(fulls, key=lambda t: (t[0], t[1].tp, t[1].pp)), workers)
 
-    def unit_goodput(u: tuple[int, Parallel, Parallel]) -> float:
-        cross, seg_p, seg_d = u
-        return min(goodput["prefill", seg_p.tp, seg_p.pp * cross], goodput["decode", seg_d.tp, seg_d.pp * cross])
-
-    cross, seg_p, seg_d = max(units, key=lambda u: (unit_goodput(u) / (u[0] * (u[1].gpus + u[2].gpus)),
-                                                    -u[0] * (u[1].gpus + u[2].gpus)))
-    g = unit_goodput((cross, seg_p, seg_d))
-    if g <= 0:
-        raise ValueError("slo: no configuration meets the SLO at any rate on this cluster")
-    seg = seg_p.gpus + seg_d.gpus
-    room = (scn.cluster.nodes // cross) * (scn.cluster.gpus_per_node // seg)
-    count = room if rate is None else math.ceil(rate / g)
-    if count > room:
-        raise ValueError(f"rate: {rate} req/s needs {count} units of {cross * seg} GPUs, the cluster has room for {room}")
-    placement = pack_units(scn.cluster, seg_p, seg_d, cross, count)
-    p, d = placement.prefill, placement.decode
-    return PlanResult(placement, goodput["prefill", p.tp, p.pp], goodput["decode", d.tp, d.pp], count * g,
-                      "low-affinity", time.perf_counter() - began, goodput)
-
-
-def brute_force(scn: Scenario, rate: float) -> Placement | None:
-    """The fewest-GPU high-affinity placement whose whole-system simulation meets the SLO at `rate`."""
-    configs = candidates(scn, scn.cluster.num_gpus)
-    budget = scn.cluster.num_gpus
-    options = [(n_p * p.gpus + n_d * d.gpus, p, n_p, d, n_d)
-               for p, d in product(configs, configs)
-               for n_p in range(1, budget // p.gpus + 1) for n_d in range(1, budget // d.gpus + 1)
-               if n_p * p.gpus + n_d * d.gpus <= budget]
-    for gpus, p, n_p, d, n_d in sorted(options, key=lambda o: (o[0], o[1].gpus)):
-        try:
-            placement = pack(scn.cluster, p, n_p, d, n_d)
-        except ValueError:  # the GPUs add up but the stages do not fit the nodes
+    cluster, ranked = scn.cluster, []
+    for cross, seg_p, seg_d in units:
+        g_p = goodput["prefill", seg_p.tp, seg_p.pp * cross]
+        g_d = goodput["decode", seg_d.tp, seg_d.pp * cross]
+        g = min(g_p, g_d)
+        room = (cluster.nodes // cross) * (cluster.gpus_per_node // (seg_p.gpus + seg_d.gpus))
+        if g <= 0:
             continue
+        counts = range(1, room + 1) if rate is None else [math.ceil(rate / g)]
+        for count in counts:
+            if count <= room:
+                ranked.append(PlanResult(pack_units(cluster, seg_p, seg_d, cross, count), g_p, g_d, count * g,
+                                         "low-affinity", evaluated=goodput))
+    return _choose(scn, ranked, rate, began)
+
+
+def high_affinity_layouts(scn: Scenario) -> list[Placement]:
+    """Every placement of Alg. 1's space (config pair × replica counts) that fits the cluster."""
+    configs, budget = candidates(scn, scn.cluster.num_gpus), scn.cluster.num_gpus
+    out = []
+    for p, d in product(configs, configs):
+        for n_p, n_d in product(range(1, budget // p.gpus + 1), range(1, budget // d.gpus + 1)):
+            if n_p * p.gpus + n_d * d.gpus <= budget:
+                try:
+                    out.append(pack(scn.cluster, p, n_p, d, n_d))
+                except ValueError:  # the GPUs add up but the stages do not fit the nodes
+                    continue
+    return out
+
+
+def low_affinity_layouts(scn: Scenario) -> list[Placement]:
+    """Every placement of Alg. 2's space (unit layout × unit count) that fits the cluster."""
+    cluster = scn.cluster
+    return [pack_units(cluster, seg_p, seg_d, cross, count)
+            for cross, seg_p, seg_d in unit_configs(scn)
+            for count in range(1, (cluster.nodes // cross) * (cluster.gpus_per_node // (seg_p.gpus + seg_d.gpus)) + 1)]
+
+
+def brute_force(scn: Scenario, rate: float, layouts: list[Placement]) -> Placement | None:
+    """The fewest-GPU layout whose whole-system simulation (transfers included) meets the SLO at `rate`."""
+    for placement in sorted(layouts, key=lambda p: (p.num_gpus, p.prefill.gpus, p.decode.gpus)):
         if scn.attainment(placement, rate) >= scn.slo.attainment:
             return placement
     return None
