@@ -10,6 +10,7 @@ import sys
 # Modules that define `register(subparsers)`; each adds its subcommands with `func` set.
 COMMAND_MODULES = (
     "services.engine.cli",
+    "services.planner.cli",
 )
 
 

@@ -8,6 +8,7 @@ node, so the KV cache moves over NVLink, and replicates that unit. Phase goodput
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -54,7 +55,9 @@ def _evaluate(scn: Scenario, tasks: list[tuple[str, Parallel]], workers: int | N
     if workers == 1 or len(tasks) < 2:
         values = [phase_goodput(scn, phase, par) for phase, par in tasks]
     else:
-        with ProcessPoolExecutor(min(workers, len(tasks))) as pool:
+        # forkserver: the API calls this from a thread of a running server, where fork is unsafe
+        context = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context) as pool:
             values = list(pool.map(phase_goodput, [scn] * len(tasks), *zip(*tasks), chunksize=1))
     return {(phase, par.tp, par.pp): value for (phase, par), value in zip(tasks, values)}
 
