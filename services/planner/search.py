@@ -104,7 +104,8 @@ def _choose(scn: Scenario, ranked: list[PlanResult], rate: float | None, began: 
     most GPUs), checked
     in the whole-system simulation; with a rate the first of the best `verify` that meets it there wins."""
     if not ranked:
-        raise ValueError("slo: no placement on this cluster meets the SLO" + (f" at {rate} req/s" if rate else ""))
+        raise ValueError(f"rate: no placement on this cluster meets the SLO at {rate} req/s" if rate
+                         else "slo: no placement on this cluster meets the SLO at any rate")
     if rate is None:
         ranked.sort(key=lambda r: (-round(r.estimated_goodput / r.placement.num_gpus, 9), -r.placement.num_gpus))
         chosen = ranked[0]

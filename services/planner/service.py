@@ -92,7 +92,7 @@ def run_simulate(req: SimulateRequest) -> dict:
 
 def replan_request(req: ReplanRequest, recorded: RecordedWorkload) -> PlanRequest:
     """A plan request for the recorded lengths, burstiness and (unless given) rate."""
-    workload = WorkloadBody(lengths=list(recorded.workload.recorded), arrival_cv=min(recorded.arrival_cv, 10.0))
+    workload = WorkloadBody(lengths=list(recorded.workload.recorded), arrival_cv=min(max(recorded.arrival_cv, 0.05), 10.0))
     rate = req.rate or (recorded.rate if np.isfinite(recorded.rate) else None)
     fields = req.model_dump(exclude={"max_records", "rate"})
     return PlanRequest(**fields, workload=workload, rate=rate)
