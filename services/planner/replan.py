@@ -16,13 +16,14 @@ from services.planner.search import PlanResult
 from services.planner.service import replan_request, run_plan
 
 log = logging.getLogger(__name__)
-WATCHED = ("rate", "prompt_mean", "output_mean", "arrival_cv")
+# watched statistic → the scale below which a change counts as absolute (a CV near 0 is as bursty as 1)
+WATCHED = {"rate": 1e-9, "prompt_mean": 1.0, "output_mean": 1.0, "arrival_cv": 1.0}
 
 
 def shift(before: dict, after: dict, threshold: float) -> list[str]:
-    """The watched statistics that moved by more than `threshold` (relative)."""
-    return [key for key in WATCHED
-            if abs(after[key] - before[key]) > threshold * max(abs(before[key]), 1e-9)]
+    """The watched statistics that moved by more than `threshold`, relative to their former value."""
+    return [key for key, floor in WATCHED.items()
+            if abs(after[key] - before[key]) > threshold * max(abs(before[key]), floor)]
 
 
 @dataclass(slots=True)
