@@ -1,4 +1,4 @@
-"""`distserve planner` (REST API), `distserve plan` (placement table and attainment plot)."""
+"""`distserve planner` (REST API), `distserve plan` (placement table and attainment plot), `distserve plan-bench`."""
 
 from __future__ import annotations
 
@@ -40,6 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument("--plot", default="plan.png", help="attainment vs rate PNG ('' for none)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
     plan.set_defaults(func=_plan)
+
+    from services.planner.bench import register as register_bench
+
+    register_bench(subparsers)
 
 
 def _serve(args: argparse.Namespace) -> int:
