@@ -33,3 +33,17 @@ def redis_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from services.engine.make_model import make_model
+
+    return str(make_model("tiny-llama", tmp_path_factory.mktemp("tiny-llama")))
+
+
+@pytest.fixture(scope="session")
+def tiny_opt_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from services.engine.make_model import make_model
+
+    return str(make_model("tiny-opt", tmp_path_factory.mktemp("tiny-opt")))

@@ -1,0 +1,68 @@
+"""Attention over the paged KV pool: store the new tokens' K/V, then attend over each sequence's blocks.
+
+Two paths: a batched one when every sequence adds one token (decode), and a per-sequence one for
+prompts and prompt chunks (which may continue after already-cached tokens, as chunked prefill does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    """Where a flattened batch's tokens come from and where their K/V go."""
+
+    q_lens: list[int]               # new tokens per sequence, in batch order
+    starts: list[int]               # tokens already cached per sequence before this step
+    block_tables: list[list[int]]   # each sequence's blocks, covering starts + q_lens tokens
+    slot_blocks: torch.Tensor       # [T] block id per new token
+    slot_offsets: torch.Tensor      # [T] offset inside the block per new token
+    decode_table: torch.Tensor | None = None  # [B, max_blocks] padded tables (all-decode batches)
+    decode_lens: torch.Tensor | None = None   # [B] context length after this step
+
+    @property
+    def is_decode(self) -> bool:
+        return self.decode_table is not None
+
+
+def paged_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
+    """q: [T, H, D], k/v: [T, KVH, D], cache: one layer of the pool [N, 2, bs, KVH, D] → [T, H, D]."""
+    cache[meta.slot_blocks, 0, meta.slot_offsets] = k
+    cache[meta.slot_blocks, 1, meta.slot_offsets] = v
+    gqa = q.shape[1] != k.shape[1]
+    if meta.is_decode:
+        return _decode_attention(q, cache, meta, scale, gqa)
+    outs = []
+    pos = 0
+    for n, start, table in zip(meta.q_lens, meta.starts, meta.block_tables):
+        qs = q[pos : pos + n].transpose(0, 1)  # [H, n, D]
+        if start == 0:
+            ks, vs = k[pos : pos + n].transpose(0, 1), v[pos : pos + n].transpose(0, 1)
+            out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, enable_gqa=gqa)
+        else:
+            total = start + n
+            kv = cache[table].transpose(0, 1).flatten(1, 2)[:, :total]  # [2, total, KVH, D]
+            ks, vs = kv[0].transpose(0, 1), kv[1].transpose(0, 1)
+            # query i (absolute position start + i) sees keys 0..start + i
+            mask = torch.arange(total, device=q.device)[None, :] <= (start + torch.arange(n, device=q.device))[:, None]
+            out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=gqa)
+        outs.append(out.transpose(0, 1))
+        pos += n
+    return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+
+def _decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float, gqa: bool) -> torch.Tensor:
+    table, lens = meta.decode_table, meta.decode_lens
+    batch, max_blocks = table.shape
+    kv = cache[table]  # [B, nb, 2, bs, KVH, D]
+    kv = kv.transpose(1, 2).flatten(2, 3)  # [B, 2, L, KVH, D]
+    ks, vs = kv[:, 0].transpose(1, 2), kv[:, 1].transpose(1, 2)  # [B, KVH, L, D]
+    mask = torch.arange(ks.shape[2], device=q.device)[None, :] < lens[:, None]  # [B, L]
+    out = F.scaled_dot_product_attention(q[:, :, None, :], ks, vs, attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=gqa)
+    return out[:, :, 0, :]  # [B, H, D]

@@ -1,0 +1,194 @@
+"""The engine: admission checks, the step loop `schedule → execute → update`, and finish rules.
+
+Single-threaded by design; services drive it from one worker thread (services/engine/worker.py).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from services.engine.block_manager import BlockManager
+from services.engine.errors import EngineInputError
+from services.engine.kv_pool import KVLayout
+from services.engine.model_config import ModelConfig
+from services.engine.model_runner import ModelRunner
+from services.engine.scheduler import SCHEDULERS, Policy, SchedulerConfig
+from services.engine.sequence import FinishReason, SamplingParams, Sequence, SeqStatus
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    model: str
+    policy: Policy = "colocated"
+    device: str = "cpu"
+    block_size: int = 16
+    num_blocks: int = 2048
+    max_batch_tokens: int = 512
+    max_num_seqs: int = 64
+    dtype: str = "float32"
+    pool_path: str | None = None  # a /dev/shm file makes the pool mappable by kvxfer
+
+
+@dataclass(slots=True)
+class StepOutput:
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: FinishReason | None = None
+    prefilled: bool = False  # prefill policy: K/V complete and held for a pull
+    num_prompt_tokens: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(slots=True)
+class Prefilled:
+    """A prefilled request's blocks, held until a decode instance pulled them."""
+
+    seq: Sequence
+    block_ids: list[int] = field(default_factory=list)
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, device: torch.device | None = None) -> None:
+        self.config = config
+        self.model_config = ModelConfig.from_folder(config.model)
+        mc = self.model_config
+        self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.dtype)
+        self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device("cpu"), config.pool_path)
+        self.blocks = BlockManager(config.num_blocks, config.block_size)
+        self.scheduler = SCHEDULERS[config.policy](
+            self.blocks, SchedulerConfig(config.max_batch_tokens, config.max_num_seqs, mc.max_position))
+        self.prefilled: dict[str, Prefilled] = {}
+        self._ids: set[str] = set()
+
+    # ---- admission -------------------------------------------------------------------------------
+
+    def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raises EngineInputError naming the field when the request cannot be served."""
+        if not prompt_ids:
+            raise EngineInputError("prompt", "must not be empty")
+        vocab = self.model_config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_ids):
+            raise EngineInputError("prompt_token_ids", f"ids must be in [0, {vocab})")
+        params.validate()
+        limit = self.model_config.max_position
+        if len(prompt_ids) + params.max_tokens > limit:
+            raise EngineInputError(
+                "max_tokens", f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the context of {limit}")
+        needed = self.blocks.blocks_for(len(prompt_ids) + params.max_tokens)
+        if needed > self.blocks.num_blocks:
+            raise EngineInputError(
+                "max_tokens", f"prompt + max_tokens needs {needed} KV blocks, the pool has {self.blocks.num_blocks}")
+
+    def _new_sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        if request_id in self._ids:
+            raise EngineInputError("request_id", f"{request_id!r} is already in the engine")
+        self.validate(prompt_ids, params)
+        if params.seed is None:
+            params.seed = random.getrandbits(63)
+        self._ids.add(request_id)
+        return Sequence(request_id, list(prompt_ids), params)
+
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
+        self.scheduler.add(self._new_sequence(request_id, prompt_ids, params))
+
+    def reserve_blocks(self, num_tokens: int) -> list[int] | None:
+        """Decode: blocks for a pulled prompt's K/V, or None when the pool cannot hold it now."""
+        n = self.blocks.blocks_for(num_tokens)
+        return self.blocks.allocate(n) if self.blocks.can_allocate(n) else None
+
+    def free_blocks(self, block_ids: list[int]) -> None:
+        self.blocks.free(block_ids)
+
+    def add_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int, params: SamplingParams,
+                      block_ids: list[int]) -> None:
+        """Decode: admit a request whose prompt K/V already sits in `block_ids` (reserved, then pulled)."""
+        seq = self._new_sequence(request_id, prompt_ids, params)
+        seq.output_ids = [first_token]
+        seq.block_table = list(block_ids)
+        seq.num_computed = len(prompt_ids)
+        self.scheduler.add_running(seq)
+
+    def release_prefilled(self, request_id: str) -> None:
+        """Prefill: the K/V was pulled (or its lease expired); its blocks go back to the pool."""
+        held = self.prefilled.pop(request_id)
+        self.blocks.free(held.block_ids)
+        self._ids.discard(request_id)
+
+    def abort(self, request_id: str) -> bool:
+        """Drops a request wherever it is and frees its blocks; False if the engine does not hold it."""
+        if request_id in self.prefilled:
+            self.release_prefilled(request_id)
+            return True
+        seq = self.scheduler.abort(request_id)
+        self._ids.discard(request_id)
+        return seq is not None
+
+    # ---- the step ----------------------------------------------------------------------------------
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> list[StepOutput]:
+        batch = self.scheduler.schedule()
+        if not batch.items:
+            return []
+        tokens = self.runner.execute(batch)
+        outputs: list[StepOutput] = []
+        sampled = iter(tokens)
+        for it in batch.items:
+            seq, samples = it.seq, it.samples
+            seq.num_computed += it.num_new
+            if not samples:
+                continue
+            token = next(sampled)
+            seq.output_ids.append(token)
+            out = StepOutput(seq.request_id, [token], num_prompt_tokens=len(seq.prompt_ids))
+            reason = self._finish_reason(seq, token)
+            if reason is not None:
+                self.scheduler.finish(seq, reason)
+                self._ids.discard(seq.request_id)
+                out.finish_reason = reason
+            elif self.config.policy == "prefill":
+                self._hold(seq)
+                out.prefilled = True
+            outputs.append(out)
+        return outputs
+
+    def _hold(self, seq: Sequence) -> None:
+        self.scheduler.running.remove(seq)
+        seq.status = SeqStatus.PREFILLED
+        self.prefilled[seq.request_id] = Prefilled(seq, seq.block_table)
+        seq.block_table = []
+
+    def _finish_reason(self, seq: Sequence, token: int) -> FinishReason | None:
+        p = seq.params
+        if (not p.ignore_eos and token in self.model_config.eos_token_ids) or token in p.stop_token_ids:
+            return FinishReason.STOP
+        if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.model_config.max_position:
+            return FinishReason.LENGTH
+        return None
+
+    # ---- offline use --------------------------------------------------------------------------------
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
+        """Runs the requests to completion in this process and returns each one's generated ids."""
+        plist = params if isinstance(params, list) else [replace(params) for _ in prompts]
+        ids = [f"offline-{i}" for i in range(len(prompts))]
+        for rid, prompt, p in zip(ids, prompts, plist):
+            self.add_request(rid, prompt, p)
+        results: dict[str, list[int]] = {rid: [] for rid in ids}
+        while self.has_work():
+            for out in self.step():
+                results[out.request_id].extend(out.new_token_ids)
+        return [results[rid] for rid in ids]
+
+    def close(self) -> None:
+        self.runner.close()
+

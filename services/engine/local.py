@@ -1,0 +1,21 @@
+"""In-process generation with no services (`distserve generate --local`): the reference the stack must equal."""
+
+from __future__ import annotations
+
+from services.engine.device import setup_device
+from services.engine.engine import EngineConfig, LLMEngine
+from services.engine.sequence import SamplingParams
+from services.engine.tokenizer import load_tokenizer
+
+
+def generate_local(model: str, device: str, prompt: str, params: SamplingParams) -> dict:
+    """Generates for one prompt and returns {token_ids, text, prompt_token_ids}."""
+    dev = setup_device(device)
+    tokenizer = load_tokenizer(model)
+    prompt_ids = tokenizer.encode(prompt)
+    engine = LLMEngine(EngineConfig(model, policy="colocated", device=device, num_blocks=512), dev)
+    try:
+        (token_ids,) = engine.generate([prompt_ids], params)
+    finally:
+        engine.close()
+    return {"prompt_token_ids": prompt_ids, "token_ids": token_ids, "text": tokenizer.decode(token_ids)}

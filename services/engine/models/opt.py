@@ -1,0 +1,78 @@
+"""OPT (the DistServe paper's models): LayerNorm before each block, learned positions offset by 2, ReLU, MHA."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from services.engine.attention import AttentionMetadata, paged_attention
+from services.engine.model_config import ModelConfig
+
+POSITION_OFFSET = 2  # OPT's learned position table reserves its first two rows
+
+
+class OPTAttention(nn.Module):
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = c.num_heads, c.head_dim
+        self.q_proj = nn.Linear(c.hidden_size, c.hidden_size)
+        self.k_proj = nn.Linear(c.hidden_size, c.hidden_size)
+        self.v_proj = nn.Linear(c.hidden_size, c.hidden_size)
+        self.out_proj = nn.Linear(c.hidden_size, c.hidden_size)
+
+    def forward(self, x: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        tokens = x.shape[0]  # x: [T, hidden]
+        shape = (tokens, self.num_heads, self.head_dim)
+        q, k, v = self.q_proj(x).view(shape), self.k_proj(x).view(shape), self.v_proj(x).view(shape)
+        out = paged_attention(q, k, v, cache, meta, self.head_dim**-0.5)
+        return self.out_proj(out.reshape(tokens, -1))
+
+
+class OPTDecoderLayer(nn.Module):
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn_layer_norm = nn.LayerNorm(c.hidden_size)
+        self.self_attn = OPTAttention(c)
+        self.final_layer_norm = nn.LayerNorm(c.hidden_size)
+        self.fc1 = nn.Linear(c.hidden_size, c.intermediate_size)
+        self.fc2 = nn.Linear(c.intermediate_size, c.hidden_size)
+
+    def forward(self, x: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        x = x + self.self_attn(self.self_attn_layer_norm(x), cache, meta)
+        return x + self.fc2(F.relu(self.fc1(self.final_layer_norm(x))))
+
+
+class OPTDecoder(nn.Module):
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.embed_positions = nn.Embedding(c.max_position + POSITION_OFFSET, c.hidden_size)
+        self.layers = nn.ModuleList(OPTDecoderLayer(c) for _ in range(c.num_layers))
+        self.final_layer_norm = nn.LayerNorm(c.hidden_size)
+
+
+class OPTModel(nn.Module):
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.decoder = OPTDecoder(c)
+
+
+class OPTForCausalLM(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = OPTModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head.weight = self.model.decoder.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """input_ids, positions: [T]; kv_pool: [N, layers, 2, bs, KVH, D] → hidden states [T, hidden]."""
+        decoder = self.model.decoder
+        x = decoder.embed_tokens(input_ids) + decoder.embed_positions(positions + POSITION_OFFSET)
+        for i, layer in enumerate(decoder.layers):
+            x = layer(x, kv_pool[:, i], meta)
+        return decoder.final_layer_norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)

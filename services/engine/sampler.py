@@ -1,0 +1,37 @@
+"""Turns last-position logits into tokens: greedy, or temperature / top-k / top-p with a per-request seed.
+
+The random draw for output token i uses a generator seeded from (seed, i), so a request's tokens do not
+depend on what it was batched with, nor on which instance sampled which token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from services.engine.sequence import Sequence
+
+
+def _generator(seed: int, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed((seed * 1_000_003 + step) % (1 << 63))
+
+
+def _sample_one(logits: torch.Tensor, seq: Sequence) -> int:
+    p = seq.params
+    logits = logits.float() / p.temperature
+    if 0 < p.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, p.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if p.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        # keep the smallest prefix whose mass reaches top_p (the first token always stays)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= p.top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return int(torch.multinomial(probs.cpu(), 1, generator=_generator(p.seed or 0, len(seq.output_ids))))
+
+
+def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+    """logits: [B, V] for the B sequences → one new token each."""
+    greedy = logits.argmax(dim=-1).tolist()
+    return [greedy[i] if s.params.temperature == 0 else _sample_one(logits[i], s) for i, s in enumerate(seqs)]

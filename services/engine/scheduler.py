@@ -1,0 +1,191 @@
+"""Scheduler policies: which sequences run this step, and how many of their tokens.
+
+A step computes some of each scheduled sequence's uncomputed tokens; when a sequence's tokens are all
+computed, it samples the next one. Prefill, decode, colocated (vLLM-style) and chunked (Sarathi-style)
+differ only in `schedule()`. Preemption frees a sequence's blocks and recomputes it later.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+from services.engine.block_manager import BlockManager
+from services.engine.sequence import FinishReason, Sequence, SeqStatus
+
+Policy = Literal["prefill", "decode", "colocated", "chunked"]
+
+
+@dataclass(slots=True)
+class ScheduledSeq:
+    seq: Sequence
+    num_new: int  # tokens to compute this step, from seq.num_computed
+
+    @property
+    def samples(self) -> bool:
+        return self.seq.num_computed + self.num_new == self.seq.num_tokens
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    items: list[ScheduledSeq]
+
+    @property
+    def is_decode(self) -> bool:
+        return all(it.num_new == 1 and it.seq.num_computed > 0 for it in self.items)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(it.num_new for it in self.items)
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    max_batch_tokens: int = 512  # Lm for prefill; the token budget per step for colocated and chunked
+    max_num_seqs: int = 64
+    max_model_len: int = 2048
+
+
+class Scheduler:
+    """Queues and blocks common to all policies; subclasses decide `schedule()`."""
+
+    def __init__(self, blocks: BlockManager, config: SchedulerConfig) -> None:
+        self.blocks = blocks
+        self.config = config
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SeqStatus.WAITING
+        self.waiting.append(seq)
+
+    def add_running(self, seq: Sequence) -> None:
+        """A sequence whose K/V is already in its blocks (decode: pulled from a prefill instance)."""
+        seq.status = SeqStatus.RUNNING
+        self.running.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        """The sequences to run this step and how many tokens of each."""
+        raise NotImplementedError
+
+    def _grow(self, seq: Sequence, num_tokens: int) -> bool:
+        """Gives `seq` blocks for `num_tokens` tokens if the pool can; False if not."""
+        extra = self.blocks.blocks_for(num_tokens) - len(seq.block_table)
+        if extra <= 0:
+            return True
+        if not self.blocks.can_allocate(extra):
+            return False
+        seq.block_table.extend(self.blocks.allocate(extra))
+        return True
+
+    def free(self, seq: Sequence) -> None:
+        self.blocks.free(seq.block_table)
+        seq.block_table = []
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.free(seq)
+        seq.num_computed = 0
+        seq.status = SeqStatus.WAITING
+        self.waiting.appendleft(seq)
+
+    def _admit(self, budget: int, chunk: bool) -> list[ScheduledSeq]:
+        """FCFS from the waiting queue within a token budget.
+
+        Whole prompts: a prompt longer than the budget runs alone. Chunks: the budget cuts the last one.
+        """
+        items: list[ScheduledSeq] = []
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            take = min(seq.num_uncomputed, budget) if chunk else seq.num_uncomputed
+            if items and take > budget:
+                break
+            if not self._grow(seq, seq.num_computed + take):
+                break  # FCFS: the head waits for blocks, nothing overtakes it
+            self.waiting.popleft()
+            seq.status = SeqStatus.RUNNING
+            self.running.append(seq)
+            items.append(ScheduledSeq(seq, take))
+            budget -= take
+        return items
+
+    def _continue_running(self, budget: int) -> list[ScheduledSeq]:
+        """Advance running sequences (a decode token, or the next prompt chunk), preempting the newest when blocks run out."""
+        items: list[ScheduledSeq] = []
+        for seq in list(self.running):
+            take = min(seq.num_uncomputed, budget)
+            if seq.status is not SeqStatus.RUNNING or take <= 0:
+                continue
+            while not self._grow(seq, seq.num_computed + take):
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            if seq.status is SeqStatus.RUNNING:
+                items.append(ScheduledSeq(seq, take))
+                budget -= take
+        return [it for it in items if it.seq.status is SeqStatus.RUNNING]
+
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
+        seq.finish_reason = reason
+        seq.status = SeqStatus.FINISHED
+        if seq in self.running:
+            self.running.remove(seq)
+        self.free(seq)
+
+    def abort(self, request_id: str) -> Sequence | None:
+        for seq in list(self.running) + list(self.waiting):
+            if seq.request_id == request_id:
+                if seq in self.waiting:
+                    self.waiting.remove(seq)
+                    seq.status = SeqStatus.FINISHED
+                    seq.finish_reason = FinishReason.ABORT
+                    if seq.block_table:
+                        self.free(seq)
+                else:
+                    self.finish(seq, FinishReason.ABORT)
+                return seq
+        return None
+
+
+class PrefillScheduler(Scheduler):
+    """Prefill instance: FCFS batches of whole prompts up to Lm tokens; a longer prompt runs alone."""
+
+    def schedule(self) -> SchedulerOutput:
+        return SchedulerOutput(self._admit(self.config.max_batch_tokens, chunk=False))
+
+
+class ColocatedScheduler(Scheduler):
+    """vLLM-style continuous batching: a step of new prefills whenever one can start, else a decode step."""
+
+    def schedule(self) -> SchedulerOutput:
+        items = self._admit(self.config.max_batch_tokens, chunk=False)
+        return SchedulerOutput(items or self._continue_running(self.config.max_model_len))
+
+
+class DecodeScheduler(ColocatedScheduler):
+    """Decode instance: continuous batching of sequences whose K/V was pulled in.
+
+    Its waiting queue holds only sequences it preempted; they recompute here, first, like new prefills.
+    """
+
+
+class ChunkedScheduler(Scheduler):
+    """Sarathi-style: each step fills a token budget with every decode, then prompt chunks."""
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.config.max_batch_tokens
+        items = self._continue_running(budget)
+        return SchedulerOutput(items + self._admit(budget - sum(it.num_new for it in items), chunk=True))
+
+
+SCHEDULERS: dict[str, type[Scheduler]] = {
+    "prefill": PrefillScheduler,
+    "decode": DecodeScheduler,
+    "colocated": ColocatedScheduler,
+    "chunked": ChunkedScheduler,
+}

@@ -1,0 +1,49 @@
+"""Loads Hugging Face-format weights (*.safetensors, single or sharded by an index) into a model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+
+def checkpoint_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [folder / shard for shard in shards]
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {folder}")
+    return files
+
+
+def _canonical(name: str) -> str:
+    # Original OPT checkpoints name parameters "decoder.*" without the "model." prefix.
+    return f"model.{name}" if name.startswith("decoder.") else name
+
+
+def load_weights(model: nn.Module, folder: str | Path) -> None:
+    """Copies every tensor of the checkpoint into the model's parameter of the same name; all must be present."""
+    params = dict(model.named_parameters())
+    missing = set(params)
+    for path in checkpoint_files(Path(folder)):
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():
+                name = _canonical(key)
+                if name not in params:
+                    if name == "lm_head.weight":  # tied head saved anyway
+                        continue
+                    raise KeyError(f"checkpoint tensor {key!r} has no place in the model")
+                param = params[name]
+                tensor = f.get_tensor(key)
+                if tensor.shape != param.shape:
+                    raise ValueError(f"{key}: checkpoint shape {tuple(tensor.shape)} != model {tuple(param.shape)}")
+                with torch.no_grad():
+                    param.copy_(tensor.to(param.dtype))
+                missing.discard(name)
+    if missing:
+        raise KeyError(f"checkpoint lacks {sorted(missing)[:5]}")
