@@ -1,4 +1,5 @@
-"""`distserve planner` (REST API), `distserve plan` (placement table and attainment plot), `distserve plan-bench`."""
+"""`distserve planner` (REST API), `distserve plan` (placement table and attainment plot), `distserve profile`
+(latency profile on the real engine), `distserve plan-bench` (the planner's figures)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument("--plot", default="plan.png", help="attainment vs rate PNG ('' for none)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
     plan.set_defaults(func=_plan)
+
+    prof = subparsers.add_parser("profile", help="time prefill and decode on the real engine; write a profile file")
+    prof.add_argument("--model", required=True, help="model folder or preset (made on first use)")
+    prof.add_argument("--device", default="cpu:0", help="cpu:N (one pinned core) or cuda:N")
+    prof.add_argument("--out", default="profile.json", help="profile file to write")
+    prof.add_argument("--max-tokens", type=int, default=4096, help="largest batch in tokens")
+    prof.add_argument("--repeats", type=int, default=3, help="timed runs per shape (median kept)")
+    prof.set_defaults(func=_profile)
 
     from services.planner.bench import register as register_bench
 
@@ -101,4 +110,32 @@ def _plan(args: argparse.Namespace) -> int:
         write_plot(args.plot, rates, attained, req.slo.attainment, result.simulated_goodput,
                    f"{req.model} on {req.hardware}: {plan['num_gpus']} GPUs, {req.algorithm}")
         print(f"attainment vs rate: {args.plot}")
+    return 0
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from services.engine.cli import resolve_model
+    from services.engine.device import setup_device
+    from services.planner.engine_timing import engine_timers, open_engine
+    from services.planner.profile import appendix_a_constants, fit_profile, write_profile
+    from services.planner.profiler import record_profile
+    from services.planner.shapes import load_shape
+
+    folder = resolve_model(args.model)
+    shape = load_shape(folder)
+    engine = open_engine(folder, setup_device(args.device), args.max_tokens)
+    try:
+        time_prefill, time_decode = engine_timers(engine)
+        profile = record_profile(shape, args.device, time_prefill, time_decode, max_tokens=args.max_tokens,
+                                 repeats=args.repeats)
+    finally:
+        engine.close()
+    write_profile(profile, args.out)
+    coeffs = fit_profile(profile).at(1)
+    print(f"{len(profile.prefill)} prefill and {len(profile.decode)} decode points on {args.device} -> {args.out}")
+    print(f"prefill = {coeffs.prefill.c0 * 1e3:.3f} ms + {coeffs.prefill.per_token * 1e6:.3f} us/token"
+          f" + {coeffs.prefill.per_sq * 1e9:.4f} ns/token^2; Lm = {coeffs.saturation_tokens()} tokens")
+    d = coeffs.decode_small
+    print(f"decode  = {d.c0 * 1e3:.3f} ms + {d.per_ctx * 1e9:.3f} ns/context token + {d.per_req * 1e6:.3f} us/request")
+    print("appendix A: " + ", ".join(f"{k}={v:.3e}" for k, v in appendix_a_constants(coeffs, shape, 1).items()))
     return 0

@@ -54,16 +54,18 @@ def test_unknown_hardware_or_model_names_the_argument():
 
 def test_presets_and_hugging_face_config_folders(tmp_path):
     assert {"opt-13b", "opt-66b", "opt-175b", "llama-3-8b", "tiny-llama", "small-llama", "tiny-opt"} <= set(PRESETS)
+    assert (PRESETS["opt-66b"].hidden, PRESETS["opt-66b"].layers, PRESETS["opt-66b"].heads) == (9216, 64, 72)
     llama = tmp_path / "llama"
     llama.mkdir()
     (llama / "config.json").write_text(json.dumps({
         "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
         "num_key_value_heads": 8, "max_position_embeddings": 8192, "vocab_size": 128256}))
-    assert load_shape(str(llama)) == PRESETS["llama-3-8b"].__class__(**{**PRESETS["llama-3-8b"].as_dict(), "name": "llama"})
+    shape = load_shape(str(llama))
+    assert (shape.name, shape.kv_heads, shape.ffn, shape.max_context) == ("llama", 8, 14336, 8192)
+    assert shape.kv_bytes_per_token() == 2 * 32 * 8 * 128 * 2
     opt = tmp_path / "opt"
     opt.mkdir()
     (opt / "config.json").write_text(json.dumps({
         "hidden_size": 5120, "ffn_dim": 20480, "num_hidden_layers": 40, "num_attention_heads": 40,
         "max_position_embeddings": 2048, "vocab_size": 50272}))
-    shape = load_shape(str(opt))
-    assert (shape.ffn, shape.kv_heads, shape.kv_bytes_per_token()) == (20480, 40, 2 * 40 * 5120 * 2)
+    assert load_shape(str(opt)) == PRESETS["opt-13b"].__class__(**{**PRESETS["opt-13b"].as_dict(), "name": "opt"})
