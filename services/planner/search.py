@@ -1,8 +1,9 @@
 """Placement search: DistServe Alg. 1 (high node-affinity), Alg. 2 (low node-affinity), and brute force.
 
-Alg. 1 finds the best per-GPU goodput for prefill and for decode independently, then replicates each phase
-to the rate (or fills the cluster). Alg. 2 keeps the prefill and decode segments of each pipeline stage on one
-node, so the KV cache moves over NVLink, and replicates that unit. Phase goodputs run in parallel processes.
+Alg. 1 simulates the goodput of prefill and of decode configurations independently, then picks the pair and
+replica counts with the best goodput per GPU (or the fewest GPUs for a rate). Alg. 2 keeps the prefill and
+decode segments of each pipeline stage on one node, so the KV cache moves over NVLink, and replicates that
+unit. Phase goodputs run in parallel processes; the winner is checked in the whole-system simulation.
 """
 
 from __future__ import annotations
@@ -101,8 +102,8 @@ def high_affinity(scn: Scenario, rate: float | None = None, workers: int | None 
 def _choose(scn: Scenario, ranked: list[PlanResult], rate: float | None, began: float,
             verify: int = 8) -> PlanResult:
     """The best candidate by its phase estimate (with a rate: fewest GPUs; else most goodput per GPU, then the
-    most GPUs), checked
-    in the whole-system simulation; with a rate the first of the best `verify` that meets it there wins."""
+    most GPUs), checked in the whole-system simulation: with a rate, the first of the best `verify` that meets
+    it there wins. The reported goodput is always the whole-system simulation's."""
     if not ranked:
         raise ValueError(f"rate: no placement on this cluster meets the SLO at {rate} req/s" if rate
                          else "slo: no placement on this cluster meets the SLO at any rate")

@@ -68,7 +68,6 @@ def _summarization(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
 
 
 _SYNTHETIC = {"chatbot": _chatbot, "code": _code, "summarization": _summarization}
-NAMES = (*_SYNTHETIC, "fixed", "recorded")
 
 
 def unit_arrivals(n: int, rng: np.random.Generator, cv: float = 1.0) -> np.ndarray:
