@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "services.router.cli",
     "services.launcher.cli",
     "services.kvxfer.cli",
+    "services.planner.cli",
 )
 
 
@@ -23,13 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-json", action="store_true", help="log one JSON object per line")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-            continue  # a service not on this branch yet (services are built in parallel)
-        module.register(subparsers)
+        importlib.import_module(name).register(subparsers)
     return parser
 
 

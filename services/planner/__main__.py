@@ -1,0 +1,18 @@
+"""`python -m services.planner`: serve the planner REST API (settings from DISTSERVE_PLANNER_* variables)."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from services.common.logs import setup_logging
+from services.planner.api import create_app
+from services.planner.config import PlannerSettings
+
+
+def serve(settings: PlannerSettings) -> None:
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None)
+
+
+if __name__ == "__main__":
+    setup_logging()
+    serve(PlannerSettings())

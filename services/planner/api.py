@@ -1,0 +1,92 @@
+"""The planner's REST API (FastAPI; OpenAPI at /docs): plan, simulate, replan, current plan, recorded workload."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import redis
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from services.planner.config import PlannerSettings
+from services.planner.records import fit_records, load_plan, read_records, save_plan
+from services.planner.replan import Replanner
+from services.planner.schemas import PlanRequest, ReplanRequest, SimulateRequest
+from services.planner.service import run_plan, run_simulate
+
+
+def create_app(settings: PlannerSettings, client: redis.Redis | None = None) -> FastAPI:
+    """The app; `client` (or settings.redis_url) gives request records, plan storage and the replanning loop."""
+    if client is None and settings.redis_url:
+        client = redis.Redis.from_url(settings.redis_url)
+    state: dict = {"plan": None}
+    base = ReplanRequest(model=settings.replan_model, hardware=settings.replan_hardware)
+    replanner = Replanner(client, base, threshold=settings.replan_threshold, workers=settings.workers,
+                          on_plan=lambda plan: state.update(plan=plan)) if client is not None else None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        stop = asyncio.Event()
+        task = None
+        if replanner is not None and settings.replan_interval > 0:
+            task = asyncio.create_task(replanner.run(settings.replan_interval, stop))
+        yield
+        stop.set()
+        if task is not None:
+            await task
+
+    app = FastAPI(title="distserve planner", version="1", lifespan=lifespan,
+                  description="Goodput-optimal placement of prefill and decode instances (DistServe, OSDI'24).")
+    app.state.replanner = replanner
+
+    @app.exception_handler(ValueError)
+    async def bad_value(request: Request, exc: ValueError) -> JSONResponse:
+        return JSONResponse(status_code=400, content={"detail": str(exc)})
+
+    def need_redis() -> redis.Redis:
+        if client is None:
+            raise HTTPException(400, "redis: the planner was started without --redis-url; no request records")
+        return client
+
+    def remember(plan: dict, req: PlanRequest | ReplanRequest) -> None:
+        state["plan"] = plan
+        if client is not None:
+            save_plan(client, plan)
+        if replanner is not None:
+            replanner.request = ReplanRequest(**req.model_dump(exclude={"workload", "rate"}))
+
+    @app.post("/v1/plan", summary="Find the goodput-optimal placement")
+    async def plan(req: PlanRequest) -> dict:
+        result, _, _ = await run_in_threadpool(run_plan, req, settings.workers)
+        remember(result, req)
+        return result
+
+    @app.post("/v1/simulate", summary="Attainment and TTFT/TPOT of a given placement at a rate")
+    async def simulate(req: SimulateRequest) -> dict:
+        return await run_in_threadpool(run_simulate, req)
+
+    @app.post("/v1/replan", summary="Plan for the workload recorded in Redis")
+    async def replan(req: ReplanRequest) -> dict:
+        rds = need_redis()
+        records = await run_in_threadpool(read_records, rds, req.max_records)
+        recorded = fit_records(records)
+        replanner.request = req
+        result, _ = await run_in_threadpool(replanner.replan, recorded)
+        remember(result, req)
+        return result
+
+    @app.get("/v1/plan", summary="The current plan")
+    async def current_plan() -> dict:
+        stored = state["plan"] or (load_plan(client) if client is not None else None)
+        if stored is None:
+            raise HTTPException(404, "plan: none made yet; POST /v1/plan or /v1/replan")
+        return stored
+
+    @app.get("/v1/workload", summary="Statistics of the recorded workload")
+    async def workload(max_records: int = 2000) -> dict:
+        rds = need_redis()
+        return fit_records(await run_in_threadpool(read_records, rds, max_records)).as_dict()
+
+    return app

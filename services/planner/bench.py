@@ -1,0 +1,117 @@
+"""`distserve plan-bench`: the planner's figures — M/D/1 agreement, the authors' reference result, search
+runtime — printed as a table and as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from services.planner.goodput import Scenario
+from services.planner.hardware import load_latency_model
+from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
+from services.planner.placement import Cluster, Parallel, pack
+from services.planner.search import high_affinity, low_affinity
+from services.planner.shapes import load_shape
+from services.planner.simulator import SLO, simulate_prefill
+from services.planner.workload import Workload, unit_arrivals
+
+
+def mdl(requests: int = 200000, d: float = 0.1, k: float = 1.6) -> list[dict]:
+    """Mean TTFT of the simulator against the paper's Eq. 1 (one device), Eq. 2 (2-way inter-op) and
+    Eq. 3 (2-way intra-op with speed-up k), utilisation 0.3 to 0.8, no batching."""
+    zero = DecodeCoeffs(0, 0, 0)
+    one = TPCoefficients(PrefillCoeffs(d, 0, 0), zero, zero)
+    fast = TPCoefficients(PrefillCoeffs(d / k, 0, 0), zero, zero)
+    prompts = np.full(requests, 512)
+    rows = []
+    for rho in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
+        lam = rho / d
+        arrivals = unit_arrivals(requests, np.random.default_rng(7)) / lam
+        cases = (("eq1", one, 1, d + lam * d * d / (2 * (1 - lam * d))),
+                 ("eq2", one, 2, d + lam * d * d / (4 * (2 - lam * d))),
+                 ("eq3", fast, 1, d / k + lam * d * d / (2 * k * (k - lam * d))))
+        for name, coeffs, pp, closed in cases:
+            sim = float(simulate_prefill(coeffs, pp, 512, prompts, arrivals).mean())
+            rows.append({"case": name, "utilisation": rho, "closed_form_s": closed, "simulated_s": sim,
+                         "error_pct": 100 * (sim / closed - 1)})
+    return rows
+
+
+def authors_bisection(scn: Scenario, placement, high: float = 5.0, esp: float = 0.25) -> float:
+    """The authors' search on our simulator: per-GPU rate bisected on [0, high] until hi − lo < esp."""
+    lo, hi = 0.0, high
+    while hi - lo > esp:
+        mid = (lo + hi) / 2
+        ok = scn.attainment(placement, mid * placement.num_gpus) >= scn.slo.attainment
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return lo
+
+
+def reference(seeds: int = 5, workers: int | None = None) -> list[dict]:
+    """OPT-13B, one node of 4 A100-80GB, TTFT 0.2 s, TPOT 0.1 s at 90%, chatbot: per-GPU goodput per seed,
+    with our Lm batching and with the authors' (batch all queued prompts)."""
+    model = load_latency_model("a100-80gb", load_shape("opt-13b"))
+    rows = []
+    for lm_name, lm in (("Lm (ours)", None), ("all queued (authors')", 10**7)):
+        for seed in range(seeds):
+            scn = Scenario(model, Cluster(1, 4), Workload("chatbot"), SLO(0.2, 0.1, 0.9), 2000, seed,
+                           max_batch_tokens=lm)
+            plan = high_affinity(scn, workers=workers)
+            coarse = Scenario(model, Cluster(1, 4), Workload("chatbot"), SLO(0.2, 0.1, 0.9), 300, seed,
+                              max_batch_tokens=lm)
+            unit = pack(Cluster(1, 4), Parallel(2, 1), 1, Parallel(1, 1), 1)
+            p = plan.placement
+            rows.append({"batching": lm_name, "seed": seed,
+                         "prefill": f"tp{p.prefill.tp} pp{p.prefill.pp} x{p.n_prefill}",
+                         "decode": f"tp{p.decode.tp} pp{p.decode.pp} x{p.n_decode}",
+                         "goodput_per_gpu": plan.goodput_per_gpu,
+                         "authors_bisection_300": authors_bisection(coarse, unit)})
+    return rows
+
+
+def search_runtime(workers: int | None = None) -> list[dict]:
+    """Alg. 1 and Alg. 2 for OPT-66B on 4 nodes × 8 A100 (25 Gbps between nodes), chatbot, TTFT 2.5 s,
+    TPOT 0.15 s at 90%."""
+    model = load_latency_model("a100-80gb", load_shape("opt-66b"))
+    scn = Scenario(model, Cluster(4, 8, inter_node_gbps=25), Workload("chatbot"), SLO(2.5, 0.15, 0.9), 2000)
+    rows = []
+    for algorithm in (high_affinity, low_affinity):
+        began = time.perf_counter()
+        plan = algorithm(scn, workers=workers)
+        p = plan.placement
+        rows.append({"algorithm": plan.algorithm, "seconds": time.perf_counter() - began,
+                     "configs": len(plan.evaluated), "prefill": f"tp{p.prefill.tp} pp{p.prefill.pp} x{p.n_prefill}",
+                     "decode": f"tp{p.decode.tp} pp{p.decode.pp} x{p.n_decode}", "num_gpus": p.num_gpus,
+                     "goodput_per_gpu": plan.goodput_per_gpu})
+    return rows
+
+
+def _table(rows: list[dict]) -> str:
+    cols = list(rows[0])
+    cell = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)
+    widths = [max(len(c), *(len(cell(r[c])) for r in rows)) for c in cols]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(cell(r[c]).ljust(w) for c, w in zip(cols, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    bench = subparsers.add_parser("plan-bench", help="print the planner's figures (M/D/1, reference, runtime)")
+    bench.add_argument("--what", choices=["mdl", "reference", "search", "all"], default="all")
+    bench.add_argument("--workers", type=int, default=None, help="search processes (default: CPU cores)")
+    bench.set_defaults(func=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    runs = {"mdl": lambda: mdl(), "reference": lambda: reference(workers=args.workers),
+            "search": lambda: search_runtime(args.workers)}
+    results = {}
+    for name, run in runs.items():
+        if args.what in (name, "all"):
+            results[name] = run()
+            print(f"\n== {name}\n{_table(results[name])}")
+    print("\n" + json.dumps(results))
+    return 0

@@ -1,0 +1,141 @@
+"""`distserve planner` (REST API), `distserve plan` (placement table and attainment plot), `distserve profile`
+(latency profile on the real engine), `distserve plan-bench` (the planner's figures)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from services.planner.schemas import (ClusterBody, PlanRequest, SLOBody, WorkloadBody)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    serve = subparsers.add_parser("planner", help="serve the planner REST API (OpenAPI at /docs)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8001)
+    serve.add_argument("--redis-url", default=None, help="Redis with request records (enables /v1/replan)")
+    serve.add_argument("--workers", type=int, default=None, help="search processes (default: CPU cores)")
+    serve.add_argument("--replan-interval", type=float, default=0.0, help="seconds between workload checks")
+    serve.set_defaults(func=_serve)
+
+    plan = subparsers.add_parser("plan", help="find the goodput-optimal placement and plot attainment vs rate")
+    plan.add_argument("--model", default="opt-13b", help="preset name or model folder")
+    plan.add_argument("--hardware", default="a100-80gb", help="shipped coefficient set or profile file")
+    plan.add_argument("--nodes", type=int, default=1)
+    plan.add_argument("--gpus-per-node", type=int, default=4)
+    plan.add_argument("--gpu-memory-gb", type=float, default=80.0)
+    plan.add_argument("--intra-node-gbps", type=float, default=2400.0)
+    plan.add_argument("--inter-node-gbps", type=float, default=200.0)
+    plan.add_argument("--workload", default="chatbot", choices=["chatbot", "code", "summarization"])
+    plan.add_argument("--input-len", type=int, help="fixed prompt length (overrides --workload)")
+    plan.add_argument("--output-len", type=int, help="fixed output length (with --input-len)")
+    plan.add_argument("--arrival-cv", type=float, default=1.0, help="1: Poisson; else gamma with this CV")
+    plan.add_argument("--ttft", type=float, default=0.2, help="TTFT objective, s")
+    plan.add_argument("--tpot", type=float, default=0.1, help="TPOT objective, s")
+    plan.add_argument("--attainment", type=float, default=0.9)
+    plan.add_argument("--algorithm", default="high-affinity", choices=["high-affinity", "low-affinity"])
+    plan.add_argument("--rate", type=float, default=None, help="rate to serve, req/s (default: best per GPU)")
+    plan.add_argument("--num-requests", type=int, default=2000)
+    plan.add_argument("--seed", type=int, default=0)
+    plan.add_argument("--workers", type=int, default=None)
+    plan.add_argument("--plot", default="plan.png", help="attainment vs rate PNG ('' for none)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+    plan.set_defaults(func=_plan)
+
+    prof = subparsers.add_parser("profile", help="time prefill and decode on the real engine; write a profile file")
+    prof.add_argument("--model", required=True, help="model folder or preset (made on first use)")
+    prof.add_argument("--device", default="cpu:0", help="cpu:N (one pinned core) or cuda:N")
+    prof.add_argument("--out", default="profile.json", help="profile file to write")
+    prof.add_argument("--max-tokens", type=int, default=4096, help="largest batch in tokens")
+    prof.add_argument("--repeats", type=int, default=3, help="timed runs per shape (median kept)")
+    prof.set_defaults(func=_profile)
+
+    from services.planner.bench import register as register_bench
+
+    register_bench(subparsers)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from services.planner.__main__ import serve
+    from services.planner.config import PlannerSettings
+
+    serve(PlannerSettings(host=args.host, port=args.port, redis_url=args.redis_url, workers=args.workers,
+                          replan_interval=args.replan_interval))
+    return 0
+
+
+def plan_request(args: argparse.Namespace) -> PlanRequest:
+    if args.input_len is not None:
+        workload = WorkloadBody(input_len=args.input_len, output_len=args.output_len, arrival_cv=args.arrival_cv)
+    else:
+        workload = WorkloadBody(name=args.workload, arrival_cv=args.arrival_cv)
+    return PlanRequest(
+        model=args.model, hardware=args.hardware, workload=workload, algorithm=args.algorithm, rate=args.rate,
+        cluster=ClusterBody(nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_memory_gb=args.gpu_memory_gb,
+                            intra_node_gbps=args.intra_node_gbps, inter_node_gbps=args.inter_node_gbps),
+        slo=SLOBody(ttft=args.ttft, tpot=args.tpot, attainment=args.attainment),
+        num_requests=args.num_requests, seed=args.seed)
+
+
+def format_table(plan: dict) -> str:
+    rows = [f"{'phase':8} {'tp':>3} {'pp':>3} {'replicas':>8} {'goodput/inst':>13}"]
+    for phase in ("prefill", "decode"):
+        p = plan[phase]
+        rows.append(f"{phase:8} {p['tp']:>3} {p['pp']:>3} {p['replicas']:>8} {p['goodput']:>9.2f} r/s")
+    rows += ["", f"algorithm {plan['algorithm']}; {plan['num_gpus']} GPUs; goodput {plan['goodput']:.2f} req/s = "
+                 f"{plan['goodput_per_gpu']:.3f} req/s per GPU (phase estimate {plan['estimated_goodput_per_gpu']:.3f}); "
+                 f"search {plan['search_seconds']:.1f} s"]
+    if plan["rate"] is not None:
+        rows.append(f"rate {plan['rate']} req/s: {'met' if plan['meets_rate'] else 'NOT met'} in the whole-system simulation")
+    rows += ["", "instance     node  gpus"]
+    rows += [f"{i['role']}[{i['index']}]".ljust(12) + f" {i['node']:>4}  {' '.join(map(str, i['gpus']))}"
+             + ("" if len(i["stages"]) == 1 else f"  (stages on nodes {[s['node'] for s in i['stages']]})")
+             for i in plan["instances"]]
+    return "\n".join(rows)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from services.planner.plot import attainment_curve, write_plot
+    from services.planner.service import run_plan
+
+    req = plan_request(args)
+    try:
+        plan, result, scn = run_plan(req, args.workers)
+    except ValueError as err:
+        print(f"error: {err}")
+        return 2
+    print(json.dumps(plan, indent=1) if args.json else format_table(plan))
+    if args.plot:
+        rates, attained = attainment_curve(scn, result.placement, result.simulated_goodput)
+        write_plot(args.plot, rates, attained, req.slo.attainment, result.simulated_goodput,
+                   f"{req.model} on {req.hardware}: {plan['num_gpus']} GPUs, {req.algorithm}")
+        print(f"attainment vs rate: {args.plot}")
+    return 0
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from services.engine.cli import resolve_model
+    from services.engine.device import setup_device
+    from services.planner.engine_timing import engine_timers, open_engine
+    from services.planner.profile import appendix_a_constants, fit_profile, write_profile
+    from services.planner.profiler import record_profile
+    from services.planner.shapes import load_shape
+
+    folder = resolve_model(args.model)
+    shape = load_shape(folder)
+    engine = open_engine(folder, setup_device(args.device), args.max_tokens)
+    try:
+        time_prefill, time_decode = engine_timers(engine)
+        profile = record_profile(shape, args.device, time_prefill, time_decode, max_tokens=args.max_tokens,
+                                 repeats=args.repeats)
+    finally:
+        engine.close()
+    write_profile(profile, args.out)
+    coeffs = fit_profile(profile).at(1)
+    print(f"{len(profile.prefill)} prefill and {len(profile.decode)} decode points on {args.device} -> {args.out}")
+    print(f"prefill = {coeffs.prefill.c0 * 1e3:.3f} ms + {coeffs.prefill.per_token * 1e6:.3f} us/token"
+          f" + {coeffs.prefill.per_sq * 1e9:.4f} ns/token^2; Lm = {coeffs.saturation_tokens()} tokens")
+    d = coeffs.decode_small
+    print(f"decode  = {d.c0 * 1e3:.3f} ms + {d.per_ctx * 1e9:.3f} ns/context token + {d.per_req * 1e6:.3f} us/request")
+    print("appendix A: " + ", ".join(f"{k}={v:.3e}" for k, v in appendix_a_constants(coeffs, shape, 1).items()))
+    return 0

@@ -1,0 +1,19 @@
+"""Planner service settings (environment prefix DISTSERVE_PLANNER_)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class PlannerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DISTSERVE_PLANNER_", frozen=True)
+
+    host: str = Field("127.0.0.1", description="address the REST API binds")
+    port: int = Field(8001, ge=0, le=65535, description="port of the REST API (0: any free port)")
+    redis_url: str | None = Field(None, description="Redis with request records and the plan; none: no replanning")
+    workers: int | None = Field(None, ge=1, description="processes for the search; none: one per CPU core")
+    replan_interval: float = Field(0.0, ge=0, description="seconds between workload checks; 0 disables the loop")
+    replan_threshold: float = Field(0.25, gt=0, description="relative workload change that triggers a replan")
+    replan_model: str = Field("opt-13b", description="model the replanning loop plans for")
+    replan_hardware: str = Field("a100-80gb", description="coefficient set or profile file the loop plans with")

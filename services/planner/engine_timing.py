@@ -1,0 +1,49 @@
+"""Timers over the real engine for `distserve profile`: one prefill of a batch of prompt lengths, one decode
+step of a batch of context lengths, on the engine's own model runner and KV pool."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from services.engine.engine import EngineConfig, LLMEngine
+from services.engine.scheduler import ScheduledSeq, SchedulerOutput
+from services.engine.sequence import SamplingParams, Sequence
+
+FILLER = 3  # any id of the vocabulary: timing does not depend on the text
+
+
+def open_engine(model_dir: str, device: torch.device, max_tokens: int, block_size: int = 16) -> LLMEngine:
+    """An engine with KV blocks for the largest profiled batch (one block of rounding per request)."""
+    blocks = max_tokens // block_size + 64 + 8
+    return LLMEngine(EngineConfig(model=model_dir, policy="prefill", block_size=block_size, num_blocks=blocks,
+                                  max_batch_tokens=max_tokens), device)
+
+
+def engine_timers(engine: LLMEngine) -> tuple[Callable[[list[int]], float], Callable[[list[int]], float]]:
+    """(time of a prefill of these prompt lengths, time of a decode step at these context lengths), seconds."""
+    runner, blocks = engine.runner, engine.blocks
+    sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
+
+    def timed(lengths: list[int], decode: bool) -> float:
+        items = []
+        for i, n in enumerate(lengths):
+            seq = Sequence(f"profile-{i}", [FILLER] * (n - 1 if decode else n), SamplingParams(max_tokens=1))
+            if decode:  # n − 1 tokens cached, the n-th computed this step
+                seq.output_ids.append(FILLER)
+                seq.num_computed = n - 1
+            seq.block_table = blocks.allocate(blocks.blocks_for(n))
+            items.append(ScheduledSeq(seq, 1 if decode else n))
+        try:
+            sync()
+            began = time.perf_counter()
+            runner.execute(SchedulerOutput(items))
+            sync()
+            return time.perf_counter() - began
+        finally:
+            for it in items:
+                blocks.free(it.seq.block_table)
+
+    return (lambda lens: timed(lens, False)), (lambda lens: timed(lens, True))

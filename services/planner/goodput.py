@@ -1,0 +1,105 @@
+"""Goodput: the highest request rate at which the SLO attainment target still holds, by binary search on rate.
+
+One request pool (lengths and rate-1 arrival times) per scenario is reused at every rate, so attainment
+falls monotonically with the rate and the search is repeatable. A simulation takes at least `num_requests`
+of it, and enough to span ten request lifetimes at the TPOT SLO: fewer would let a decode instance absorb a
+finite burst that it could never sustain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from services.planner.latency import LatencyModel
+from services.planner.placement import Cluster, Parallel, Placement
+from services.planner.simulator import SLO, simulate, simulate_decode, simulate_prefill
+from services.planner.workload import Workload, unit_arrivals
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything a goodput evaluation needs; picklable, so worker processes get it whole."""
+
+    model: LatencyModel
+    cluster: Cluster
+    workload: Workload
+    slo: SLO
+    num_requests: int = 400
+    seed: int = 0
+    cv: float = 1.0  # coefficient of variation of inter-arrival times: 1 is Poisson
+    max_batch_tokens: int | None = None  # prefill Lm; None: from the latency model
+
+    max_requests: int = 20000
+
+    @cached_property
+    def pool(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(prompt lengths, output lengths, arrival times at rate 1) of `max_requests` requests."""
+        rng = np.random.default_rng(self.seed)
+        prompts, outputs = self.workload.sample(self.max_requests, rng)
+        return prompts, outputs, unit_arrivals(self.max_requests, rng, self.cv)
+
+    def requests(self, rate: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The first requests of the pool for a run at `rate`, arrival times scaled to it."""
+        prompts, outputs, unit = self.pool
+        window = 10 * float(outputs.mean()) * self.slo.tpot
+        n = min(self.max_requests, max(self.num_requests, int(rate * window)))
+        return prompts[:n], outputs[:n], unit[:n] / rate
+
+    def fits(self, par: Parallel) -> bool:
+        """The weights fit and the longest request's KV fits in one instance of `par`."""
+        prompts, outputs, _ = self.pool
+        return self.model.kv_capacity(par.tp, par.pp) >= int((prompts + outputs).max())
+
+    def lm(self, tp: int) -> int:
+        return self.max_batch_tokens or self.model.at(tp).saturation_tokens()
+
+    def prefill_attainment(self, par: Parallel, rate: float) -> float:
+        prompts, _, arrivals = self.requests(rate)
+        ttft = simulate_prefill(self.model.at(par.tp), par.pp, self.lm(par.tp), prompts, arrivals)
+        return float(np.mean(ttft <= self.slo.ttft))
+
+    def decode_attainment(self, par: Parallel, rate: float) -> float:
+        prompts, outputs, arrivals = self.requests(rate)
+        capacity = self.model.kv_capacity(par.tp, par.pp)
+        tpot = simulate_decode(self.model.at(par.tp), par.pp, capacity, prompts, outputs, arrivals)
+        return float(np.mean(tpot <= self.slo.tpot))
+
+    def attainment(self, placement: Placement, rate: float) -> float:
+        result = simulate(self.model, placement, self.cluster, *self.requests(rate), self.max_batch_tokens)
+        return result.attainment(self.slo)
+
+
+def max_rate(attainment, target: float, guess: float = 1.0, rel_tol: float = 0.02) -> float:
+    """Largest rate with attainment(rate) ≥ target (0 when even a trickle fails), to `rel_tol`."""
+    lo, hi = 0.0, guess
+    while attainment(hi) >= target:
+        lo, hi = hi, hi * 2
+        if hi > 1e6:
+            return lo
+    if lo == 0.0:
+        floor = guess / 1024
+        while hi > floor and attainment(hi / 2) < target:
+            hi /= 2
+        if hi <= floor:
+            return 0.0
+        lo = hi / 2
+    while hi - lo > rel_tol * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if attainment(mid) >= target else (lo, mid)
+    return lo
+
+
+def phase_goodput(scn: Scenario, phase: str, par: Parallel) -> float:
+    """Req/s one instance of `par` serves with TTFT (prefill) or TPOT (decode) attainment ≥ target."""
+    if not scn.fits(par):
+        return 0.0
+    fn = scn.prefill_attainment if phase == "prefill" else scn.decode_attainment
+    return max_rate(lambda rate: fn(par, rate), scn.slo.attainment)
+
+
+def placement_goodput(scn: Scenario, placement: Placement, guess: float = 1.0) -> float:
+    """Req/s the whole placement serves with joint (TTFT and TPOT) attainment ≥ target."""
+    return max_rate(lambda rate: scn.attainment(placement, rate), scn.slo.attainment, guess)

@@ -1,0 +1,157 @@
+"""Simulated prefill and decode instances, advanced in time by the simulator's dispatch loop.
+
+Both are driven the same way: `advance(t)` runs every batch that starts before t, `load(t)` is what a router
+sees when it picks an instance, `enqueue` hands it a request. Times are seconds; requests are integer ids
+into the simulator's arrays.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from services.planner.latency import TPCoefficients
+
+INF = float("inf")
+
+
+class PrefillInstance:
+    """FCFS queue; a batch takes queued prompts while they fit in `max_batch_tokens` (Lm), a longer prompt runs
+    alone; the batch then crosses `pp` pipeline stages of equal share, stage 0 taking the next batch as soon
+    as it is free."""
+
+    def __init__(self, coeffs: TPCoefficients, pp: int, max_batch_tokens: int, prompt: list[int],
+                 done_at: list[float]) -> None:
+        self.coeffs, self.pp, self.max_batch_tokens = coeffs, pp, max_batch_tokens
+        self.prompt, self.done_at = prompt, done_at  # shared arrays: lengths in, prefill end times out
+        self.queue: deque[int] = deque()
+        self.arrival: dict[int, float] = {}
+        self.queued_tokens = 0
+        self.stage_free = [0.0] * pp
+        self.busy_tokens = 0
+
+    def load(self, t: float) -> int:
+        """Prompt tokens waiting or in stage 0 at time t."""
+        return self.queued_tokens + (self.busy_tokens if self.stage_free[0] > t else 0)
+
+    def enqueue(self, rid: int, t: float) -> None:
+        self.queue.append(rid)
+        self.arrival[rid] = t
+        self.queued_tokens += self.prompt[rid]
+
+    def advance(self, t: float) -> None:
+        """Run every batch whose stage 0 starts before t."""
+        queue, prompt = self.queue, self.prompt
+        while queue:
+            start = max(self.stage_free[0], self.arrival[queue[0]])
+            if start >= t:
+                return
+            batch = [queue.popleft()]
+            tokens = prompt[batch[0]]
+            while queue and tokens + prompt[queue[0]] <= self.max_batch_tokens:
+                tokens += prompt[queue[0]]
+                batch.append(queue.popleft())
+            self.queued_tokens -= tokens
+            self.busy_tokens = tokens
+            stage = self.coeffs.prefill_time(tokens, sum(prompt[r] * prompt[r] for r in batch)) / self.pp
+            end = start
+            for k in range(self.pp):
+                end = max(end, self.stage_free[k]) + stage
+                self.stage_free[k] = end
+            for rid in batch:
+                self.done_at[rid] = end
+                del self.arrival[rid]
+
+
+class _Lane:
+    """One micro-batch circulating through the decode pipeline: a continuous batch of its own."""
+
+    __slots__ = ("next_time", "active", "steps", "context", "size")
+
+    def __init__(self) -> None:
+        self.next_time = INF  # next step boundary; INF while idle
+        self.active: list[tuple[int, int]] = []  # heap of (step at which it finishes, request id)
+        self.steps = 0
+        self.context = 0
+        self.size = 0
+
+
+class DecodeInstance:
+    """Continuous batching with a KV capacity: a queued request is admitted at a step boundary (FCFS) once its
+    prompt + output tokens fit; `pp` stages keep `pp` micro-batches (lanes) in flight, so a token of one lane
+    takes a full-model step while the lanes together run pp times the steps."""
+
+    def __init__(self, coeffs: TPCoefficients, pp: int, capacity: int, prompt: list[int], output: list[int],
+                 start_at: list[float], finish_at: list[float]) -> None:
+        self.coeffs, self.capacity = coeffs, capacity
+        self.prompt, self.output, self.start_at, self.finish_at = prompt, output, start_at, finish_at
+        self.lanes = [_Lane() for _ in range(pp)]
+        self.queue: deque[int] = deque()
+        self.queued_tokens = 0
+        self.reserved = 0
+
+    def load(self, t: float) -> int:
+        """KV tokens reserved by running requests plus those of queued ones."""
+        return self.reserved + self.queued_tokens
+
+    def enqueue(self, rid: int, t: float) -> None:
+        need = self.prompt[rid] + self.output[rid]
+        if need > self.capacity:
+            raise ValueError(f"request of {need} tokens exceeds the decode KV capacity of {self.capacity}")
+        if self.output[rid] <= 1:
+            self.start_at[rid] = self.finish_at[rid] = t
+            return
+        self.queue.append(rid)
+        self.queued_tokens += need
+        self._wake(t)
+
+    def _wake(self, t: float) -> None:
+        for lane in self.lanes:
+            if lane.next_time == INF:
+                lane.next_time = t
+                return
+
+    def advance(self, t: float) -> None:
+        """Run every step boundary before t."""
+        while True:
+            lane = min(self.lanes, key=lambda x: x.next_time)
+            if lane.next_time >= t:
+                return
+            self._step(lane)
+
+    def _admit(self, lane: _Lane, now: float) -> None:
+        queue = self.queue
+        share = -(-(sum(x.size for x in self.lanes) + len(queue)) // len(self.lanes))  # keep lanes even
+        while queue and lane.size < share:
+            rid = queue[0]
+            need = self.prompt[rid] + self.output[rid]
+            if self.reserved + need > self.capacity:
+                return
+            queue.popleft()
+            self.queued_tokens -= need
+            self.reserved += need
+            self.start_at[rid] = now
+            heapq.heappush(lane.active, (lane.steps + self.output[rid] - 1, rid))
+            lane.context += self.prompt[rid] + 1
+            lane.size += 1
+
+    def _step(self, lane: _Lane) -> None:
+        now = lane.next_time
+        self._admit(lane, now)
+        if not lane.size:
+            lane.next_time = INF
+            return
+        end = now + self.coeffs.decode_time(lane.context, lane.size)
+        lane.steps += 1
+        lane.context += lane.size
+        active = lane.active
+        while active and active[0][0] <= lane.steps:
+            _, rid = heapq.heappop(active)
+            self.finish_at[rid] = end
+            need = self.prompt[rid] + self.output[rid]
+            lane.context -= need
+            lane.size -= 1
+            self.reserved -= need
+        lane.next_time = end
+        if self.queue:
+            self._wake(end)

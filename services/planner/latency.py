@@ -1,0 +1,86 @@
+"""The latency model of the DistServe paper's appendix A, per tensor-parallel degree.
+
+prefill(batch) = c0 + per_token · t + per_sq · t2       (t tokens in the batch, t2 the sum of squared prompt lengths)
+decode(batch)  = c0 + per_ctx · t + per_req · b          (t context tokens, b requests; a second set above `large_batch`)
+
+In appendix-A terms per_token = C1·(4h² + 2hm), per_sq = C2·3h/block, per_ctx = C5·3h, with h and m divided by
+the tensor-parallel degree; that is how `LatencyModel.at` fills in a degree that was never profiled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from services.planner.shapes import ModelShape
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillCoeffs:
+    c0: float  # s
+    per_token: float  # s per batch token
+    per_sq: float  # s per squared prompt token
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeCoeffs:
+    c0: float  # s
+    per_ctx: float  # s per context token in the batch
+    per_req: float  # s per request in the batch
+
+
+@dataclass(frozen=True, slots=True)
+class TPCoefficients:
+    prefill: PrefillCoeffs
+    decode_small: DecodeCoeffs
+    decode_large: DecodeCoeffs
+    large_batch: int = 1 << 30  # batch size from which `decode_large` applies
+
+    def prefill_time(self, tokens: int, sum_sq: int) -> float:
+        """Seconds to prefill one batch on the whole model (all pipeline stages)."""
+        p = self.prefill
+        return p.c0 + p.per_token * tokens + p.per_sq * sum_sq
+
+    def decode_time(self, context_tokens: int, batch: int) -> float:
+        """Seconds for one decode step of `batch` requests holding `context_tokens` in all."""
+        d = self.decode_large if batch >= self.large_batch else self.decode_small
+        return d.c0 + d.per_ctx * context_tokens + d.per_req * batch
+
+    def saturation_tokens(self, overhead: float = 0.1) -> int:
+        """Lm: the batch size in tokens from which the fixed cost is under `overhead` of the batch time."""
+        p = self.prefill
+        return max(1, int(p.c0 / (overhead * p.per_token))) if p.per_token > 0 else 1 << 30
+
+    def scaled(self, factor: float) -> "TPCoefficients":
+        """The same device with h and m divided by `factor` more (appendix A): size-dependent terms shrink."""
+        p, s, large = self.prefill, self.decode_small, self.decode_large
+        return replace(
+            self,
+            prefill=PrefillCoeffs(p.c0, p.per_token / factor, p.per_sq / factor),
+            decode_small=DecodeCoeffs(s.c0, s.per_ctx / factor, s.per_req),
+            decode_large=DecodeCoeffs(large.c0, large.per_ctx / factor, large.per_req),
+        )
+
+
+@dataclass(slots=True)
+class LatencyModel:
+    """Coefficients of one model on one kind of device, and how much KV cache fits."""
+
+    shape: ModelShape
+    by_tp: dict[int, TPCoefficients]
+    source: str
+    kv_tokens: dict[tuple[int, int], int] = field(default_factory=dict)  # (tp, pp) → tokens, when tabled
+    gpu_memory_gb: float = 80.0
+
+    def at(self, tp: int) -> TPCoefficients:
+        """Coefficients at `tp`: measured ones, else the nearest measured degree rescaled by appendix A."""
+        if tp in self.by_tp:
+            return self.by_tp[tp]
+        nearest = min(self.by_tp, key=lambda known: (abs(known - tp), known))
+        return self.by_tp[nearest].scaled(tp / nearest)
+
+    def kv_capacity(self, tp: int, pp: int) -> int:
+        """KV-cache tokens an instance of tp × pp devices holds; 0 when the weights do not fit."""
+        if self.kv_tokens:
+            return self.kv_tokens.get((tp, pp), 0)
+        usable = 0.9 * self.gpu_memory_gb * 1e9 * tp * pp - 2 * self.shape.params
+        return max(0, int(usable // self.shape.kv_bytes_per_token()))

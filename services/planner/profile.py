@@ -1,0 +1,88 @@
+"""Profile files (`distserve profile` writes them) and the least-squares fit of the latency model to them.
+
+File format (JSON): {"version": 1, "model": ModelShape fields, "device": "cpu:0", "tp": 1,
+"prefill": [{"prompt_lens": [...], "seconds": s}, ...], "decode": [{"context_lens": [...], "seconds": s}, ...]}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs, TPCoefficients
+from services.planner.shapes import ModelShape
+
+
+class PrefillPoint(BaseModel):
+    prompt_lens: list[int] = Field(min_length=1, description="prompt lengths of the batch")
+    seconds: float = Field(gt=0, description="measured time of the prefill forward pass")
+
+
+class DecodePoint(BaseModel):
+    context_lens: list[int] = Field(min_length=1, description="context length of each request in the batch")
+    seconds: float = Field(gt=0, description="measured time of one decode step")
+
+
+class ProfileFile(BaseModel):
+    version: int = 1
+    model: dict = Field(description="ModelShape fields of the profiled model")
+    device: str = Field(description="device the points were measured on, e.g. cpu:0 or cuda:0")
+    tp: int = Field(default=1, ge=1, description="tensor-parallel degree of the profiled instance")
+    prefill: list[PrefillPoint] = Field(min_length=3)
+    decode: list[DecodePoint] = Field(min_length=3)
+
+
+def read_profile(path: str | Path) -> ProfileFile:
+    return ProfileFile.model_validate_json(Path(path).read_text())
+
+
+def write_profile(profile: ProfileFile, path: str | Path) -> None:
+    Path(path).write_text(profile.model_dump_json(indent=1))
+
+
+def nonneg_lstsq(features: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient ≥ 0 (drop a column that wants to go negative, refit)."""
+    active = list(range(features.shape[1]))
+    while True:
+        coef, *_ = np.linalg.lstsq(features[:, active], target, rcond=None)
+        if (coef >= 0).all() or len(active) == 1:
+            full = np.zeros(features.shape[1])
+            full[active] = np.clip(coef, 0, None)
+            return full
+        active.pop(int(np.argmin(coef)))
+
+
+def fit_coefficients(profile: ProfileFile) -> TPCoefficients:
+    """Fit prefill (1, t, t2) and decode (1, context tokens, batch) by non-negative least squares."""
+    pre = np.array([[1.0, sum(p.prompt_lens), sum(x * x for x in p.prompt_lens)] for p in profile.prefill])
+    pre_coef = nonneg_lstsq(pre, np.array([p.seconds for p in profile.prefill]))
+    dec = np.array([[1.0, sum(p.context_lens), len(p.context_lens)] for p in profile.decode])
+    dec_coef = nonneg_lstsq(dec, np.array([p.seconds for p in profile.decode]))
+    decode = DecodeCoeffs(*map(float, dec_coef))
+    return TPCoefficients(prefill=PrefillCoeffs(*map(float, pre_coef)), decode_small=decode, decode_large=decode)
+
+
+def fit_profile(profile: ProfileFile, shape: ModelShape | None = None, gpu_memory_gb: float = 80.0) -> LatencyModel:
+    """A latency model from a profile; `shape` defaults to the profiled model's own."""
+    profiled = ModelShape(**profile.model)
+    coeffs = fit_coefficients(profile)
+    if shape is not None and replace(shape, name=profiled.name) != profiled:
+        raise ValueError(f"hardware: profile is of model {profiled.name!r}, not {shape.name!r}")
+    return LatencyModel(profiled, {profile.tp: coeffs}, source=f"profile:{profile.device}",
+                        gpu_memory_gb=gpu_memory_gb)
+
+
+def appendix_a_constants(coeffs: TPCoefficients, shape: ModelShape, tp: int, block: int = 16) -> dict[str, float]:
+    """C1..C6 of appendix A from per-token coefficients (h and m divided by tp; decode's fixed cost as C4)."""
+    h, m = shape.hidden / tp, shape.ffn / tp
+    return {
+        "C1": coeffs.prefill.per_token / (4 * h * h + 2 * h * m),
+        "C2": coeffs.prefill.per_sq / (3 * h / block),
+        "C3": coeffs.prefill.c0,
+        "C4": coeffs.decode_small.c0 / (4 * h * h + 2 * h * m),
+        "C5": coeffs.decode_small.per_ctx / (3 * h),
+        "C6": 0.0,
+    }

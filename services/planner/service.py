@@ -1,0 +1,98 @@
+"""Planning and simulation requests in, JSON-ready answers out: the core behind the REST API and the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.planner.goodput import Scenario
+from services.planner.hardware import load_latency_model
+from services.planner.placement import Cluster, Parallel, Placement, pack
+from services.planner.records import RecordedWorkload
+from services.planner.schemas import PlanRequest, ReplanRequest, SimulateRequest, WorkloadBody
+from services.planner.search import PlanResult, high_affinity, low_affinity
+from services.planner.shapes import load_shape
+from services.planner.simulator import SLO, simulate
+from services.planner.workload import Workload, length_stats, unit_arrivals
+
+ALGORITHMS = {"high-affinity": high_affinity, "low-affinity": low_affinity}
+
+
+def workload_of(body: WorkloadBody) -> Workload:
+    if body.name is not None:
+        return Workload(body.name)
+    if body.lengths is not None:
+        return Workload("recorded", recorded=tuple(body.lengths))
+    return Workload("fixed", input_len=body.input_len, output_len=body.output_len)
+
+
+def scenario_of(req: PlanRequest | SimulateRequest) -> Scenario:
+    shape = load_shape(req.model)
+    cluster = Cluster(**req.cluster.model_dump())
+    model = load_latency_model(req.hardware, shape, cluster.gpu_memory_gb)
+    workload = workload_of(req.workload)
+    longest = shape.max_context
+    if workload.name == "fixed" and workload.input_len + workload.output_len > longest:
+        raise ValueError(f"workload: input_len + output_len exceeds the model's context of {longest}")
+    slo = SLO(req.slo.ttft, req.slo.tpot, req.slo.attainment)
+    return Scenario(model, cluster, workload, slo, req.num_requests, req.seed, req.workload.arrival_cv)
+
+
+def placement_dict(placement: Placement) -> list[dict]:
+    """Per instance: role, index, and each pipeline stage's node and GPU ids."""
+    return [{"role": inst.role, "index": inst.index, "node": inst.stages[0].node,
+             "gpus": [g for s in inst.stages for g in s.gpus],
+             "stages": [{"node": s.node, "gpus": list(s.gpus)} for s in inst.stages]}
+            for inst in placement.instances]
+
+
+def plan_dict(req: PlanRequest, result: PlanResult) -> dict:
+    p = result.placement
+    return {
+        "model": req.model, "hardware": req.hardware, "algorithm": result.algorithm,
+        "prefill": {"tp": p.prefill.tp, "pp": p.prefill.pp, "replicas": p.n_prefill, "goodput": result.prefill_goodput},
+        "decode": {"tp": p.decode.tp, "pp": p.decode.pp, "replicas": p.n_decode, "goodput": result.decode_goodput},
+        "goodput": result.simulated_goodput,
+        "goodput_per_gpu": result.goodput_per_gpu,
+        "estimated_goodput_per_gpu": result.estimated_goodput / p.num_gpus,
+        "num_gpus": p.num_gpus,
+        "rate": req.rate, "meets_rate": result.meets_rate,
+        "search_seconds": result.search_seconds,
+        "instances": placement_dict(p),
+        "request": req.model_dump(mode="json"),
+    }
+
+
+def run_plan(req: PlanRequest, workers: int | None = None) -> tuple[dict, PlanResult, Scenario]:
+    scn = scenario_of(req)
+    result = ALGORITHMS[req.algorithm](scn, req.rate, workers=workers)
+    return plan_dict(req, result), result, scn
+
+
+def placement_of(req: SimulateRequest, cluster: Cluster) -> Placement:
+    pre, dec = req.placement.prefill, req.placement.decode
+    return pack(cluster, Parallel(pre.tp, pre.pp), pre.replicas, Parallel(dec.tp, dec.pp), dec.replicas)
+
+
+def run_simulate(req: SimulateRequest) -> dict:
+    scn = scenario_of(req)
+    placement = placement_of(req, scn.cluster)
+    shape = scn.model.shape
+    for field, par in (("placement.prefill", placement.prefill), ("placement.decode", placement.decode)):
+        if shape.heads % par.tp or shape.layers % par.pp:
+            raise ValueError(f"{field}: tp must divide {shape.heads} heads and pp {shape.layers} layers")
+        if not scn.fits(par):
+            raise ValueError(f"{field}: tp {par.tp} × pp {par.pp} cannot hold the model and the longest request")
+    rng = np.random.default_rng(req.seed)
+    prompts, outputs = scn.workload.sample(req.num_requests, rng)
+    arrivals = unit_arrivals(req.num_requests, rng, req.workload.arrival_cv) / req.rate
+    result = simulate(scn.model, placement, scn.cluster, prompts, outputs, arrivals)
+    return {**result.summary(scn.slo), "num_requests": req.num_requests, "rate": req.rate,
+            "workload": length_stats(prompts, outputs), "instances": placement_dict(placement)}
+
+
+def replan_request(req: ReplanRequest, recorded: RecordedWorkload) -> PlanRequest:
+    """A plan request for the recorded lengths, burstiness and (unless given) rate."""
+    workload = WorkloadBody(lengths=list(recorded.workload.recorded), arrival_cv=min(max(recorded.arrival_cv, 0.05), 10.0))
+    rate = req.rate or (recorded.rate if np.isfinite(recorded.rate) else None)
+    fields = req.model_dump(exclude={"max_records", "rate"})
+    return PlanRequest(**fields, workload=workload, rate=rate)

@@ -1,0 +1,126 @@
+"""Discrete-event simulation of a disaggregated deployment: every request's TTFT and TPOT.
+
+Requests go to the prefill instance with the fewest pending prompt tokens; at the first token the KV cache
+moves (prompt tokens × KV bytes per token over NVLink when both instances share their nodes, else over the
+inter-node link, stages in parallel) to the decode instance with the fewest reserved KV tokens.
+TTFT = prefill end − arrival; TPOT = (finish − first token) / (output − 1), 0 for single-token outputs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.planner.instances import INF, DecodeInstance, PrefillInstance
+from services.planner.latency import LatencyModel, TPCoefficients
+from services.planner.placement import Cluster, Instance, Placement
+
+
+@dataclass(frozen=True, slots=True)
+class SLO:
+    ttft: float = 0.2  # s
+    tpot: float = 0.1  # s
+    attainment: float = 0.9  # share of requests that must meet both
+
+
+@dataclass(slots=True)
+class SimResult:
+    ttft: np.ndarray
+    tpot: np.ndarray
+
+    def attainment(self, slo: SLO) -> float:
+        """Share of requests meeting both TTFT and TPOT."""
+        return float(np.mean((self.ttft <= slo.ttft) & (self.tpot <= slo.tpot)))
+
+    def summary(self, slo: SLO) -> dict:
+        """Attainment, and mean / p50 / p90 / p99 of TTFT and TPOT in seconds."""
+        out: dict = {"attainment": self.attainment(slo)}
+        for key, values in (("ttft", self.ttft), ("tpot", self.tpot)):
+            p50, p90, p99 = np.percentile(values, [50, 90, 99])
+            out[key] = {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+        return out
+
+
+def simulate_prefill(coeffs: TPCoefficients, pp: int, max_batch_tokens: int, prompts: np.ndarray,
+                     arrivals: np.ndarray) -> np.ndarray:
+    """TTFT of each request on one prefill instance."""
+    prompt, done = prompts.tolist(), [0.0] * len(prompts)
+    inst = PrefillInstance(coeffs, pp, max_batch_tokens, prompt, done)
+    for rid, t in enumerate(arrivals.tolist()):
+        inst.advance(t)
+        inst.enqueue(rid, t)
+    inst.advance(INF)
+    return np.array(done) - arrivals
+
+
+def simulate_decode(coeffs: TPCoefficients, pp: int, capacity: int, prompts: np.ndarray, outputs: np.ndarray,
+                    arrivals: np.ndarray) -> np.ndarray:
+    """TPOT of each request on one decode instance, counted from its arrival there."""
+    n = len(prompts)
+    start, finish = [0.0] * n, [0.0] * n
+    inst = DecodeInstance(coeffs, pp, capacity, prompts.tolist(), outputs.tolist(), start, finish)
+    for rid, t in enumerate(arrivals.tolist()):
+        inst.advance(t)
+        inst.enqueue(rid, t)
+    inst.advance(INF)
+    return _tpot(np.array(finish) - arrivals, outputs)
+
+
+def _tpot(decode_time: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+    return np.where(outputs > 1, decode_time / np.maximum(outputs - 1, 1), 0.0)
+
+
+def transfer_seconds(tokens: int, kv_bytes_per_token: int, src: Instance, dst: Instance, cluster: Cluster) -> float:
+    """KV of `tokens` tokens from a prefill to a decode instance; stage pairs move their layers in parallel."""
+    gbps = cluster.intra_node_gbps if src.nodes == dst.nodes else cluster.inter_node_gbps
+    parallel = min(len(src.stages), len(dst.stages))
+    return tokens * kv_bytes_per_token * 8 / (gbps * 1e9 * parallel)
+
+
+def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompts: np.ndarray,
+             outputs: np.ndarray, arrivals: np.ndarray, max_batch_tokens: int | None = None) -> SimResult:
+    """Run the whole placement on one request sequence (arrivals ascending)."""
+    n = len(prompts)
+    prompt, output = prompts.tolist(), outputs.tolist()
+    p_coeffs, d_coeffs = model.at(placement.prefill.tp), model.at(placement.decode.tp)
+    lm = max_batch_tokens or p_coeffs.saturation_tokens()
+    capacity = model.kv_capacity(placement.decode.tp, placement.decode.pp)
+    first, start, finish, owner = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
+
+    prefills = [PrefillInstance(p_coeffs, placement.prefill.pp, lm, prompt, first)
+                for _ in range(placement.n_prefill)]
+    for rid, t in enumerate(arrivals.tolist()):
+        for inst in prefills:
+            inst.advance(t)
+        owner[rid] = min(range(len(prefills)), key=lambda i: (prefills[i].load(t), i))
+        prefills[owner[rid]].enqueue(rid, t)
+    for inst in prefills:
+        inst.advance(INF)
+
+    decodes = [DecodeInstance(d_coeffs, placement.decode.pp, capacity, prompt, output, start, finish)
+               for _ in range(placement.n_decode)]
+    p_inst, d_inst = placement.of_role("prefill"), placement.of_role("decode")
+    kv_bytes = model.shape.kv_bytes_per_token()
+    in_flight = [0] * len(decodes)  # KV tokens on their way to each decode instance
+    events = [(first[rid], 0, rid, -1) for rid in range(n)]  # (time, kind 0 dispatch / 1 arrival, rid, target)
+    heapq.heapify(events)
+    while events:
+        t, kind, rid, target = heapq.heappop(events)
+        for inst in decodes:
+            inst.advance(t)
+        if kind == 0:
+            target = min(range(len(decodes)), key=lambda d: (decodes[d].load(t) + in_flight[d], d))
+            need = prompt[rid] + output[rid]
+            in_flight[target] += need
+            delay = transfer_seconds(prompt[rid], kv_bytes, p_inst[owner[rid]], d_inst[target], cluster)
+            heapq.heappush(events, (t + delay, 1, rid, target))
+        else:
+            in_flight[target] -= prompt[rid] + output[rid]
+            decodes[target].enqueue(rid, t)
+    for inst in decodes:
+        inst.advance(INF)
+
+    first_token = np.array(first)
+    return SimResult(ttft=first_token - arrivals, tpot=_tpot(np.array(finish) - first_token, outputs))

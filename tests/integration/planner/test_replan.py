@@ -1,0 +1,75 @@
+"""The replanning loop over a real Redis: a steady workload keeps the plan, a shifted one replaces and applies it."""
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from services.planner.actuator import InstanceSpec, RunningInstance
+from services.planner.records import PLAN_KEY
+from services.planner.replan import Replanner, shift
+from services.planner.schemas import ClusterBody, ReplanRequest
+
+
+class Recorder:
+    """An actuator that runs instances in memory."""
+
+    def __init__(self) -> None:
+        self.instances: dict[str, InstanceSpec] = {}
+
+    def running(self) -> list[RunningInstance]:
+        return [RunningInstance(i, spec) for i, spec in self.instances.items()]
+
+    def start(self, spec: InstanceSpec) -> str:
+        name = f"i{len(self.instances)}-{time.monotonic_ns()}"
+        self.instances[name] = spec
+        return name
+
+    def drain(self, instance_id: str) -> None:
+        pass
+
+    def stop(self, instance_id: str) -> None:
+        del self.instances[instance_id]
+
+
+def _replanner(rds, actuator=None) -> Replanner:
+    request = ReplanRequest(model="opt-13b", cluster=ClusterBody(nodes=2, gpus_per_node=4), num_requests=300)
+    return Replanner(rds, request, actuator, threshold=0.25, min_records=50, workers=1)
+
+
+def test_shift_names_what_moved():
+    before = {"rate": 2.0, "prompt_mean": 800, "output_mean": 100, "arrival_cv": 1.0}
+    assert shift(before, {**before, "rate": 2.2}, 0.25) == []
+    assert shift(before, {**before, "rate": 4.0, "output_mean": 300}, 0.25) == ["rate", "output_mean"]
+
+
+def test_loop_replans_only_on_a_significant_shift_and_applies_the_plan(rds, record):
+    actuator = Recorder()
+    replanner = _replanner(rds, actuator)
+    assert replanner.check() is None  # no records yet
+    later = record(rds, 200, rate=1.0, prompt=200, output=50, start=time.time() - 400)
+    first, actuation = replanner.check()
+    assert json.loads(rds.get(PLAN_KEY)) == first
+    assert len(actuation.started) == first["num_gpus"] and len(actuator.instances) == len(first["instances"])
+    later = record(rds, 40, rate=1.0, prompt=200, output=50, start=later)
+    assert replanner.check() is None  # more of the same workload: the plan stands
+    record(rds, 600, rate=6.0, prompt=1500, output=50, start=later)
+    second, actuation = replanner.check()
+    assert second["workload"]["rate"] > 2 * first["workload"]["rate"]
+    assert second["goodput"] >= second["workload"]["rate"] * 0.9
+    assert len(actuator.instances) == len(second["instances"])
+    assert json.loads(rds.get(PLAN_KEY)) == second
+
+
+async def test_background_loop_stores_a_plan_and_stops(rds, record):
+    record(rds, 100, rate=1.0, prompt=300, output=30, start=time.time() - 100)
+    stop = asyncio.Event()
+    task = asyncio.create_task(_replanner(rds).run(0.05, stop))
+    for _ in range(400):
+        if rds.get(PLAN_KEY):
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 30)
+    assert json.loads(rds.get(PLAN_KEY))["workload"]["count"] == 100

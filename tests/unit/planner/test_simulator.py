@@ -1,0 +1,89 @@
+"""The simulator against the paper's M/D/1 closed forms (§3.1) and the behaviours a deployment shows."""
+
+import numpy as np
+import pytest
+
+from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs, TPCoefficients
+from services.planner.placement import Cluster, Parallel, pack, pack_units
+from services.planner.shapes import PRESETS
+from services.planner.simulator import SLO, simulate, simulate_decode, simulate_prefill, transfer_seconds
+from services.planner.workload import unit_arrivals
+
+D, K, L, N = 0.1, 1.6, 512, 150000  # execution time of one request, intra-op speed-up, prompt length
+NO_DECODE = DecodeCoeffs(0.0, 0.0, 0.0)
+
+
+def _constant(seconds: float) -> TPCoefficients:
+    return TPCoefficients(PrefillCoeffs(seconds, 0.0, 0.0), NO_DECODE, NO_DECODE)
+
+
+def _mean_ttft(coeffs: TPCoefficients, pp: int, rate: float) -> float:
+    arrivals = unit_arrivals(N, np.random.default_rng(7)) / rate
+    return float(simulate_prefill(coeffs, pp, L, np.full(N, L), arrivals).mean())  # Lm = L: no batching
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.5, 0.65, 0.8])
+def test_mdl_closed_forms_within_3_percent(rho):
+    lam = rho / D
+    eq1 = D + lam * D * D / (2 * (1 - lam * D))  # one device
+    eq2 = D + lam * D * D / (4 * (2 - lam * D))  # 2-way inter-op: two stages of D/2
+    eq3 = D / K + lam * D * D / (2 * K * (K - lam * D))  # 2-way intra-op with speed-up K
+    assert _mean_ttft(_constant(D), 1, lam) == pytest.approx(eq1, rel=0.03)
+    assert _mean_ttft(_constant(D), 2, lam) == pytest.approx(eq2, rel=0.03)
+    assert _mean_ttft(_constant(D / K), 1, lam) == pytest.approx(eq3, rel=0.03)
+
+
+def test_prefill_batches_queued_prompts_up_to_lm():
+    coeffs = TPCoefficients(PrefillCoeffs(0.05, 1e-4, 0.0), NO_DECODE, NO_DECODE)
+    arrivals = np.array([0.0, 0.001, 0.002, 0.003])
+    ttft = simulate_prefill(coeffs, 1, 256, np.full(4, 100), arrivals)
+    # the first runs alone; the next two (200 tokens ≤ Lm 256) share a batch; the fourth waits for them
+    first = 0.05 + 0.01
+    assert ttft[0] == pytest.approx(first)
+    assert ttft[1] + arrivals[1] == pytest.approx(ttft[2] + arrivals[2])
+    assert ttft[1] + arrivals[1] == pytest.approx(first + 0.05 + 0.02)
+    assert ttft[3] + arrivals[3] == pytest.approx(first + 0.07 + 0.06)
+
+
+def test_decode_kv_capacity_makes_requests_wait():
+    coeffs = TPCoefficients(PrefillCoeffs(0, 0, 0), DecodeCoeffs(0.01, 0.0, 0.0), DecodeCoeffs(0.01, 0.0, 0.0))
+    prompts, outputs, arrivals = np.full(4, 90), np.full(4, 11), np.zeros(4)
+    roomy = simulate_decode(coeffs, 1, 10000, prompts, outputs, arrivals)
+    tight = simulate_decode(coeffs, 1, 202, prompts, outputs, arrivals)  # room for two requests of 101 tokens
+    assert roomy == pytest.approx([0.01] * 4)  # continuous batching: all four decode together, 10 steps
+    assert sorted(tight) == pytest.approx([0.01, 0.01, 0.02, 0.02])
+
+
+def _model() -> LatencyModel:
+    coeffs = TPCoefficients(PrefillCoeffs(0.02, 1e-5, 0.0), DecodeCoeffs(0.01, 1e-7, 1e-4),
+                            DecodeCoeffs(0.01, 1e-7, 1e-4))
+    return LatencyModel(PRESETS["opt-13b"], {1: coeffs}, source="test", kv_tokens={(1, 1): 100000, (2, 1): 100000})
+
+
+def test_transfer_over_the_inter_node_link_costs_tpot_not_ttft():
+    model, rng = _model(), np.random.default_rng(0)
+    prompts, outputs = np.full(200, 1000), np.full(200, 20)
+    arrivals = unit_arrivals(200, rng) / 5
+    near = pack_units(Cluster(1, 2), Parallel(1, 1), Parallel(1, 1), 1, 1)
+    far = pack(Cluster(2, 1, inter_node_gbps=10), Parallel(1, 1), 1, Parallel(1, 1), 1)
+    slow = transfer_seconds(1000, model.shape.kv_bytes_per_token(), *far.instances, Cluster(2, 1, inter_node_gbps=10))
+    assert slow == pytest.approx(1000 * 819200 * 8 / 10e9)
+    a = simulate(model, near, Cluster(1, 2), prompts, outputs, arrivals)
+    b = simulate(model, far, Cluster(2, 1, inter_node_gbps=10), prompts, outputs, arrivals)
+    assert b.ttft == pytest.approx(a.ttft)
+    assert b.tpot.mean() > a.tpot.mean() + slow / 19 * 0.9
+
+
+def test_more_instances_serve_more_and_summary_reports_percentiles():
+    model = _model()
+    prompts, outputs = np.full(2000, 1500), np.full(2000, 50)
+    arrivals = unit_arrivals(2000, np.random.default_rng(1)) / 40  # one prefill instance is 40% overloaded
+    slo = SLO(0.2, 0.05, 0.9)
+    one = simulate(model, pack(Cluster(1, 4), Parallel(1, 1), 1, Parallel(1, 1), 1), Cluster(1, 4),
+                   prompts, outputs, arrivals)
+    three = simulate(model, pack(Cluster(1, 4), Parallel(1, 1), 3, Parallel(1, 1), 1), Cluster(1, 4),
+                     prompts, outputs, arrivals)
+    assert three.attainment(slo) > one.attainment(slo)
+    summary = three.summary(slo)
+    assert set(summary["ttft"]) == {"mean", "p50", "p90", "p99"}
+    assert summary["ttft"]["p50"] <= summary["ttft"]["p90"] <= summary["ttft"]["p99"]
