@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "services.launcher.cli",
     "services.kvxfer.cli",
     "services.planner.cli",
+    "services.bench.cli",
 )
 
 

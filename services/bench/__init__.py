@@ -1,0 +1,1 @@
+"""`distserve bench`: load generator, rate sweep and goodput per device, measured and simulated."""

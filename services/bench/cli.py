@@ -1,0 +1,133 @@
+"""`distserve bench`: goodput per device of one or several serving modes, measured by a rate sweep on the real
+stack (or a running router), beside the planner's prediction; prints a table (or JSON) and writes PNGs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from services.bench.workload import WORKLOADS
+
+MODES = ("disagg", "colocated", "chunked")
+PROFILE_CACHE = Path.home() / ".cache" / "distserve" / "profiles"
+QUICK = {"num_requests": 40, "min_requests": 20, "window_s": 15.0, "bisect_steps": 1, "max_steps": 4, "warmup": 2}
+
+
+def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise SystemExit(f"{flag}: expected a comma-separated subset of {', '.join(allowed)}, got {text!r}")
+    return names
+
+
+def ensure_profile(model_dir: str, device: str, given: str | None) -> str:
+    """The given profile file, else this device's cached one, recorded by `distserve profile` on first use."""
+    if given:
+        return given
+    path = PROFILE_CACHE / f"{Path(model_dir).name}-{device.replace(':', '')}.json"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        print(f"profiling {model_dir} on {device} (once; cached in {path})", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "services", "--log-level", "WARNING", "profile", "--model", model_dir,
+                        "--device", device, "--out", str(path), "--max-tokens", "2048"], check=True,
+                       stdout=subprocess.DEVNULL)
+    return str(path)
+
+
+def _config(args: argparse.Namespace):
+    from services.bench.runner import BenchConfig
+    from services.engine.cli import resolve_model
+
+    if not args.start and not (args.router and args.redis_url):
+        raise SystemExit("give --start, or --router and --redis-url of a running stack")
+    modes = _names(args.compare, MODES, "--compare") if args.compare else (args.mode,)
+    if not args.start and len(modes) > 1:
+        raise SystemExit("--compare starts a stack per mode: it needs --start")
+    model = resolve_model(args.model)
+    devices = tuple(d for d in args.devices.split(",") if d)
+    seconds = args.ttft is not None and args.tpot is not None
+    profile = ensure_profile(model, devices[0], args.profile) if (args.simulate or not seconds or args.profile) else ""
+    fields = {**(QUICK if args.quick else {}),
+              **{k: v for k, v in (("num_requests", args.num_requests), ("bisect_steps", args.bisect_steps)) if v is not None}}
+    return BenchConfig(
+        model=model, modes=modes, workloads=_names(args.workload, WORKLOADS, "--workload"), devices=devices,
+        start=args.start, router=args.router or "", redis_url=args.redis_url or "", length_scale=args.length_scale,
+        cv=args.cv, seed=args.seed, ttft=args.ttft, tpot=args.tpot, ttft_scale=args.ttft_scale,
+        tpot_scale=args.tpot_scale, slo_scale=args.slo_scale, target=args.attainment, rate=args.rate,
+        start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
+        num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, **fields)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from services.bench.plots import write_plots
+    from services.bench.report import document, print_tables
+    from services.bench.runner import Bench
+
+    cfg = _config(args)
+    began = time.monotonic()
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, disable=args.no_progress) as progress:
+        results = Bench(cfg, progress).run()
+    doc = document(results, asdict(cfg), time.monotonic() - began)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(doc, indent=1))
+    pngs = write_plots(results, out) if not args.no_plots else []
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        print_tables(results, Console())
+    err.print(f"{doc['wall_s']:.0f} s; JSON and {len(pngs)} PNGs in {out}/")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench", help="goodput per device by a rate sweep (load generator), measured and simulated")
+    where = p.add_argument_group("what to serve")
+    where.add_argument("--start", action="store_true", help="start the stack (per mode) on --devices")
+    where.add_argument("--router", default="", help="gRPC address of a running router (without --start)")
+    where.add_argument("--redis-url", default="", help="its Redis (request records; without --start)")
+    where.add_argument("--mode", choices=MODES, default="disagg", help="mode of the running router")
+    where.add_argument("--compare", default="", help="modes to compare with --start, e.g. disagg,colocated,chunked")
+    where.add_argument("--model", default=None, help="model folder or preset (default small-llama)")
+    where.add_argument("--devices", default="cpu:0,cpu:1", help="devices; disagg puts the first half on prefill")
+    where.add_argument("--num-blocks", type=int, default=1024, help="KV blocks per instance")
+    where.add_argument("--max-batch-tokens", type=int, default=512, help="prefill Lm / colocated and chunked step budget")
+    load = p.add_argument_group("workload")
+    load.add_argument("--workload", default="chatbot", help="comma-separated: chatbot, code, summarization")
+    load.add_argument("--length-scale", type=float, default=0.25, help="multiplies the planner's request lengths")
+    load.add_argument("--cv", type=float, default=1.0, help="inter-arrival CV: 1 Poisson, else gamma")
+    load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--num-requests", type=int, default=None, help="requests per rate, at most (default 100; quick 40)")
+    slo = p.add_argument_group("SLO")
+    slo.add_argument("--ttft", type=float, default=None, help="TTFT objective in seconds (with --tpot: no scaling)")
+    slo.add_argument("--tpot", type=float, default=None, help="TPOT objective in seconds")
+    slo.add_argument("--ttft-scale", type=float, default=5.0, help="TTFT = this × the profiled lone-prompt TTFT")
+    slo.add_argument("--tpot-scale", type=float, default=2.0, help="TPOT = this × the profiled lone decode step")
+    slo.add_argument("--slo-scale", type=float, default=1.0, help="multiplies both objectives")
+    slo.add_argument("--attainment", type=float, default=0.9, help="share of requests that must meet both")
+    sweep = p.add_argument_group("rates")
+    sweep.add_argument("--rate", type=float, default=None, help="measure this rate only (and the tightest SLO scale)")
+    sweep.add_argument("--start-rate", type=float, default=None, help="first rate (default: 3/4 of the simulated goodput)")
+    sweep.add_argument("--factor", type=float, default=1.5, help="rate step before bisection")
+    sweep.add_argument("--bisect-steps", type=int, default=None, help="bisections after the crossing (default 2; quick 1)")
+    sweep.add_argument("--quick", action="store_true", help="fewer requests and probes: the comparison in minutes")
+    pred = p.add_argument_group("prediction")
+    pred.add_argument("--simulate", action="store_true", help="the planner's simulated attainment beside each point")
+    pred.add_argument("--profile", default=None, help="profile file (default: recorded once per device and cached)")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
+    out.add_argument("--out", default="bench-out", help="folder for results.json and the PNGs")
+    out.add_argument("--no-plots", action="store_true")
+    out.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_bench)

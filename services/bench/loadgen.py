@@ -1,0 +1,117 @@
+"""The load generator: fires Generate calls at their arrival times over one gRPC channel, times every token on
+receipt, then joins the router's lifecycle records (Redis stream `ds:requests`) for the stage breakdown."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+import redis
+
+from distserve.v1 import router_pb2, router_pb2_grpc
+from services.common.registry import REQUESTS_STREAM
+from services.common.stamps import Lifetime
+
+STAMP_FIELDS = Lifetime.__dataclass_fields__.keys()
+
+
+@dataclass(frozen=True, slots=True)
+class BenchRequest:
+    request_id: str
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    arrival: float  # seconds from the start of the run
+
+
+@dataclass(slots=True)
+class RequestResult:
+    """What the client saw of one request (wall-clock seconds), and the router's stage breakdown."""
+
+    request_id: str
+    prompt_tokens: int
+    output_tokens: int = 0
+    sent: float = 0.0
+    first: float = 0.0
+    done: float = 0.0
+    error: str = ""
+    stages: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.first > 0
+
+    @property
+    def ttft(self) -> float:
+        return self.first - self.sent if self.ok else float("inf")
+
+    @property
+    def tpot(self) -> float:
+        """Mean time per output token after the first (0 for a one-token output, as in the planner)."""
+        if not self.ok:
+            return float("inf")
+        return (self.done - self.first) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
+
+    @property
+    def e2e(self) -> float:
+        return self.done - self.sent if self.ok else float("inf")
+
+
+async def run_load(address: str, requests: list[BenchRequest], on_done: Callable[[], None] = lambda: None,
+                   timeout_s: float = 600.0) -> list[RequestResult]:
+    """Sends every request at its arrival time (open loop) and waits for all of them."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = router_pb2_grpc.RouterStub(channel)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        tasks = []
+        for req in requests:
+            delay = began + req.arrival - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(_call(stub, req, timeout_s, on_done)))
+        return list(await asyncio.gather(*tasks))
+
+
+async def _call(stub: router_pb2_grpc.RouterStub, req: BenchRequest, timeout_s: float,
+                on_done: Callable[[], None]) -> RequestResult:
+    result = RequestResult(req.request_id, len(req.prompt_ids), sent=time.time())
+    message = router_pb2.GenerateRequest(prompt_token_ids=req.prompt_ids, max_tokens=req.max_tokens, temperature=0.0,
+                                         ignore_eos=True, request_id=req.request_id)
+    try:
+        async for chunk in stub.Generate(message, timeout=timeout_s):
+            if chunk.token_ids and not result.first:
+                result.first = time.time()
+            result.output_tokens += len(chunk.token_ids)
+        result.done = time.time()
+    except grpc.aio.AioRpcError as exc:
+        result.error = f"{exc.code().name}: {exc.details()}"
+    finally:
+        on_done()
+    return result
+
+
+def stream_tail(redis_url: str) -> str:
+    """The id of the newest request record ('0' when none): read records after it with `attach_stages`."""
+    newest = redis.Redis.from_url(redis_url, decode_responses=True).xrevrange(REQUESTS_STREAM, count=1)
+    return newest[0][0] if newest else "0"
+
+
+def attach_stages(redis_url: str, results: list[RequestResult], after: str, timeout_s: float = 10.0) -> None:
+    """Fills each completed result's `stages` from its record; the router writes a record just after the last
+    token, so this waits up to `timeout_s` for stragglers."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    wanted = {r.request_id: r for r in results if r.ok}
+    deadline = time.monotonic() + timeout_s
+    cursor = after
+    while wanted and time.monotonic() < deadline:
+        entries = client.xrange(REQUESTS_STREAM, min=f"({cursor}")
+        for entry_id, fields in entries:
+            cursor = entry_id
+            result = wanted.pop(fields.get("request_id", ""), None)
+            if result is not None:
+                result.stages = Lifetime(**{k: float(v) for k, v in fields.items() if k in STAMP_FIELDS}).stages()
+        if wanted and not entries:
+            time.sleep(0.1)

@@ -1,0 +1,54 @@
+"""The planner's prediction for the benchmarked configuration: one prefill and one decode instance (TP = PP = 1)
+in its discrete-event simulator, driven by the latency model fitted to this device's profile, fed the very
+requests and arrival times the benchmark sends.
+
+The simulator models disaggregated placements only; colocated and chunked instances (prefill and decode
+sharing a step loop) have no model in the planner, so they get no prediction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from services.bench.slo import SLO
+from services.bench.workload import Sample
+from services.planner import simulator
+from services.planner.goodput import max_rate
+from services.planner.latency import LatencyModel
+from services.planner.placement import Cluster, Parallel, pack
+from services.planner.profile import fit_profile, read_profile
+
+PREDICTED_MODES = ("disagg",)
+
+
+@dataclass(frozen=True, slots=True)
+class Predictor:
+    model: LatencyModel
+    cluster: Cluster
+    max_batch_tokens: int
+
+    @classmethod
+    def from_profile(cls, path: str, kv_tokens: int, max_batch_tokens: int, link_gbps: float) -> "Predictor":
+        """`kv_tokens`: the decode instance's KV capacity; `link_gbps`: the prefill-to-decode KV transfer rate."""
+        model = fit_profile(read_profile(path))
+        model.kv_tokens = {(1, 1): kv_tokens}
+        return cls(model, Cluster(nodes=1, gpus_per_node=2, intra_node_gbps=link_gbps), max_batch_tokens)
+
+    def attainment(self, sample: Sample, rate: float, slo: SLO) -> float:
+        """Simulated share of the sample's requests meeting both objectives at `rate`."""
+        placement = pack(self.cluster, Parallel(), 1, Parallel(), 1)
+        result = simulator.simulate(self.model, placement, self.cluster, sample.prompts, sample.outputs,
+                                    sample.arrivals(rate), self.max_batch_tokens)
+        limits = simulator.SLO(ttft=slo.ttft_limit, tpot=slo.tpot_limit, attainment=slo.target)
+        return result.attainment(limits)
+
+    def goodput(self, sample_at: Callable[[float], Sample], slo: SLO, guess: float = 1.0) -> float:
+        """Highest simulated rate (req/s, both instances) with attainment ≥ the target; `sample_at(rate)` gives
+        the requests a run at that rate sends."""
+        return max_rate(lambda rate: self.attainment(sample_at(rate), rate, slo), slo.target, guess)
+
+
+def kv_bytes_per_token(model: LatencyModel) -> int:
+    """The bytes per token the simulator charges a transfer for (its fp16 convention)."""
+    return model.shape.kv_bytes_per_token()

@@ -1,0 +1,107 @@
+"""The figures of a run: the JSON document (`results` plus derived comparisons) and a readable table."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+
+from rich.console import Console
+from rich.table import Table
+
+from services.bench.results import STAGES, ModeResult
+
+
+def _finite(value):
+    """JSON has no infinity: unmet quantities become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def ratios(results: list[ModeResult]) -> dict[str, dict[str, float | None]]:
+    """Per workload: disaggregated goodput per device over each other mode's (None when the other is 0)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for r in results:
+        if r.mode == "disagg":
+            continue
+        base = next((d for d in results if d.mode == "disagg" and d.workload == r.workload), None)
+        if base is not None:
+            value = base.goodput_per_device / r.goodput_per_device if r.goodput_per_device else None
+            out.setdefault(r.workload, {})[f"disagg/{r.mode}"] = value
+    return out
+
+
+def simulator_errors(results: list[ModeResult]) -> list[dict[str, float | str]]:
+    """Simulated minus measured attainment in percentage points, at every measured rate that has a prediction."""
+    return [{"mode": r.mode, "workload": r.workload, "rate": p.rate, "measured": p.attainment,
+             "simulated": p.simulated_attainment, "error_points": 100 * (p.simulated_attainment - p.attainment)}
+            for r in results for p in r.points if p.simulated_attainment is not None]
+
+
+def transfer_shares(results: list[ModeResult]) -> list[dict[str, float | str | None]]:
+    """Mean KV transfer time over mean end-to-end latency at the goodput point (else the lowest rate)."""
+    out = []
+    for r in results:
+        point = r.reference_point()
+        if point is not None and point.transfer_share is not None:
+            out.append({"mode": r.mode, "workload": r.workload, "rate": point.rate, "at_goodput": point.rate == r.goodput,
+                        "transfer_s": point.stages.get("transfer"), "e2e_s": point.e2e.get("mean"),
+                        "share": point.transfer_share})
+    return out
+
+
+def document(results: list[ModeResult], config: dict, wall_s: float) -> dict:
+    return _finite({"config": config, "wall_s": wall_s, "results": [asdict(r) for r in results],
+                    "ratios": ratios(results), "simulator_error": simulator_errors(results),
+                    "transfer_share": transfer_shares(results)})
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None or not math.isfinite(seconds) else f"{1e3 * seconds:.0f}"
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def print_tables(results: list[ModeResult], console: Console) -> None:
+    """Goodput per mode and workload, the points of each, and the comparisons."""
+    summary = Table(title="goodput per device (req/s per device; attainment target met)")
+    for col in ("workload", "mode", "devices", "TTFT SLO ms", "TPOT SLO ms", "goodput/device", "simulated"):
+        summary.add_column(col, justify="right" if col not in ("workload", "mode") else "left")
+    for r in results:
+        sim = "-" if r.simulated_goodput_per_device is None else f"{r.simulated_goodput_per_device:.2f}"
+        summary.add_row(r.workload, r.mode, str(r.devices), _ms(r.slo["ttft_s"]), _ms(r.slo["tpot_s"]),
+                        f"{r.goodput_per_device:.2f}", sim)
+    console.print(summary)
+
+    points = Table(title="points (latencies in ms; stages are means of the router's records)")
+    cols = ("workload", "mode", "rate", "attain", "sim", "err pp", "TTFT p90", "TPOT p90", "min scale", *STAGES, "xfer share")
+    for col in cols:
+        points.add_column(col, justify="left" if col in ("workload", "mode") else "right")
+    for r in results:
+        for p in r.points:
+            sim = p.simulated_attainment
+            err = "-" if sim is None else f"{100 * (sim - p.attainment):+.1f}"
+            scale = "-" if not math.isfinite(p.tightest_slo_scale) else f"{p.tightest_slo_scale:.2f}"
+            mark = "*" if p.rate == r.goodput else ""
+            points.add_row(r.workload, r.mode, f"{p.rate:.3g}{mark}", _pct(p.attainment), _pct(sim), err,
+                           _ms(p.ttft.get("p90")), _ms(p.tpot.get("p90")), scale,
+                           *(_ms(p.stages.get(s)) for s in STAGES),
+                           "-" if p.transfer_share is None else f"{100 * p.transfer_share:.2f}%")
+    console.print(points)
+    for workload, by in ratios(results).items():
+        console.print(f"{workload}: " + ", ".join(f"{k} = {'inf' if v is None else f'{v:.2f}x'}" for k, v in by.items()))
+    errors = simulator_errors(results)
+    if errors:
+        worst = max(abs(e["error_points"]) for e in errors)
+        mean = sum(abs(e["error_points"]) for e in errors) / len(errors)
+        console.print(f"simulator vs measured attainment: mean |error| {mean:.1f} points, worst {worst:.1f} points "
+                      f"over {len(errors)} rates")
+    for t in transfer_shares(results):
+        console.print(f"{t['workload']} {t['mode']}: KV transfer {_ms(t['transfer_s'])} ms = {100 * t['share']:.2f}% "
+                      f"of end-to-end at {t['rate']:.3g} req/s" + ("" if t["at_goodput"] else " (no goodput point)"))

@@ -1,0 +1,80 @@
+"""What a benchmark run reports: one point per measured rate, one result per mode and workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from services.bench.loadgen import RequestResult
+from services.bench.slo import SLO, attainment, tightest_scale
+
+STAGES = ("prefill_queue", "prefill", "transfer", "decode_queue", "decode")
+
+
+@dataclass(slots=True)
+class Point:
+    rate: float  # req/s offered to the whole deployment
+    attainment: float  # share meeting TTFT and TPOT
+    ttft_attainment: float
+    tpot_attainment: float
+    tightest_slo_scale: float  # smallest SLO scale that this run would still meet at the target
+    requests: int
+    failed: int
+    ttft: dict[str, float]  # mean / p50 / p90 seconds of completed requests
+    tpot: dict[str, float]
+    e2e: dict[str, float]
+    stages: dict[str, float]  # mean seconds per stage (router records)
+    transfer_share: float | None  # mean transfer / mean end-to-end latency; None without a transfer stage
+    wall_s: float
+    simulated_attainment: float | None = None
+
+
+@dataclass(slots=True)
+class ModeResult:
+    mode: str
+    workload: str
+    devices: int
+    slo: dict[str, float]
+    goodput: float  # req/s, whole deployment
+    goodput_per_device: float
+    points: list[Point]
+    lengths: dict[str, float]
+    lone: dict[str, float] = field(default_factory=dict)  # served lone-request TTFT/TPOT from the warm-up
+    simulated_goodput_per_device: float | None = None
+    simulated_curve: list[tuple[float, float]] = field(default_factory=list)
+
+    def point_at(self, rate: float) -> Point | None:
+        return next((p for p in self.points if p.rate == rate), None)
+
+    def reference_point(self) -> Point | None:
+        """The goodput point, else the lowest measured rate (where the breakdown is least congested)."""
+        return self.point_at(self.goodput) or min(self.points, key=lambda p: p.rate, default=None)
+
+
+def _dist(values: np.ndarray) -> dict[str, float]:
+    if not len(values):
+        return {}
+    p50, p90 = np.percentile(values, [50, 90])
+    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90)}
+
+
+def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float) -> Point:
+    """A point from one run's requests."""
+    ok = np.array([r.ok for r in results], bool)
+    ttft = np.array([r.ttft for r in results])
+    tpot = np.array([r.tpot for r in results])
+    e2e = np.array([r.e2e for r in results])
+    n = max(len(results), 1)
+    stage_means = {s: float(np.mean([r.stages[s] for r in results if s in r.stages]))
+                   for s in STAGES if any(s in r.stages for r in results)}
+    share = None
+    if "transfer" in stage_means and ok.any():
+        share = stage_means["transfer"] / float(e2e[ok].mean())
+    return Point(
+        rate=rate, attainment=attainment(ttft, tpot, ok, slo),
+        ttft_attainment=float(np.sum(ok & (ttft <= slo.ttft_limit)) / n),
+        tpot_attainment=float(np.sum(ok & (tpot <= slo.tpot_limit)) / n),
+        tightest_slo_scale=tightest_scale(ttft, tpot, ok, slo), requests=len(results), failed=int((~ok).sum()),
+        ttft=_dist(ttft[ok]), tpot=_dist(tpot[ok]), e2e=_dist(e2e[ok]), stages=stage_means,
+        transfer_share=share, wall_s=wall_s)

@@ -1,0 +1,202 @@
+"""One benchmark run: for each mode, serve (a stack it starts, or a running router), warm up, then for each
+workload sweep the rate to the goodput (or measure one fixed rate), beside the planner's prediction."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import numpy as np
+from rich.progress import Progress
+
+from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
+from services.bench.predict import PREDICTED_MODES, Predictor, kv_bytes_per_token
+from services.bench.results import ModeResult, summarize
+from services.bench.slo import SLO, lone_latencies, scaled_slo
+from services.bench.sweep import goodput_search
+from services.bench.workload import BenchWorkload, Sample
+from services.common.net import free_port
+from services.launcher.stack import Stack, StackConfig
+from services.planner.profile import fit_profile, read_profile
+from services.planner.shapes import load_shape
+
+BLOCK_SIZE = 16
+DEFAULT_LINK_GBPS = 10.0  # used for the simulator's guess before any transfer was measured
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    model: str  # model folder
+    modes: tuple[str, ...] = ("disagg",)
+    workloads: tuple[str, ...] = ("chatbot",)
+    devices: tuple[str, ...] = ("cpu:0", "cpu:1")
+    start: bool = True  # start a stack per mode; else use `router` and `redis_url`
+    router: str = ""
+    redis_url: str = ""
+    num_requests: int = 100  # requests per point at most (the sample's first ones)
+    min_requests: int = 30  # ... and at least
+    window_s: float = 40.0  # a point takes the requests arriving within this window, within those bounds
+    length_scale: float = 0.25
+    cv: float = 1.0
+    seed: int = 0
+    ttft: float | None = None  # s at scale 1; None: ttft_scale × the lone TTFT of the profile
+    tpot: float | None = None
+    ttft_scale: float = 5.0
+    tpot_scale: float = 2.0
+    slo_scale: float = 1.0
+    target: float = 0.9
+    rate: float | None = None  # a fixed rate: one point per mode and workload
+    start_rate: float | None = None  # None: 3/4 of the simulated disaggregated goodput (1 req/s without a profile)
+    factor: float = 1.5
+    bisect_steps: int = 2
+    max_steps: int = 5
+    simulate: bool = False
+    profile: str = ""  # profile file of this device (`distserve profile`)
+    num_blocks: int = 1024
+    max_batch_tokens: int = 512
+    warmup: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    mode: str
+    address: str
+    redis_url: str
+
+
+@contextmanager
+def serving(cfg: BenchConfig, mode: str) -> Iterator[Served]:
+    """A stack of `mode` on the configured devices (disagg: first half prefill, rest decode), or the given router."""
+    if not cfg.start:
+        yield Served(mode, cfg.router, cfg.redis_url)
+        return
+    n = len(cfg.devices)
+    stack = Stack(StackConfig(model=cfg.model, mode=mode, prefill=n // 2, decode=n - n // 2, devices=cfg.devices,
+                              grpc_port=free_port(), http_port=0, num_blocks=cfg.num_blocks,
+                              max_batch_tokens=cfg.max_batch_tokens, log_level="WARNING"))
+    stack.start()
+    try:
+        yield Served(mode, stack.router_address, stack.redis_url)
+    finally:
+        stack.stop()
+
+
+def run_requests(served: Served, requests: list[BenchRequest], progress: Progress | None, label: str) -> list[RequestResult]:
+    """Runs the requests open-loop and joins their stage breakdowns."""
+    task = progress.add_task(label, total=len(requests)) if progress else None
+    tail = stream_tail(served.redis_url)
+    done = (lambda: progress.advance(task)) if progress else (lambda: None)
+    results = asyncio.run(run_load(served.address, requests, done))
+    attach_stages(served.redis_url, results, tail)
+    return results
+
+
+def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, progress: Progress | None) -> tuple[dict[str, float], float]:
+    """Lone requests one after another, then a burst; returns the served lone TTFT/TPOT and, for a disaggregated
+    deployment, the measured KV transfer rate in Gbit/s (the simulator's link)."""
+    run = uuid.uuid4().hex[:6]
+    n = max(cfg.warmup, 1)
+    lone = []
+    for i in range(n):
+        req = BenchRequest(f"warm-{run}-{i}", sample.prompt_ids[i], 16, 0.0)
+        lone += run_requests(served, [req], None, "")
+    burst = [BenchRequest(f"warm-{run}-b{i}", sample.prompt_ids[i], 16, 0.0) for i in range(n)]
+    run_requests(served, burst, progress, f"{served.mode}: warm-up")
+    ok = [r for r in lone if r.ok]
+    served_lone = {"ttft_s": statistics.median(r.ttft for r in ok), "tpot_s": statistics.median(r.tpot for r in ok)} if ok else {}
+    moved = [(r.prompt_tokens * kv_bytes * 8, r.stages["transfer"]) for r in ok if r.stages.get("transfer", 0) > 0]
+    gbps = sum(b for b, _ in moved) / sum(s for _, s in moved) / 1e9 if moved else DEFAULT_LINK_GBPS
+    return served_lone, gbps
+
+
+def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
+    """Seconds when given, else scales of the profile's lone-request latencies."""
+    if cfg.ttft is not None and cfg.tpot is not None:
+        return SLO(cfg.ttft, cfg.tpot, cfg.slo_scale, cfg.target)
+    if not profile:
+        raise ValueError("an SLO needs --ttft and --tpot in seconds, or a profile for --slo-scale")
+    stats = sample.stats()
+    base_ttft, base_tpot = lone_latencies(fit_profile(read_profile(profile)).at(1), stats["prompt_mean"], stats["output_mean"])
+    slo = scaled_slo(base_ttft, base_tpot, cfg.ttft_scale, cfg.tpot_scale, cfg.slo_scale, cfg.target)
+    return replace(slo, ttft=cfg.ttft or slo.ttft, tpot=cfg.tpot or slo.tpot)
+
+
+class Bench:
+    """Holds the samples, SLOs and start rates shared by every mode, so modes differ in nothing else."""
+
+    def __init__(self, cfg: BenchConfig, progress: Progress | None = None) -> None:
+        self.cfg = cfg
+        self.progress = progress
+        shape = load_shape(cfg.model)
+        self.kv_bytes = shape.kv_bytes_per_token()
+        self.samples = {wl: BenchWorkload(wl, cfg.length_scale, shape.max_context, cfg.cv, cfg.seed)
+                        .sample(cfg.num_requests, shape.vocab) for wl in cfg.workloads}
+        self.slos = {wl: make_slo(cfg, s, cfg.profile) for wl, s in self.samples.items()}
+        self.kv_tokens = cfg.num_blocks * BLOCK_SIZE
+        self.start_rates = {wl: self._start_rate(wl) for wl in cfg.workloads}
+
+    def _predictor(self, link_gbps: float) -> Predictor:
+        return Predictor.from_profile(self.cfg.profile, self.kv_tokens, self.cfg.max_batch_tokens, link_gbps)
+
+    def _start_rate(self, workload: str) -> float:
+        if self.cfg.start_rate:
+            return self.cfg.start_rate
+        if not self.cfg.profile:
+            return 1.0
+        guess = 0.75 * self._predictor(DEFAULT_LINK_GBPS).goodput(self.sample_at(workload), self.slos[workload])
+        return float(f"{max(guess, 0.05):.2g}")
+
+    def sample_at(self, workload: str) -> Callable[[float], Sample]:
+        """The requests a run at a rate sends: those arriving within the window, within the count bounds."""
+        cfg, sample = self.cfg, self.samples[workload]
+        return lambda rate: sample.head(int(np.clip(rate * cfg.window_s, cfg.min_requests, cfg.num_requests)))
+
+    def run(self) -> list[ModeResult]:
+        out = []
+        for mode in self.cfg.modes:
+            with serving(self.cfg, mode) as served:
+                first = self.samples[self.cfg.workloads[0]]
+                lone, gbps = warm_up(self.cfg, served, first, self.kv_bytes, self.progress)
+                predictor = self._predictor(gbps) if self.cfg.simulate and mode in PREDICTED_MODES else None
+                out += [self.measure(served, wl, lone, predictor) for wl in self.cfg.workloads]
+        return out
+
+    def measure(self, served: Served, workload: str, lone: dict[str, float], predictor: Predictor | None) -> ModeResult:
+        """The sweep (or the fixed rate) of one workload on one served mode."""
+        sample, slo, points = self.samples[workload], self.slos[workload], []
+        sample_at = self.sample_at(workload)
+        run = uuid.uuid4().hex[:6]
+
+        def at(rate: float) -> float:
+            part = sample_at(rate)
+            arrivals = part.arrivals(rate)
+            reqs = [BenchRequest(f"bench-{run}-{rate:.4g}-{i}", part.prompt_ids[i], int(part.outputs[i]), float(arrivals[i]))
+                    for i in range(len(part))]
+            began = time.monotonic()
+            results = run_requests(served, reqs, self.progress, f"{served.mode} {workload} {rate:.3g} req/s")
+            point = summarize(rate, results, slo, time.monotonic() - began)
+            if predictor is not None:
+                point.simulated_attainment = predictor.attainment(part, rate, slo)
+            points.append(point)
+            return point.attainment
+
+        if self.cfg.rate:
+            at(self.cfg.rate)
+            goodput = self.cfg.rate if points[0].attainment >= slo.target else 0.0
+        else:
+            goodput = goodput_search(at, self.start_rates[workload], slo.target, self.cfg.factor,
+                                     self.cfg.bisect_steps, self.cfg.max_steps)
+        devices = len(self.cfg.devices)
+        result = ModeResult(served.mode, workload, devices, slo.as_dict(), goodput, goodput / devices,
+                            sorted(points, key=lambda p: p.rate), sample.stats(), lone)
+        if predictor is not None:
+            result.simulated_goodput_per_device = predictor.goodput(sample_at, slo, self.start_rates[workload]) / devices
+            top = max(max(p.rate for p in points), 2 * result.simulated_goodput_per_device * devices)
+            result.simulated_curve = [(r, predictor.attainment(sample_at(r), r, slo))
+                                      for r in np.linspace(top / 16, top, 16).tolist()]
+        return result
