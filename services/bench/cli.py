@@ -15,7 +15,7 @@ from services.bench.workload import WORKLOADS
 
 MODES = ("disagg", "colocated", "chunked")
 PROFILE_CACHE = Path.home() / ".cache" / "distserve" / "profiles"
-QUICK = {"num_requests": 40, "min_requests": 20, "window_s": 15.0, "bisect_steps": 1, "max_steps": 4, "warmup": 2}
+QUICK = {"num_requests": 40, "min_requests": 16, "window_s": 12.0, "bisect_steps": 1, "max_steps": 3, "warmup": 2}
 
 
 def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
@@ -57,7 +57,8 @@ def _config(args: argparse.Namespace):
               **{k: v for k, v in (("num_requests", args.num_requests), ("bisect_steps", args.bisect_steps)) if v is not None}}
     return BenchConfig(
         model=model, modes=modes, workloads=_names(args.workload, WORKLOADS, "--workload"), devices=devices,
-        start=args.start, router=args.router or "", redis_url=args.redis_url or "", length_scale=args.length_scale,
+        start=args.start, router=args.router or "", redis_url=args.redis_url or "", prompt_scale=args.prompt_scale,
+        output_scale=args.output_scale,
         cv=args.cv, seed=args.seed, ttft=args.ttft, tpot=args.tpot, ttft_scale=args.ttft_scale,
         tpot_scale=args.tpot_scale, slo_scale=args.slo_scale, target=args.attainment, rate=args.rate,
         start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
@@ -86,7 +87,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
-        print_tables(results, Console())
+        print_tables(results, Console(width=max(Console().width, 160)))
     err.print(f"{doc['wall_s']:.0f} s; JSON and {len(pngs)} PNGs in {out}/")
     return 0
 
@@ -105,7 +106,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--max-batch-tokens", type=int, default=512, help="prefill Lm / colocated and chunked step budget")
     load = p.add_argument_group("workload")
     load.add_argument("--workload", default="chatbot", help="comma-separated: chatbot, code, summarization")
-    load.add_argument("--length-scale", type=float, default=0.25, help="multiplies the planner's request lengths")
+    load.add_argument("--prompt-scale", type=float, default=0.25, help="multiplies the planner's prompt lengths")
+    load.add_argument("--output-scale", type=float, default=0.5, help="multiplies the planner's output lengths")
     load.add_argument("--cv", type=float, default=1.0, help="inter-arrival CV: 1 Poisson, else gamma")
     load.add_argument("--seed", type=int, default=0)
     load.add_argument("--num-requests", type=int, default=None, help="requests per rate, at most (default 100; quick 40)")

@@ -41,7 +41,8 @@ class BenchConfig:
     num_requests: int = 100  # requests per point at most (the sample's first ones)
     min_requests: int = 30  # ... and at least
     window_s: float = 40.0  # a point takes the requests arriving within this window, within those bounds
-    length_scale: float = 0.25
+    prompt_scale: float = 0.25
+    output_scale: float = 0.5
     cv: float = 1.0
     seed: int = 0
     ttft: float | None = None  # s at scale 1; None: ttft_scale × the lone TTFT of the profile
@@ -134,7 +135,7 @@ class Bench:
         self.progress = progress
         shape = load_shape(cfg.model)
         self.kv_bytes = shape.kv_bytes_per_token()
-        self.samples = {wl: BenchWorkload(wl, cfg.length_scale, shape.max_context, cfg.cv, cfg.seed)
+        self.samples = {wl: BenchWorkload(wl, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv, cfg.seed)
                         .sample(cfg.num_requests, shape.vocab) for wl in cfg.workloads}
         self.slos = {wl: make_slo(cfg, s, cfg.profile) for wl, s in self.samples.items()}
         self.kv_tokens = cfg.num_blocks * BLOCK_SIZE
@@ -154,7 +155,8 @@ class Bench:
     def sample_at(self, workload: str) -> Callable[[float], Sample]:
         """The requests a run at a rate sends: those arriving within the window, within the count bounds."""
         cfg, sample = self.cfg, self.samples[workload]
-        return lambda rate: sample.head(int(np.clip(rate * cfg.window_s, cfg.min_requests, cfg.num_requests)))
+        low = min(cfg.min_requests, cfg.num_requests)
+        return lambda rate: sample.head(int(np.clip(rate * cfg.window_s, low, cfg.num_requests)))
 
     def run(self) -> list[ModeResult]:
         out = []

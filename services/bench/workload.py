@@ -1,8 +1,8 @@
 """Benchmark requests: the planner's length distributions scaled to the served model, with seeded arrivals.
 
-A workload's lengths are drawn exactly as the planner draws them (`services.planner.workload`), then multiplied
-by `length_scale` and clipped to the model's context, so one CPU core serves them in milliseconds to a second
-rather than minutes. Arrival times are drawn at rate 1 and divided by the rate of each point, so every rate of a
+A workload's lengths are drawn exactly as the planner draws them (`services.planner.workload`), then prompts are
+multiplied by `prompt_scale` and outputs by `output_scale` and clipped to the model's context, so that one CPU
+core prefills a prompt in a fraction of a second rather than seconds. Arrival times are drawn at rate 1 and divided by the rate of each point, so every rate of a
 sweep (and the simulator) sees the same requests in the same order.
 """
 
@@ -43,7 +43,8 @@ class Sample:
 @dataclass(frozen=True, slots=True)
 class BenchWorkload:
     name: str
-    length_scale: float = 0.25  # multiplies the planner's prompt and output lengths
+    prompt_scale: float = 0.25  # multiplies the planner's prompt lengths
+    output_scale: float = 0.5  # ... and its output lengths
     max_context: int = 4096  # prompt + output stay within it
     cv: float = 1.0  # inter-arrival CV: 1 Poisson, else gamma
     seed: int = 0
@@ -53,14 +54,15 @@ class BenchWorkload:
         rng = np.random.default_rng(self.seed)
         prompts, outputs = Workload(self.name).sample(n, rng)
         unit = unit_arrivals(n, rng, self.cv)
-        prompts, outputs = scale_lengths(prompts, outputs, self.length_scale, self.max_context)
+        prompts, outputs = scale_lengths(prompts, outputs, self.prompt_scale, self.output_scale, self.max_context)
         ids = np.random.default_rng(self.seed + 1).integers(3, vocab, int(prompts.sum()))
         cuts = np.cumsum(prompts)[:-1]
         return Sample(prompts, outputs, unit, tuple(tuple(map(int, p)) for p in np.split(ids, cuts)))
 
 
-def scale_lengths(prompts: np.ndarray, outputs: np.ndarray, scale: float, max_context: int) -> tuple[np.ndarray, np.ndarray]:
-    """Lengths × `scale` (prompt ≥ 4, output ≥ 1), outputs cut so that prompt + output ≤ `max_context`."""
-    p = np.minimum(np.maximum(np.rint(prompts * scale), 4), max_context - 1).astype(np.int64)
-    o = np.maximum(np.rint(outputs * scale), 1).astype(np.int64)
+def scale_lengths(prompts: np.ndarray, outputs: np.ndarray, prompt_scale: float, output_scale: float,
+                  max_context: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scaled lengths (prompt ≥ 4, output ≥ 1), outputs cut so that prompt + output ≤ `max_context`."""
+    p = np.minimum(np.maximum(np.rint(prompts * prompt_scale), 4), max_context - 1).astype(np.int64)
+    o = np.maximum(np.rint(outputs * output_scale), 1).astype(np.int64)
     return p, np.minimum(o, max_context - p)

@@ -1,0 +1,49 @@
+"""`distserve bench --start` on the tiny model: every mode compared, JSON of the documented shape, points that
+agree with the goodput they report, and the plots."""
+
+import json
+import subprocess
+import sys
+
+from services.planner.profile import DecodePoint, PrefillPoint, ProfileFile, write_profile
+from services.planner.shapes import load_shape
+
+
+def _profile(model_dir: str, path) -> str:
+    """A profile of plausible CPU timings (recording a real one is `distserve profile`'s own test)."""
+    write_profile(ProfileFile(
+        model=load_shape(model_dir).as_dict(), device="cpu:0",
+        prefill=[PrefillPoint(prompt_lens=[n] * b, seconds=1e-3 + 2e-5 * n * b) for n in (16, 64, 256) for b in (1, 2)],
+        decode=[DecodePoint(context_lens=[c] * b, seconds=1e-3 + 1e-7 * c * b + 1e-4 * b) for c in (16, 256) for b in (1, 4)],
+    ), path)
+    return str(path)
+
+
+def test_quick_comparison_reports_consistent_points(tiny_llama_dir, tmp_path):
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "services", "--log-level", "WARNING", "bench", "--start", "--quick", "--model", tiny_llama_dir,
+         "--compare", "disagg,colocated,chunked", "--num-requests", "6", "--start-rate", "4", "--factor", "2",
+         "--bisect-steps", "1", "--ttft", "2", "--tpot", "0.5", "--simulate", "--profile", _profile(tiny_llama_dir, tmp_path / "p.json"),
+         "--num-blocks", "128", "--max-batch-tokens", "128", "--json", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads(run.stdout)
+    assert json.loads((out / "results.json").read_text()) == doc
+    assert [(r["mode"], r["workload"]) for r in doc["results"]] == [("disagg", "chatbot"), ("colocated", "chatbot"), ("chunked", "chatbot")]
+    for result in doc["results"]:
+        points = result["points"]
+        assert result["devices"] == 2 and points
+        assert [p["rate"] for p in points] == sorted(p["rate"] for p in points)
+        assert all(0.0 <= p["attainment"] <= min(p["ttft_attainment"], p["tpot_attainment"]) <= 1.0 for p in points)
+        assert all(p["requests"] == 6 and p["failed"] == 0 for p in points)
+        passing = [p["rate"] for p in points if p["attainment"] >= 0.9]
+        assert result["goodput"] in passing or (result["goodput"] == 0.0 and not passing)
+        assert result["goodput_per_device"] == result["goodput"] / 2
+        predicted = result["mode"] == "disagg"
+        assert all((p["simulated_attainment"] is not None) == predicted for p in points)
+        assert all(set(p["stages"]) >= ({"prefill", "transfer", "decode"} if predicted else {"prefill", "decode"}) for p in points)
+    assert set(doc["ratios"]["chatbot"]) == {"disagg/colocated", "disagg/chunked"}
+    assert len(doc["simulator_error"]) == len(doc["results"][0]["points"])
+    for name in ("chatbot-attainment.png", "chatbot-breakdown.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,45 @@
+"""Points summarise what the client saw; the document derives ratios, simulator errors and transfer shares."""
+
+import json
+
+import pytest
+
+from services.bench.loadgen import RequestResult
+from services.bench.report import document
+from services.bench.results import ModeResult, summarize
+from services.bench.slo import SLO
+
+
+def _result(i: int, ttft: float, tpot: float, tokens: int = 11, transfer: float | None = None) -> RequestResult:
+    stages = {"prefill_queue": 0.0, "prefill": ttft, "decode": tpot * (tokens - 1)}
+    if transfer is not None:
+        stages["transfer"] = transfer
+    return RequestResult(f"r{i}", 8, tokens, sent=100.0, first=100.0 + ttft, done=100.0 + ttft + tpot * (tokens - 1),
+                         stages=stages)
+
+
+def test_a_point_counts_attainment_failures_and_the_transfer_share():
+    results = [_result(0, 0.1, 0.01, transfer=0.002), _result(1, 0.1, 0.05, transfer=0.002),
+               RequestResult("r2", 8, error="UNAVAILABLE: gone")]
+    point = summarize(2.0, results, SLO(0.2, 0.02), wall_s=3.0)
+    assert point.attainment == pytest.approx(1 / 3)
+    assert point.tpot_attainment == pytest.approx(1 / 3) and point.ttft_attainment == pytest.approx(2 / 3)
+    assert point.failed == 1 and point.requests == 3
+    assert point.transfer_share == pytest.approx(0.002 / ((0.2 + 0.6) / 2))
+    assert point.tightest_slo_scale == float("inf")
+
+
+def _mode(mode: str, goodput: float, sim: float | None = None) -> ModeResult:
+    slo = SLO(0.2, 0.02)
+    point = summarize(goodput, [_result(0, 0.1, 0.01, transfer=0.001 if mode == "disagg" else None)], slo, 1.0)
+    point.simulated_attainment = sim
+    return ModeResult(mode, "chatbot", 2, slo.as_dict(), goodput, goodput / 2, [point], {})
+
+
+def test_the_document_is_json_with_ratios_errors_and_shares():
+    doc = document([_mode("disagg", 4.0, sim=0.95), _mode("colocated", 1.0), _mode("chunked", 0.0)], {}, 1.0)
+    json.dumps(doc, allow_nan=False)
+    assert doc["ratios"] == {"chatbot": {"disagg/colocated": 4.0, "disagg/chunked": None}}
+    assert [e["error_points"] for e in doc["simulator_error"]] == [pytest.approx(-5.0)]
+    assert doc["transfer_share"][0]["mode"] == "disagg" and doc["transfer_share"][0]["at_goodput"]
+    assert {"mode", "workload", "devices", "goodput_per_device", "points"} <= set(doc["results"][0])

@@ -1,0 +1,46 @@
+"""The rate search finds the crossing of the attainment target and measures no rate twice."""
+
+import pytest
+
+from services.bench.sweep import goodput_search
+
+
+def _capacity(limit: float):
+    measured: list[float] = []
+
+    def measure(rate: float) -> float:
+        measured.append(rate)
+        return 1.0 if rate <= limit else 0.5
+
+    return measure, measured
+
+
+@pytest.mark.parametrize("start", [0.3, 1.0, 2.0, 7.0])
+def test_goodput_is_the_highest_passing_rate_within_the_bisection_resolution(start):
+    measure, measured = _capacity(2.5)
+    found = goodput_search(measure, start, 0.9, factor=1.5, bisect_steps=4)
+    # The bracket [lo, 1.5·lo] around the limit is halved four times.
+    assert 2.5 - 0.5 * 2.5 / 2**4 <= found <= 2.5
+    assert len(measured) == len(set(measured))
+
+
+def test_bisection_narrows_the_bracket_by_half_each_step():
+    measure, measured = _capacity(2.5)
+    goodput_search(measure, 1.0, 0.9, factor=2.0, bisect_steps=3)
+    assert measured == [1.0, 2.0, 4.0, 3.0, 2.5, 2.75]
+
+
+def test_nothing_passes_gives_zero_after_the_allowed_steps():
+    measure, measured = _capacity(0.0)
+    assert goodput_search(measure, 1.0, 0.9, factor=2.0, max_steps=3) == 0.0
+    assert measured == [1.0, 0.5, 0.25, 0.125]
+
+
+def test_everything_passes_stops_at_the_last_step():
+    measure, measured = _capacity(float("inf"))
+    assert goodput_search(measure, 1.0, 0.9, factor=2.0, max_steps=3) == 8.0
+    assert measured == [1.0, 2.0, 4.0, 8.0]
+
+
+def test_the_target_is_inclusive():
+    assert goodput_search(lambda rate: 0.9 if rate <= 1.0 else 0.0, 1.0, 0.9, factor=2.0, bisect_steps=0) == 1.0
