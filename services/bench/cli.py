@@ -15,7 +15,7 @@ from services.bench.workload import WORKLOADS
 
 MODES = ("disagg", "colocated", "chunked")
 PROFILE_CACHE = Path.home() / ".cache" / "distserve" / "profiles"
-QUICK = {"num_requests": 40, "min_requests": 16, "window_s": 12.0, "bisect_steps": 1, "max_steps": 3, "warmup": 2}
+QUICK = {"num_requests": 40, "min_requests": 16, "window_s": 12.0, "bisect_steps": 1, "max_steps": 3, "warmup": 4}
 
 
 def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:

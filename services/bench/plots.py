@@ -20,9 +20,10 @@ def attainment_plot(results: list[ModeResult], path: Path, title: str) -> None:
         color = COLORS.get(r.mode)
         ax.plot([p.rate / r.devices for p in r.points], [100 * p.attainment for p in r.points], marker="o",
                 color=color, label=f"{r.mode} measured")
-        if r.simulated_curve:
-            ax.plot([x / r.devices for x, _ in r.simulated_curve], [100 * a for _, a in r.simulated_curve],
-                    linestyle="--", color=color, label=f"{r.mode} simulated")
+        for curve, style, name in ((r.simulated_curve, "--", "simulated"), (r.calibrated_curve, ":", "calibrated")):
+            if curve:
+                ax.plot([x / r.devices for x, _ in curve], [100 * a for _, a in curve], linestyle=style, color=color,
+                        label=f"{r.mode} {name}")
     if results:
         ax.axhline(100 * results[0].slo["target"], color="grey", linestyle=":", label="target")
     ax.set_xlabel("rate per device (req/s)")

@@ -2,20 +2,23 @@
 in its discrete-event simulator, driven by the latency model fitted to this device's profile, fed the very
 requests and arrival times the benchmark sends.
 
-The simulator models disaggregated placements only; colocated and chunked instances (prefill and decode
+`calibrated` rescales the fitted model to what lone requests take through the served stack (gRPC hops, the
+router, the step loop's own work, and whatever else shares the cores): prefill terms by the ratio of served to
+predicted lone TTFT, decode terms by that of lone TPOT. The simulator models disaggregated placements only; colocated and chunked instances (prefill and decode
 sharing a step loop) have no model in the planner, so they get no prediction.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.bench.slo import SLO
 from services.bench.workload import Sample
 from services.planner import simulator
 from services.planner.goodput import max_rate
-from services.planner.latency import LatencyModel
+from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs, TPCoefficients
 from services.planner.placement import Cluster, Parallel, pack
 from services.planner.profile import fit_profile, read_profile
 
@@ -35,6 +38,15 @@ class Predictor:
         model.kv_tokens = {(1, 1): kv_tokens}
         return cls(model, Cluster(nodes=1, gpus_per_node=2, intra_node_gbps=link_gbps), max_batch_tokens)
 
+    def calibrated(self, lone: list[tuple[int, int, float, float]]) -> tuple["Predictor", dict[str, float]]:
+        """This predictor rescaled to lone requests (prompt tokens, output tokens, TTFT s, TPOT s) served one at a
+        time; returns it and the two factors."""
+        c = self.model.at(1)
+        prefill = statistics.median(ttft / c.prefill_time(p, p * p) for p, _, ttft, _ in lone)
+        decode = statistics.median(tpot / c.decode_time(p + o // 2, 1) for p, o, _, tpot in lone)
+        model = replace(self.model, by_tp={1: _scaled(c, prefill, decode)})
+        return replace(self, model=model), {"prefill_factor": prefill, "decode_factor": decode}
+
     def attainment(self, sample: Sample, rate: float, slo: SLO) -> float:
         """Simulated share of the sample's requests meeting both objectives at `rate`."""
         placement = pack(self.cluster, Parallel(), 1, Parallel(), 1)
@@ -49,6 +61,9 @@ class Predictor:
         return max_rate(lambda rate: self.attainment(sample_at(rate), rate, slo), slo.target, guess)
 
 
-def kv_bytes_per_token(model: LatencyModel) -> int:
-    """The bytes per token the simulator charges a transfer for (its fp16 convention)."""
-    return model.shape.kv_bytes_per_token()
+def _scaled(c: TPCoefficients, prefill: float, decode: float) -> TPCoefficients:
+    p, small, large = c.prefill, c.decode_small, c.decode_large
+    return replace(c, prefill=PrefillCoeffs(p.c0 * prefill, p.per_token * prefill, p.per_sq * prefill),
+                   decode_small=DecodeCoeffs(small.c0 * decode, small.per_ctx * decode, small.per_req * decode),
+                   decode_large=DecodeCoeffs(large.c0 * decode, large.per_ctx * decode, large.per_req * decode))
+

@@ -35,10 +35,17 @@ def ratios(results: list[ModeResult]) -> dict[str, dict[str, float | None]]:
     return out
 
 
-def simulator_errors(results: list[ModeResult]) -> list[dict[str, float | str]]:
-    """Simulated minus measured attainment in percentage points, at every measured rate that has a prediction."""
+def simulator_errors(results: list[ModeResult]) -> list[dict[str, float | str | None]]:
+    """Predicted minus measured attainment in percentage points at every measured rate that has a prediction:
+    `error_points` for the model as profiled, `calibrated_error_points` for it rescaled to served lone requests."""
+
+    def diff(predicted: float | None, measured: float) -> float | None:
+        return None if predicted is None else 100 * (predicted - measured)
+
     return [{"mode": r.mode, "workload": r.workload, "rate": p.rate, "measured": p.attainment,
-             "simulated": p.simulated_attainment, "error_points": 100 * (p.simulated_attainment - p.attainment)}
+             "simulated": p.simulated_attainment, "error_points": diff(p.simulated_attainment, p.attainment),
+             "calibrated": p.calibrated_attainment,
+             "calibrated_error_points": diff(p.calibrated_attainment, p.attainment)}
             for r in results for p in r.points if p.simulated_attainment is not None]
 
 
@@ -64,6 +71,14 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None or not math.isfinite(seconds) else f"{1e3 * seconds:.0f}"
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _points(predicted: float | None, measured: float) -> str:
+    return "-" if predicted is None else f"{100 * (predicted - measured):+.1f}"
+
+
 def _pct(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.0f}%"
 
@@ -71,25 +86,27 @@ def _pct(share: float | None) -> str:
 def print_tables(results: list[ModeResult], console: Console) -> None:
     """Goodput per mode and workload, the points of each, and the comparisons."""
     summary = Table(title="goodput per device (req/s per device; attainment target met)")
-    for col in ("workload", "mode", "devices", "TTFT SLO ms", "TPOT SLO ms", "goodput/device", "simulated"):
+    for col in ("workload", "mode", "devices", "TTFT SLO ms", "TPOT SLO ms", "goodput/device", "simulated",
+                "calibrated", "lone TTFT ms", "lone TPOT ms"):
         summary.add_column(col, justify="right" if col not in ("workload", "mode") else "left")
     for r in results:
-        sim = "-" if r.simulated_goodput_per_device is None else f"{r.simulated_goodput_per_device:.2f}"
         summary.add_row(r.workload, r.mode, str(r.devices), _ms(r.slo["ttft_s"]), _ms(r.slo["tpot_s"]),
-                        f"{r.goodput_per_device:.2f}", sim)
+                        f"{r.goodput_per_device:.2f}", _num(r.simulated_goodput_per_device),
+                        _num(r.calibrated_goodput_per_device), _ms(r.lone.get("ttft_s")), _ms(r.lone.get("tpot_s")))
     console.print(summary)
 
     points = Table(title="points (latencies in ms; stages are means of the router's records)")
-    cols = ("workload", "mode", "rate", "attain", "sim", "err pp", "TTFT p90", "TPOT p90", "min scale", *STAGES, "xfer share")
+    cols = ("workload", "mode", "rate", "attain", "sim", "err pp", "cal", "cal err", "TTFT p90", "TPOT p90", "min scale",
+            *STAGES, "xfer share")
     for col in cols:
         points.add_column(col, justify="left" if col in ("workload", "mode") else "right")
     for r in results:
         for p in r.points:
-            sim = p.simulated_attainment
-            err = "-" if sim is None else f"{100 * (sim - p.attainment):+.1f}"
+            sim, cal = p.simulated_attainment, p.calibrated_attainment
             scale = "-" if not math.isfinite(p.tightest_slo_scale) else f"{p.tightest_slo_scale:.2f}"
             mark = "*" if p.rate == r.goodput else ""
-            points.add_row(r.workload, r.mode, f"{p.rate:.3g}{mark}", _pct(p.attainment), _pct(sim), err,
+            points.add_row(r.workload, r.mode, f"{p.rate:.3g}{mark}", _pct(p.attainment), _pct(sim),
+                           _points(sim, p.attainment), _pct(cal), _points(cal, p.attainment),
                            _ms(p.ttft.get("p90")), _ms(p.tpot.get("p90")), scale,
                            *(_ms(p.stages.get(s)) for s in STAGES),
                            "-" if p.transfer_share is None else f"{100 * p.transfer_share:.2f}%")
@@ -97,11 +114,11 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
     for workload, by in ratios(results).items():
         console.print(f"{workload}: " + ", ".join(f"{k} = {'inf' if v is None else f'{v:.2f}x'}" for k, v in by.items()))
     errors = simulator_errors(results)
-    if errors:
-        worst = max(abs(e["error_points"]) for e in errors)
-        mean = sum(abs(e["error_points"]) for e in errors) / len(errors)
-        console.print(f"simulator vs measured attainment: mean |error| {mean:.1f} points, worst {worst:.1f} points "
-                      f"over {len(errors)} rates")
+    for key, name in (("error_points", "as profiled"), ("calibrated_error_points", "calibrated")):
+        values = [abs(e[key]) for e in errors if e[key] is not None]
+        if values:
+            console.print(f"simulator ({name}) vs measured attainment: mean |error| {sum(values) / len(values):.1f} "
+                          f"points, worst {max(values):.1f} points over {len(values)} rates")
     for t in transfer_shares(results):
         console.print(f"{t['workload']} {t['mode']}: KV transfer {_ms(t['transfer_s'])} ms = {100 * t['share']:.2f}% "
                       f"of end-to-end at {t['rate']:.3g} req/s" + ("" if t["at_goodput"] else " (no goodput point)"))

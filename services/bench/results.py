@@ -27,7 +27,8 @@ class Point:
     stages: dict[str, float]  # mean seconds per stage (router records)
     transfer_share: float | None  # mean transfer / mean end-to-end latency; None without a transfer stage
     wall_s: float
-    simulated_attainment: float | None = None
+    simulated_attainment: float | None = None  # the planner's simulator, latency model as profiled
+    calibrated_attainment: float | None = None  # ... with the model rescaled to served lone requests
 
 
 @dataclass(slots=True)
@@ -42,7 +43,10 @@ class ModeResult:
     lengths: dict[str, float]
     lone: dict[str, float] = field(default_factory=dict)  # served lone-request TTFT/TPOT from the warm-up
     simulated_goodput_per_device: float | None = None
-    simulated_curve: list[tuple[float, float]] = field(default_factory=list)
+    calibrated_goodput_per_device: float | None = None
+    calibration: dict[str, float] = field(default_factory=dict)  # prefill/decode factors, link Gbit/s
+    simulated_curve: list[tuple[float, float]] = field(default_factory=list)  # (rate, attainment)
+    calibrated_curve: list[tuple[float, float]] = field(default_factory=list)
 
     def point_at(self, rate: float) -> Point | None:
         return next((p for p in self.points if p.rate == rate), None)

@@ -15,7 +15,7 @@ import numpy as np
 from rich.progress import Progress
 
 from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
-from services.bench.predict import PREDICTED_MODES, Predictor, kv_bytes_per_token
+from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import goodput_search
@@ -60,7 +60,7 @@ class BenchConfig:
     profile: str = ""  # profile file of this device (`distserve profile`)
     num_blocks: int = 1024
     max_batch_tokens: int = 512
-    warmup: int = 4
+    warmup: int = 6  # lone requests (then a burst of as many) before measuring
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,22 +97,34 @@ def run_requests(served: Served, requests: list[BenchRequest], progress: Progres
     return results
 
 
-def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, progress: Progress | None) -> tuple[dict[str, float], float]:
-    """Lone requests one after another, then a burst; returns the served lone TTFT/TPOT and, for a disaggregated
-    deployment, the measured KV transfer rate in Gbit/s (the simulator's link)."""
+@dataclass(frozen=True, slots=True)
+class WarmUp:
+    lone: list[RequestResult]  # requests served one at a time
+    link_gbps: float  # measured KV transfer rate (disaggregated), else the default
+
+    def served_lone(self) -> dict[str, float]:
+        ok = [r for r in self.lone if r.ok]
+        if not ok:
+            return {}
+        return {"ttft_s": statistics.median(r.ttft for r in ok), "tpot_s": statistics.median(r.tpot for r in ok)}
+
+    def lone_points(self) -> list[tuple[int, int, float, float]]:
+        return [(r.prompt_tokens, r.output_tokens, r.ttft, r.tpot) for r in self.lone if r.ok and r.output_tokens > 1]
+
+
+def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, progress: Progress | None) -> WarmUp:
+    """Lone requests one after another, then a burst of the same; the lone ones give the served lone latencies
+    and, when disaggregated, the KV transfer rate."""
     run = uuid.uuid4().hex[:6]
     n = max(cfg.warmup, 1)
     lone = []
     for i in range(n):
-        req = BenchRequest(f"warm-{run}-{i}", sample.prompt_ids[i], 16, 0.0)
-        lone += run_requests(served, [req], None, "")
+        lone += run_requests(served, [BenchRequest(f"warm-{run}-{i}", sample.prompt_ids[i], 16, 0.0)], None, "")
     burst = [BenchRequest(f"warm-{run}-b{i}", sample.prompt_ids[i], 16, 0.0) for i in range(n)]
     run_requests(served, burst, progress, f"{served.mode}: warm-up")
-    ok = [r for r in lone if r.ok]
-    served_lone = {"ttft_s": statistics.median(r.ttft for r in ok), "tpot_s": statistics.median(r.tpot for r in ok)} if ok else {}
-    moved = [(r.prompt_tokens * kv_bytes * 8, r.stages["transfer"]) for r in ok if r.stages.get("transfer", 0) > 0]
+    moved = [(r.prompt_tokens * kv_bytes * 8, r.stages["transfer"]) for r in lone if r.stages.get("transfer", 0) > 0]
     gbps = sum(b for b, _ in moved) / sum(s for _, s in moved) / 1e9 if moved else DEFAULT_LINK_GBPS
-    return served_lone, gbps
+    return WarmUp(lone, gbps)
 
 
 def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
@@ -163,12 +175,21 @@ class Bench:
         for mode in self.cfg.modes:
             with serving(self.cfg, mode) as served:
                 first = self.samples[self.cfg.workloads[0]]
-                lone, gbps = warm_up(self.cfg, served, first, self.kv_bytes, self.progress)
-                predictor = self._predictor(gbps) if self.cfg.simulate and mode in PREDICTED_MODES else None
-                out += [self.measure(served, wl, lone, predictor) for wl in self.cfg.workloads]
+                warm = warm_up(self.cfg, served, first, self.kv_bytes, self.progress)
+                predictors: dict[str, Predictor] = {}
+                calibration = {}
+                if self.cfg.simulate and mode in PREDICTED_MODES:
+                    predictors["simulated"] = self._predictor(warm.link_gbps)
+                    if warm.lone_points():
+                        predictors["calibrated"], calibration = predictors["simulated"].calibrated(warm.lone_points())
+                    calibration["link_gbps"] = warm.link_gbps
+                for wl in self.cfg.workloads:
+                    result = self.measure(served, wl, predictors)
+                    result.lone, result.calibration = warm.served_lone(), calibration
+                    out.append(result)
         return out
 
-    def measure(self, served: Served, workload: str, lone: dict[str, float], predictor: Predictor | None) -> ModeResult:
+    def measure(self, served: Served, workload: str, predictors: dict[str, Predictor]) -> ModeResult:
         """The sweep (or the fixed rate) of one workload on one served mode."""
         sample, slo, points = self.samples[workload], self.slos[workload], []
         sample_at = self.sample_at(workload)
@@ -182,8 +203,8 @@ class Bench:
             began = time.monotonic()
             results = run_requests(served, reqs, self.progress, f"{served.mode} {workload} {rate:.3g} req/s")
             point = summarize(rate, results, slo, time.monotonic() - began)
-            if predictor is not None:
-                point.simulated_attainment = predictor.attainment(part, rate, slo)
+            for kind, predictor in predictors.items():
+                setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
             points.append(point)
             return point.attainment
 
@@ -195,10 +216,11 @@ class Bench:
                                      self.cfg.bisect_steps, self.cfg.max_steps)
         devices = len(self.cfg.devices)
         result = ModeResult(served.mode, workload, devices, slo.as_dict(), goodput, goodput / devices,
-                            sorted(points, key=lambda p: p.rate), sample.stats(), lone)
-        if predictor is not None:
-            result.simulated_goodput_per_device = predictor.goodput(sample_at, slo, self.start_rates[workload]) / devices
-            top = max(max(p.rate for p in points), 2 * result.simulated_goodput_per_device * devices)
-            result.simulated_curve = [(r, predictor.attainment(sample_at(r), r, slo))
-                                      for r in np.linspace(top / 16, top, 16).tolist()]
+                            sorted(points, key=lambda p: p.rate), sample.stats())
+        for kind, predictor in predictors.items():
+            per_device = predictor.goodput(sample_at, slo, self.start_rates[workload]) / devices
+            setattr(result, f"{kind}_goodput_per_device", per_device)
+            top = max(max(p.rate for p in points), 2 * per_device * devices)
+            setattr(result, f"{kind}_curve", [(r, predictor.attainment(sample_at(r), r, slo))
+                                               for r in np.linspace(top / 16, top, 16).tolist()])
         return result

@@ -1,0 +1,40 @@
+"""The planner's prediction for the benchmarked placement, and its rescaling to served lone requests."""
+
+import pytest
+
+from services.bench.predict import Predictor
+from services.bench.slo import SLO
+from services.bench.workload import BenchWorkload
+from services.planner.profile import DecodePoint, PrefillPoint, ProfileFile, write_profile
+from services.planner.shapes import PRESETS
+
+
+@pytest.fixture()
+def predictor(tmp_path) -> Predictor:
+    path = tmp_path / "profile.json"
+    write_profile(ProfileFile(
+        model=PRESETS["small-llama"].as_dict(), device="cpu:0",
+        prefill=[PrefillPoint(prompt_lens=[n] * b, seconds=5e-3 + 3e-4 * n * b + 2e-6 * n * n * b)
+                 for n in (16, 64, 256) for b in (1, 2)],
+        decode=[DecodePoint(context_lens=[c] * b, seconds=0.017 + 8e-6 * c * b + 1e-3 * b)
+                for c in (16, 256) for b in (1, 4)]), path)
+    return Predictor.from_profile(str(path), kv_tokens=16384, max_batch_tokens=512, link_gbps=10.0)
+
+
+def test_attainment_falls_as_the_rate_rises(predictor):
+    sample = BenchWorkload("chatbot").sample(60, vocab=300)
+    slo = SLO(ttft=0.7, tpot=0.04)
+    low, high = predictor.attainment(sample, 0.2, slo), predictor.attainment(sample, 20.0, slo)
+    assert low > 0.9 and high < 0.5
+    goodput = predictor.goodput(lambda rate: sample, slo)
+    assert predictor.attainment(sample, goodput, slo) >= 0.9
+
+
+def test_calibration_recovers_the_served_to_profiled_ratios(predictor):
+    c = predictor.model.at(1)
+    lone = [(p, 16, 2.0 * c.prefill_time(p, p * p), 1.5 * c.decode_time(p + 8, 1)) for p in (50, 150, 300)]
+    slower, factors = predictor.calibrated(lone)
+    assert factors == pytest.approx({"prefill_factor": 2.0, "decode_factor": 1.5})
+    assert slower.model.at(1).prefill_time(100, 100**2) == pytest.approx(2.0 * c.prefill_time(100, 100**2))
+    assert slower.model.at(1).decode_time(500, 3) == pytest.approx(1.5 * c.decode_time(500, 3))
+    assert predictor.model.at(1) is c
