@@ -15,7 +15,7 @@ from services.bench.workload import WORKLOADS
 
 MODES = ("disagg", "colocated", "chunked")
 PROFILE_CACHE = Path.home() / ".cache" / "distserve" / "profiles"
-QUICK = {"num_requests": 40, "min_requests": 16, "window_s": 12.0, "bisect_steps": 1, "max_steps": 3, "warmup": 4}
+QUICK = {"num_requests": 30, "min_requests": 12, "window_s": 10.0, "bisect_steps": 1, "max_steps": 3, "warmup": 4}
 
 
 def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
@@ -54,7 +54,8 @@ def _config(args: argparse.Namespace):
     seconds = args.ttft is not None and args.tpot is not None
     profile = ensure_profile(model, devices[0], args.profile) if (args.simulate or not seconds or args.profile) else ""
     fields = {**(QUICK if args.quick else {}),
-              **{k: v for k, v in (("num_requests", args.num_requests), ("bisect_steps", args.bisect_steps)) if v is not None}}
+              **{k: v for k, v in (("num_requests", args.num_requests), ("bisect_steps", args.bisect_steps),
+                                       ("max_steps", args.max_steps)) if v is not None}}
     return BenchConfig(
         model=model, modes=modes, workloads=_names(args.workload, WORKLOADS, "--workload"), devices=devices,
         start=args.start, router=args.router or "", redis_url=args.redis_url or "", prompt_scale=args.prompt_scale,
@@ -120,9 +121,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     slo.add_argument("--attainment", type=float, default=0.9, help="share of requests that must meet both")
     sweep = p.add_argument_group("rates")
     sweep.add_argument("--rate", type=float, default=None, help="measure this rate only (and the tightest SLO scale)")
-    sweep.add_argument("--start-rate", type=float, default=None, help="first rate (default: 3/4 of the simulated goodput)")
+    sweep.add_argument("--start-rate", type=float, default=None, help="first rate (default: half the simulated goodput)")
     sweep.add_argument("--factor", type=float, default=1.5, help="rate step before bisection")
     sweep.add_argument("--bisect-steps", type=int, default=None, help="bisections after the crossing (default 2; quick 1)")
+    sweep.add_argument("--max-steps", type=int, default=None, help="rate steps in one direction at most (default 5; quick 3)")
     sweep.add_argument("--quick", action="store_true", help="fewer requests and probes: the comparison in minutes")
     pred = p.add_argument_group("prediction")
     pred.add_argument("--simulate", action="store_true", help="the planner's simulated attainment beside each point")

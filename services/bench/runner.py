@@ -52,7 +52,7 @@ class BenchConfig:
     slo_scale: float = 1.0
     target: float = 0.9
     rate: float | None = None  # a fixed rate: one point per mode and workload
-    start_rate: float | None = None  # None: 3/4 of the simulated disaggregated goodput (1 req/s without a profile)
+    start_rate: float | None = None  # None: half the simulated disaggregated goodput (1 req/s without a profile)
     factor: float = 1.5
     bisect_steps: int = 2
     max_steps: int = 5
@@ -161,7 +161,7 @@ class Bench:
             return self.cfg.start_rate
         if not self.cfg.profile:
             return 1.0
-        guess = 0.75 * self._predictor(DEFAULT_LINK_GBPS).goodput(self.sample_at(workload), self.slos[workload])
+        guess = 0.5 * self._predictor(DEFAULT_LINK_GBPS).goodput(self.sample_at(workload), self.slos[workload])
         return float(f"{max(guess, 0.05):.2g}")
 
     def sample_at(self, workload: str) -> Callable[[float], Sample]:

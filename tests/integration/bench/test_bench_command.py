@@ -24,7 +24,7 @@ def test_quick_comparison_reports_consistent_points(tiny_llama_dir, tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "services", "--log-level", "WARNING", "bench", "--start", "--quick", "--model", tiny_llama_dir,
          "--compare", "disagg,colocated,chunked", "--num-requests", "6", "--start-rate", "4", "--factor", "2",
-         "--bisect-steps", "1", "--ttft", "2", "--tpot", "0.5", "--simulate", "--profile", _profile(tiny_llama_dir, tmp_path / "p.json"),
+         "--bisect-steps", "1", "--max-steps", "1", "--ttft", "2", "--tpot", "0.5", "--simulate", "--profile", _profile(tiny_llama_dir, tmp_path / "p.json"),
          "--num-blocks", "128", "--max-batch-tokens", "128", "--json", "--no-progress", "--out", str(out)],
         capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
