@@ -27,6 +27,7 @@ class Point:
     stages: dict[str, float]  # mean seconds per stage (router records)
     transfer_share: float | None  # mean transfer / mean end-to-end latency; None without a transfer stage
     wall_s: float
+    per_request: list[tuple[int, int, float | None, float | None]]  # (prompt, output, TTFT s, TPOT s); None: failed
     simulated_attainment: float | None = None  # the planner's simulator, latency model as profiled
     calibrated_attainment: float | None = None  # ... with the model rescaled to served lone requests
 
@@ -81,4 +82,6 @@ def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float
         tpot_attainment=float(np.sum(ok & (tpot <= slo.tpot_limit)) / n),
         tightest_slo_scale=tightest_scale(ttft, tpot, ok, slo), requests=len(results), failed=int((~ok).sum()),
         ttft=_dist(ttft[ok]), tpot=_dist(tpot[ok]), e2e=_dist(e2e[ok]), stages=stage_means,
-        transfer_share=share, wall_s=wall_s)
+        transfer_share=share, wall_s=wall_s,
+        per_request=[(r.prompt_tokens, r.output_tokens, r.ttft if r.ok else None, r.tpot if r.ok else None)
+                     for r in results])
