@@ -112,7 +112,8 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
                            "-" if p.transfer_share is None else f"{100 * p.transfer_share:.2f}%")
     console.print(points)
     for workload, by in ratios(results).items():
-        console.print(f"{workload}: " + ", ".join(f"{k} = {'inf' if v is None else f'{v:.2f}x'}" for k, v in by.items()))
+        console.print(f"{workload}: " + ", ".join(f"{k} = {'undefined (no goodput)' if v is None else f'{v:.2f}x'}"
+                                                  for k, v in by.items()))
     errors = simulator_errors(results)
     for key, name in (("error_points", "as profiled"), ("calibrated_error_points", "calibrated")):
         values = [abs(e[key]) for e in errors if e[key] is not None]
