@@ -4,8 +4,10 @@ requests and arrival times the benchmark sends.
 
 `calibrated` rescales the fitted model to what lone requests take through the served stack (gRPC hops, the
 router, the step loop's own work, and whatever else shares the cores): prefill terms by the ratio of served to
-predicted lone TTFT, decode terms by that of lone TPOT. The simulator models disaggregated placements only; colocated and chunked instances (prefill and decode
-sharing a step loop) have no model in the planner, so they get no prediction.
+predicted lone TTFT, decode terms by that of lone TPOT.
+
+The simulator models disaggregated placements only; colocated and chunked instances (prefill and decode sharing
+a step loop) have no model in the planner, so they get no prediction.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from services.launcher.stack import Stack, StackConfig
 from services.planner.profile import fit_profile, read_profile
 from services.planner.shapes import load_shape
 
-BLOCK_SIZE = 16
+BLOCK_SIZE = 16  # tokens per KV block, the instances' default
 DEFAULT_LINK_GBPS = 10.0  # used for the simulator's guess before any transfer was measured
 
 
@@ -128,7 +128,7 @@ def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, pro
 
 
 def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
-    """Seconds when given, else scales of the profile's lone-request latencies."""
+    """Seconds when given, else scales of the profile's lone-request latencies (either objective may be given alone)."""
     if cfg.ttft is not None and cfg.tpot is not None:
         return SLO(cfg.ttft, cfg.tpot, cfg.slo_scale, cfg.target)
     if not profile:

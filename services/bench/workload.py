@@ -2,8 +2,9 @@
 
 A workload's lengths are drawn exactly as the planner draws them (`services.planner.workload`), then prompts are
 multiplied by `prompt_scale` and outputs by `output_scale` and clipped to the model's context, so that one CPU
-core prefills a prompt in a fraction of a second rather than seconds. Arrival times are drawn at rate 1 and divided by the rate of each point, so every rate of a
-sweep (and the simulator) sees the same requests in the same order.
+core prefills a prompt in a fraction of a second rather than seconds. Arrival times are drawn at rate 1 and
+divided by the rate of each point, so every rate of a sweep (and the simulator) sees the same requests in the
+same order.
 """
 
 from __future__ import annotations
