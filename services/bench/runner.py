@@ -198,8 +198,8 @@ class Bench:
         def at(rate: float) -> float:
             part = sample_at(rate)
             arrivals = part.arrivals(rate)
-            reqs = [BenchRequest(f"bench-{run}-{rate:.4g}-{i}", part.prompt_ids[i], int(part.outputs[i]), float(arrivals[i]))
-                    for i in range(len(part))]
+            reqs = [BenchRequest(f"bench-{run}-{len(points)}-{i}", part.prompt_ids[i], int(part.outputs[i]),
+                                 float(arrivals[i])) for i in range(len(part))]
             began = time.monotonic()
             results = run_requests(served, reqs, self.progress, f"{served.mode} {workload} {rate:.3g} req/s")
             point = summarize(rate, results, slo, time.monotonic() - began)
