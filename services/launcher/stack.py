@@ -51,6 +51,7 @@ class Proc:
     process: subprocess.Popen
     role: str = ""
     device: str = ""
+    metrics_port: int = 0
 
 
 class Stack:
@@ -65,11 +66,15 @@ class Stack:
     def router_address(self) -> str:
         return f"{self.config.host}:{self.config.grpc_port}"
 
-    def _spawn(self, name: str, args: list[str], address: str, role: str = "", device: str = "") -> Proc:
+    def _spawn(self, name: str, args: list[str], address: str, role: str = "", device: str = "",
+               metrics: bool = True) -> Proc:
+        metrics_port = free_port(self.config.host) if metrics else 0
         cmd = [sys.executable, "-m", "services", "--log-level", self.config.log_level, *args]
+        if metrics:
+            cmd += ["--metrics-port", str(metrics_port)]
         env = {**os.environ, **self.config.extra_env}
         process = subprocess.Popen(cmd, env=env, start_new_session=True)
-        proc = Proc(name, address, process, role, device)
+        proc = Proc(name, address, process, role, device, metrics_port)
         self.procs.append(proc)
         return proc
 
@@ -101,7 +106,7 @@ class Stack:
             wait_serving(router.address, router.process, c.ready_timeout_s, "router")
             if c.planner_port:
                 self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
-                                        "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}")
+                                        "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}", metrics=False)
         except BaseException:
             self.stop()
             raise
