@@ -78,10 +78,16 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def _device(self, index: int) -> str:
-        if self.config.devices:
-            return self.config.devices[index % len(self.config.devices)]
-        return f"cpu:{index % (os.cpu_count() or 1)}"
+    def _devices(self) -> tuple[str, ...]:
+        return self.config.devices or tuple(f"cpu:{i}" for i in range(os.cpu_count() or 1))
+
+    def device(self, index: int) -> str:
+        """The device of instance slot `index` (round robin over the stack's devices)."""
+        devices = self._devices()
+        return devices[index % len(devices)]
+
+    def device_index(self, device: str) -> int:
+        return self._devices().index(device)
 
     def start(self) -> None:
         """Starts everything and returns once every server reports SERVING."""
@@ -97,7 +103,7 @@ class Stack:
                 waits.append(self._spawn("kvxfer", ["kvxfer", "--host", c.host, "--port", str(port)], self.kvxfer_address))
                 wait_serving(self.kvxfer_address, waits[-1].process, c.ready_timeout_s, "kvxfer")
             for i, role in enumerate(c.instance_roles()):
-                waits.append(self.add_instance(role, self._device(i), wait=False))
+                waits.append(self.add_instance(role, self.device(i), wait=False))
             for proc in waits:
                 wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             router = self._spawn("router", [
