@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import asdict
 
 import redis
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from services.planner.actuator import Actuator
 from services.planner.config import PlannerSettings
 from services.planner.records import fit_records, load_plan, read_records, save_plan
 from services.planner.replan import Replanner
@@ -17,13 +19,15 @@ from services.planner.schemas import PlanRequest, ReplanRequest, SimulateRequest
 from services.planner.service import run_plan, run_simulate
 
 
-def create_app(settings: PlannerSettings, client: redis.Redis | None = None) -> FastAPI:
-    """The app; `client` (or settings.redis_url) gives request records, plan storage and the replanning loop."""
+def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
+               actuator: Actuator | None = None) -> FastAPI:
+    """The app; `client` (or settings.redis_url) gives request records, plan storage and the replanning loop;
+    `actuator` (e.g. `distserve up`'s launcher) applies what the loop and `/v1/replan` plan."""
     if client is None and settings.redis_url:
         client = redis.Redis.from_url(settings.redis_url)
     state: dict = {"plan": None}
     base = ReplanRequest(model=settings.replan_model, hardware=settings.replan_hardware)
-    replanner = Replanner(client, base, threshold=settings.replan_threshold, workers=settings.workers,
+    replanner = Replanner(client, base, actuator, threshold=settings.replan_threshold, workers=settings.workers,
                           on_plan=lambda plan: state.update(plan=plan)) if client is not None else None
 
     @contextlib.asynccontextmanager
@@ -67,15 +71,16 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None) -> 
     async def simulate(req: SimulateRequest) -> dict:
         return await run_in_threadpool(run_simulate, req)
 
-    @app.post("/v1/replan", summary="Plan for the workload recorded in Redis")
+    @app.post("/v1/replan", summary="Plan for the workload recorded in Redis (and apply it, with an actuator)")
     async def replan(req: ReplanRequest) -> dict:
         rds = need_redis()
         records = await run_in_threadpool(read_records, rds, req.max_records)
         recorded = fit_records(records)
         replanner.request = req
-        result, _ = await run_in_threadpool(replanner.replan, recorded)
-        remember(result, req)
-        return result
+        plan, result = await run_in_threadpool(replanner.replan, recorded)
+        remember(plan, req)
+        actuation = await run_in_threadpool(replanner.apply, result)
+        return plan if actuation is None else {**plan, "actuation": asdict(actuation)}
 
     @app.get("/v1/plan", summary="The current plan")
     async def current_plan() -> dict:
