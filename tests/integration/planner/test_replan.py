@@ -4,9 +4,11 @@ import asyncio
 import json
 import time
 
-import pytest
+from fastapi.testclient import TestClient
 
 from services.planner.actuator import InstanceSpec, RunningInstance
+from services.planner.api import create_app
+from services.planner.config import PlannerSettings
 from services.planner.records import PLAN_KEY
 from services.planner.replan import Replanner, shift
 from services.planner.schemas import ClusterBody, ReplanRequest
@@ -76,11 +78,6 @@ async def test_background_loop_stores_a_plan_and_stops(rds, record):
 
 
 def test_replan_endpoint_applies_the_plan_through_the_actuator(rds, record):
-    from fastapi.testclient import TestClient
-
-    from services.planner.api import create_app
-    from services.planner.config import PlannerSettings
-
     actuator = Recorder()
     record(rds, 200, rate=2.0, prompt=400, output=60, start=time.time() - 100)
     with TestClient(create_app(PlannerSettings(workers=1), rds, actuator)) as api:
