@@ -10,6 +10,10 @@ import sys
 # Modules that define `register(subparsers)`; each adds its subcommands with `func` set.
 COMMAND_MODULES = (
     "services.engine.cli",
+    "services.common.instance_cli",
+    "services.router.cli",
+    "services.launcher.cli",
+    "services.kvxfer.cli",
     "services.planner.cli",
 )
 

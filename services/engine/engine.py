@@ -6,6 +6,7 @@ Single-threaded by design; services drive it from one worker thread (services/en
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from services.engine.kv_pool import KVLayout
 from services.engine.model_config import ModelConfig
 from services.engine.model_runner import ModelRunner
 from services.engine.scheduler import SCHEDULERS, Policy, SchedulerConfig
+from services.engine.validation import validate_request
 from services.engine.sequence import FinishReason, SamplingParams, Sequence, SeqStatus
 
 
@@ -40,6 +42,9 @@ class StepOutput:
     finish_reason: FinishReason | None = None
     prefilled: bool = False  # prefill policy: K/V complete and held for a pull
     num_prompt_tokens: int = 0
+    held_blocks: list[int] = field(default_factory=list)  # with `prefilled`: the blocks holding the K/V
+    step_start: float = 0.0  # unix seconds: the step that produced this output
+    step_end: float = 0.0
 
     @property
     def finished(self) -> bool:
@@ -71,16 +76,7 @@ class LLMEngine:
 
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served."""
-        if not prompt_ids:
-            raise EngineInputError("prompt", "must not be empty")
-        vocab = self.model_config.vocab_size
-        if any(not 0 <= t < vocab for t in prompt_ids):
-            raise EngineInputError("prompt_token_ids", f"ids must be in [0, {vocab})")
-        params.validate()
-        limit = self.model_config.max_position
-        if len(prompt_ids) + params.max_tokens > limit:
-            raise EngineInputError(
-                "max_tokens", f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the context of {limit}")
+        validate_request(self.model_config, prompt_ids, params)
         needed = self.blocks.blocks_for(len(prompt_ids) + params.max_tokens)
         if needed > self.blocks.num_blocks:
             raise EngineInputError(
@@ -139,7 +135,9 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if not batch.items:
             return []
+        step_start = time.time()
         tokens = self.runner.execute(batch)
+        step_end = time.time()
         outputs: list[StepOutput] = []
         sampled = iter(tokens)
         for it in batch.items:
@@ -149,23 +147,25 @@ class LLMEngine:
                 continue
             token = next(sampled)
             seq.output_ids.append(token)
-            out = StepOutput(seq.request_id, [token], num_prompt_tokens=len(seq.prompt_ids))
+            out = StepOutput(seq.request_id, [token], num_prompt_tokens=len(seq.prompt_ids),
+                             step_start=step_start, step_end=step_end)
             reason = self._finish_reason(seq, token)
             if reason is not None:
                 self.scheduler.finish(seq, reason)
                 self._ids.discard(seq.request_id)
                 out.finish_reason = reason
             elif self.config.policy == "prefill":
-                self._hold(seq)
+                out.held_blocks = self._hold(seq)
                 out.prefilled = True
             outputs.append(out)
         return outputs
 
-    def _hold(self, seq: Sequence) -> None:
+    def _hold(self, seq: Sequence) -> list[int]:
         self.scheduler.running.remove(seq)
         seq.status = SeqStatus.PREFILLED
         self.prefilled[seq.request_id] = Prefilled(seq, seq.block_table)
         seq.block_table = []
+        return list(self.prefilled[seq.request_id].block_ids)
 
     def _finish_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         p = seq.params

@@ -64,10 +64,11 @@ class IncrementalDecoder:
         self.ids: list[int] = []
         self.emitted = 0
 
-    def push(self, new_ids: list[int]) -> str:
+    def push(self, new_ids: list[int], final: bool = False) -> str:
+        """Text added by `new_ids`; on the final push, whatever is left, complete or not."""
         self.ids.extend(new_ids)
         text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd"):
+        if text.endswith("\ufffd") and not final:
             return ""
         delta, self.emitted = text[self.emitted :], len(text)
         return delta

@@ -1,0 +1,124 @@
+from distserve.v1 import kv_pb2 as _kv_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SamplingParams(_message.Message):
+    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "ignore_eos", "stop_token_ids")
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+    ignore_eos: bool
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Stamps(_message.Message):
+    __slots__ = ("prefill_queued", "prefill_start", "prefill_end", "xfer_start", "xfer_end", "decode_queued", "decode_start")
+    PREFILL_QUEUED_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_START_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_END_FIELD_NUMBER: _ClassVar[int]
+    XFER_START_FIELD_NUMBER: _ClassVar[int]
+    XFER_END_FIELD_NUMBER: _ClassVar[int]
+    DECODE_QUEUED_FIELD_NUMBER: _ClassVar[int]
+    DECODE_START_FIELD_NUMBER: _ClassVar[int]
+    prefill_queued: float
+    prefill_start: float
+    prefill_end: float
+    xfer_start: float
+    xfer_end: float
+    decode_queued: float
+    decode_start: float
+    def __init__(self, prefill_queued: _Optional[float] = ..., prefill_start: _Optional[float] = ..., prefill_end: _Optional[float] = ..., xfer_start: _Optional[float] = ..., xfer_end: _Optional[float] = ..., decode_queued: _Optional[float] = ..., decode_start: _Optional[float] = ...) -> None: ...
+
+class PrefillRequest(_message.Message):
+    __slots__ = ("request_id", "prompt_token_ids", "sampling")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    sampling: SamplingParams
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ...) -> None: ...
+
+class PrefillResponse(_message.Message):
+    __slots__ = ("first_token", "finish_reason", "kv", "stamps")
+    FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    KV_FIELD_NUMBER: _ClassVar[int]
+    STAMPS_FIELD_NUMBER: _ClassVar[int]
+    first_token: int
+    finish_reason: str
+    kv: _kv_pb2.KVHandle
+    stamps: Stamps
+    def __init__(self, first_token: _Optional[int] = ..., finish_reason: _Optional[str] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ...) -> None: ...
+
+class DecodeRequest(_message.Message):
+    __slots__ = ("request_id", "prompt_token_ids", "first_token", "sampling", "kv")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    KV_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    first_token: int
+    sampling: SamplingParams
+    kv: _kv_pb2.KVHandle
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., first_token: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ...) -> None: ...
+
+class TokenChunk(_message.Message):
+    __slots__ = ("token_ids", "finish_reason", "stamps")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    STAMPS_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    finish_reason: str
+    stamps: Stamps
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[str] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ...) -> None: ...
+
+class ColocatedRequest(_message.Message):
+    __slots__ = ("request_id", "prompt_token_ids", "sampling")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    sampling: SamplingParams
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ...) -> None: ...
+
+class InstanceStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class InstanceStatsResponse(_message.Message):
+    __slots__ = ("instance_id", "role", "blocks_total", "blocks_used", "waiting", "running", "held", "steps")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    role: str
+    blocks_total: int
+    blocks_used: int
+    waiting: int
+    running: int
+    held: int
+    steps: int
+    def __init__(self, instance_id: _Optional[str] = ..., role: _Optional[str] = ..., blocks_total: _Optional[int] = ..., blocks_used: _Optional[int] = ..., waiting: _Optional[int] = ..., running: _Optional[int] = ..., held: _Optional[int] = ..., steps: _Optional[int] = ...) -> None: ...

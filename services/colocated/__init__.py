@@ -1,0 +1,1 @@
+"""Colocated and chunked-prefill instances: the baselines, each request whole on one engine."""

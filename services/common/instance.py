@@ -1,0 +1,126 @@
+"""What every engine instance (prefill, decode, colocated, chunked) shares: config, engine, gRPC server,
+health, Redis registration with heartbeats, KV pool registration with kvxfer, metrics, clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.common.metrics import KV_TOTAL, KV_USED, QUEUE, RUNNING, serve_metrics
+from services.common.registry import InstanceInfo, Registry
+from services.engine.async_engine import AsyncEngine
+from services.engine.device import setup_device
+from services.engine.engine import EngineConfig, LLMEngine
+from services.engine.kv_pool import shm_path
+from services.kvxfer.client import KVXferClient
+
+log = logging.getLogger(__name__)
+Role = Literal["prefill", "decode", "colocated", "chunked"]
+
+
+class InstanceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DISTSERVE_", frozen=True)
+
+    role: Role = Field(description="which engine policy this instance runs")
+    model: str = Field(description="model folder")
+    device: str = Field("cpu", description="cpu, cpu:N (pinned to core N) or cuda:N")
+    host: str = Field("127.0.0.1", description="address to bind the gRPC server to")
+    port: int = Field(0, description="gRPC port")
+    instance_id: str = Field("", description="unique id; made from the role when empty")
+    node: str = Field(default_factory=socket.gethostname, description="host name; instances of one node share a kvxfer")
+    redis_url: str = Field(description="Redis holding the registry and load book")
+    kvxfer: str = Field("", description="gRPC address of this host's kvxfer (prefill and decode)")
+    num_blocks: int = Field(1024, description="KV blocks in the pool")
+    block_size: int = Field(16, description="tokens per KV block")
+    max_batch_tokens: int = Field(512, description="Lm for prefill; token budget per step for colocated/chunked")
+    max_num_seqs: int = Field(64, description="most sequences in one batch")
+    max_pending: int = Field(256, description="most requests queued or running before RESOURCE_EXHAUSTED")
+    lease_ttl_s: float = Field(30.0, description="how long prefilled K/V waits for a pull")
+    pull_timeout_s: float = Field(10.0, description="bound on one K/V pull")
+    heartbeat_s: float = Field(1.0, description="registry heartbeat period (the TTL is 3 periods)")
+    metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")
+
+
+ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str, KVXferClient | None],
+                           Awaitable[Callable[[], Awaitable[None]]]]
+
+
+async def _report(engine: AsyncEngine, instance_id: str) -> None:
+    def snapshot(e: LLMEngine) -> tuple[int, int, int]:
+        return len(e.scheduler.waiting), len(e.scheduler.running), e.blocks.num_used
+
+    waiting, running, used = await engine.call(snapshot)
+    QUEUE.labels(instance_id).set(waiting)
+    RUNNING.labels(instance_id).set(running)
+    KV_USED.labels(instance_id).set(used)
+
+
+async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory) -> None:
+    """Serves one instance until SIGINT/SIGTERM."""
+    instance_id = settings.instance_id or f"{settings.role}-{uuid.uuid4().hex[:8]}"
+    device = setup_device(settings.device)
+    uses_kvxfer = settings.role in ("prefill", "decode")
+    pool_path = shm_path(instance_id) if uses_kvxfer and device.type == "cpu" else None
+    engine = LLMEngine(EngineConfig(
+        model=settings.model, policy=settings.role, device=settings.device, block_size=settings.block_size,
+        num_blocks=settings.num_blocks, max_batch_tokens=settings.max_batch_tokens,
+        max_num_seqs=settings.max_num_seqs, pool_path=pool_path), device)
+    async_engine = AsyncEngine(engine)
+    KV_TOTAL.labels(instance_id).set(settings.num_blocks)
+    kv = KVXferClient(settings.kvxfer) if uses_kvxfer else None
+    if kv is not None:
+        await kv.register_pool(instance_id, engine.runner.pool)
+
+    server = grpc.aio.server()
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    on_stop = await add_servicer(server, async_engine, settings, instance_id, kv)
+    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    await server.start()
+    serve_metrics(settings.metrics_port, settings.host)
+
+    registry = Registry.from_url(settings.redis_url, ttl_s=3 * settings.heartbeat_s)
+    info = InstanceInfo(instance_id, settings.role, f"{settings.host}:{port}", settings.node, settings.device, settings.kvxfer)
+    await registry.register(info)
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    log.info("%s %s serving on %s:%d (device %s)", settings.role, instance_id, settings.host, port, settings.device)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    while not stop.is_set():
+        try:
+            await registry.heartbeat(info)
+            await _report(async_engine, instance_id)
+        except Exception as exc:  # Redis briefly away: keep serving, retry next beat
+            log.warning("heartbeat failed: %s", exc)
+        try:
+            await asyncio.wait_for(stop.wait(), settings.heartbeat_s)
+        except TimeoutError:
+            pass
+
+    log.info("%s %s stopping", settings.role, instance_id)
+    await health_servicer.enter_graceful_shutdown()
+    try:
+        await registry.deregister(info)
+    except Exception as exc:
+        log.warning("deregister failed: %s", exc)
+    await server.stop(grace=5)
+    await on_stop()
+    if kv is not None:
+        await kv.unregister_pool(instance_id)
+        await kv.close()
+    async_engine.stop()
+    engine.close()
+    await registry.close()

@@ -1,0 +1,96 @@
+"""The instance registry and load book in Redis (DESIGN §6).
+
+- `ds:inst:{id}`: an instance's JSON descriptor, with a TTL its heartbeat refreshes (lapsed = dead).
+- `ds:load:{role}`: sorted set of instance ids by load (pending prefill tokens; decode KV tokens).
+  The router picks the least-loaded live instance and adds the request's load in one Lua call, so
+  several routers do not herd onto the same instance.
+- `ds:requests`: a capped stream of request records for the planner's workload profiler.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import redis.asyncio as aioredis
+
+INST_KEY = "ds:inst:{}"
+LOAD_KEY = "ds:load:{}"
+REQUESTS_STREAM = "ds:requests"
+REQUESTS_MAXLEN = 100_000
+
+# KEYS[1] = load zset; ARGV[1] = load to add. Returns the chosen live id; drops dead ids on the way.
+_PICK = """
+local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+for _, id in ipairs(ids) do
+  if redis.call('EXISTS', 'ds:inst:' .. id) == 1 then
+    redis.call('ZINCRBY', KEYS[1], ARGV[1], id)
+    return id
+  end
+  redis.call('ZREM', KEYS[1], id)
+end
+return false
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    id: str
+    role: str        # prefill | decode | colocated
+    address: str     # gRPC host:port
+    host: str        # host name; instances on one host share a kvxfer
+    device: str
+    kvxfer: str = ""  # gRPC address of this host's kvxfer
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> "InstanceInfo":
+        return cls(**json.loads(raw))
+
+
+class Registry:
+    def __init__(self, client: aioredis.Redis, ttl_s: float = 3.0) -> None:
+        self.redis = client
+        self.ttl_ms = int(ttl_s * 1000)
+        self._pick = client.register_script(_PICK)
+
+    @classmethod
+    def from_url(cls, url: str, ttl_s: float = 3.0) -> "Registry":
+        return cls(aioredis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0), ttl_s)
+
+    async def register(self, info: InstanceInfo) -> None:
+        """Announces an instance with zero load (a restart forgets the old load)."""
+        await self.redis.set(INST_KEY.format(info.id), info.to_json(), px=self.ttl_ms)
+        await self.redis.zadd(LOAD_KEY.format(info.role), {info.id: 0})
+
+    async def heartbeat(self, info: InstanceInfo) -> None:
+        await self.redis.set(INST_KEY.format(info.id), info.to_json(), px=self.ttl_ms)
+
+    async def deregister(self, info: InstanceInfo) -> None:
+        await self.redis.delete(INST_KEY.format(info.id))
+        await self.redis.zrem(LOAD_KEY.format(info.role), info.id)
+
+    async def instances(self) -> list[InstanceInfo]:
+        keys = [key async for key in self.redis.scan_iter(match=INST_KEY.format("*"), count=1000)]
+        values = await self.redis.mget(keys) if keys else []
+        return [InstanceInfo.from_json(v) for v in values if v is not None]
+
+    async def pick(self, role: str, load: float) -> str | None:
+        """The least-loaded live instance of a role, with `load` added to it atomically."""
+        chosen = await self._pick(keys=[LOAD_KEY.format(role)], args=[load])
+        return chosen.decode() if chosen else None
+
+    async def add_load(self, role: str, instance_id: str, load: float) -> None:
+        await self.redis.zincrby(LOAD_KEY.format(role), load, instance_id)
+
+    async def loads(self, role: str) -> dict[str, float]:
+        return {k.decode(): v for k, v in await self.redis.zrange(LOAD_KEY.format(role), 0, -1, withscores=True)}
+
+    async def record_request(self, record: dict[str, str | int | float]) -> None:
+        await self.redis.xadd(REQUESTS_STREAM, {k: str(v) for k, v in record.items()},
+                              maxlen=REQUESTS_MAXLEN, approximate=True)
+
+    async def close(self) -> None:
+        await self.redis.aclose()

@@ -1,0 +1,22 @@
+"""Command-line flags generated from a pydantic-settings model, so each option is described once."""
+
+from __future__ import annotations
+
+import argparse
+from typing import get_args
+
+from pydantic_settings import BaseSettings
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser, settings: type[BaseSettings], skip: tuple[str, ...] = ()) -> None:
+    for name, field in settings.model_fields.items():
+        if name in skip:
+            continue
+        kind = field.annotation if field.annotation in (int, float) else str
+        choices = get_args(field.annotation) or None
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, choices=choices, help=field.description)
+
+
+def settings_values(args: argparse.Namespace, settings: type[BaseSettings]) -> dict:
+    """The flags given on the command line (unset ones fall back to the environment, then defaults)."""
+    return {k: v for k, v in vars(args).items() if k in settings.model_fields and v is not None}

@@ -1,0 +1,1 @@
+"""Decode instances: reserve blocks, pull the prompt's K/V through kvxfer, continuous batching."""

@@ -1,0 +1,60 @@
+"""The decode instance's logic: wait for free blocks (pull, not push), pull the K/V, stream the tokens."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from distserve.v1 import kv_pb2
+from services.common.stamps import Lifetime
+from services.engine.async_engine import AsyncEngine
+from services.engine.errors import EngineInputError
+from services.engine.sequence import SamplingParams
+from services.kvxfer.client import KVXferClient
+from services.common.errors import Overloaded
+
+
+@dataclass(slots=True)
+class DecodeChunk:
+    token_ids: list[int]
+    finish_reason: str = ""
+    stamps: Lifetime | None = None
+
+
+class DecodeCore:
+    def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, pull_timeout_s: float, max_pending: int) -> None:
+        self.engine = engine
+        self.kv = kv
+        self.instance_id = instance_id
+        self.pull_timeout_s = pull_timeout_s
+        self.max_pending = max_pending
+        self.pending = 0
+
+    async def decode(self, request_id: str, prompt_ids: list[int], first_token: int, params: SamplingParams,
+                     handle: kv_pb2.KVHandle) -> AsyncIterator[DecodeChunk]:
+        self.engine.engine.validate(prompt_ids, params)
+        if handle.num_tokens != len(prompt_ids):
+            raise EngineInputError("kv.num_tokens", f"{handle.num_tokens} != prompt length {len(prompt_ids)}")
+        if self.pending >= self.max_pending:
+            raise Overloaded(f"decode queue full ({self.pending} requests)")
+        self.pending += 1
+        try:
+            stamps = Lifetime(decode_queued=time.time())
+            blocks = await self.engine.reserve_blocks(len(prompt_ids))
+            stamps.xfer_start = time.time()
+            try:
+                await self.kv.pull(handle, self.instance_id, blocks, timeout_s=self.pull_timeout_s)
+            except BaseException:
+                await self.engine.free_blocks(blocks)
+                raise
+            stamps.xfer_end = time.time()
+            first = True
+            async for out in self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, blocks):
+                if first:
+                    stamps.decode_start = out.step_start
+                reason = out.finish_reason.value if out.finish_reason else ""
+                yield DecodeChunk(out.new_token_ids, reason, stamps if first else None)
+                first = False
+        finally:
+            self.pending -= 1

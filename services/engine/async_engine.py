@@ -1,0 +1,117 @@
+"""The engine as seen from an asyncio service: awaitable commands and per-request output streams.
+
+The engine itself runs on an EngineWorker thread; outputs come back through `call_soon_threadsafe`.
+A stream that ends early (client gone, deadline, error) aborts its request, which frees its blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
+
+from services.engine.engine import LLMEngine, StepOutput
+from services.engine.sequence import SamplingParams
+from services.engine.worker import EngineWorker
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self._loop = asyncio.get_running_loop()
+        self._streams: dict[str, asyncio.Queue[StepOutput]] = {}
+        self._block_waiters: deque[tuple[int, asyncio.Future[list[int]]]] = deque()
+        self._granting = False
+        self.worker = EngineWorker(engine, lambda outs: self._loop.call_soon_threadsafe(self._dispatch, outs))
+        self.worker.start()
+
+    async def call(self, fn: Callable[[LLMEngine], T]) -> T:
+        """Runs `fn(engine)` on the engine thread between steps."""
+        return await asyncio.wrap_future(self.worker.call(fn))
+
+    def _dispatch(self, outputs: list[StepOutput]) -> None:
+        for out in outputs:
+            queue = self._streams.get(out.request_id)
+            if queue is not None:
+                queue.put_nowait(out)
+        if self._block_waiters and any(out.finished for out in outputs):
+            self._grant_blocks()
+
+    async def _stream(self, request_id: str, admit: Callable[[LLMEngine], None]) -> AsyncIterator[StepOutput]:
+        queue: asyncio.Queue[StepOutput] = asyncio.Queue()
+        self._streams[request_id] = queue
+        done = False
+        try:
+            await self.call(admit)
+            while not done:
+                out = await queue.get()
+                done = out.finished or out.prefilled
+                yield out
+        finally:
+            self._streams.pop(request_id, None)
+            if not done:
+                # Fire and forget: the abort is queued to the engine thread even if this task is cancelled.
+                self.worker.call(lambda e: e.abort(request_id))
+
+    def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[StepOutput]:
+        """Streams a new request's outputs (prefill policy: one output, with the K/V held)."""
+        return self._stream(request_id, lambda e: e.add_request(request_id, prompt_ids, params))
+
+    def continue_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int, params: SamplingParams,
+                           block_ids: list[int]) -> AsyncIterator[StepOutput]:
+        """Decode: streams a request whose prompt K/V already sits in `block_ids`."""
+        return self._stream(request_id, lambda e: e.add_prefilled(request_id, prompt_ids, first_token, params, block_ids))
+
+    async def reserve_blocks(self, num_tokens: int) -> list[int]:
+        """Waits (FCFS) until the pool can hold `num_tokens` tokens and returns the reserved blocks."""
+        future: asyncio.Future[list[int]] = self._loop.create_future()
+        self._block_waiters.append((num_tokens, future))
+        self._grant_blocks()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.worker.call(lambda e: e.free_blocks(future.result()))
+            raise
+
+    def _grant_blocks(self) -> None:
+        """Reserves blocks for the waiters at the head of the queue, in order, on the engine thread."""
+        if self._granting or not self._block_waiters:
+            return
+        self._granting = True
+        sizes = [num_tokens for num_tokens, _ in self._block_waiters]
+
+        def grant(engine: LLMEngine) -> list[list[int]]:
+            granted = []
+            for num_tokens in sizes:
+                blocks = engine.reserve_blocks(num_tokens)
+                if blocks is None:
+                    break
+                granted.append(blocks)
+            return granted
+
+        def deliver(done: asyncio.Future) -> None:
+            self._granting = False
+            granted = done.result()
+            for blocks in granted:
+                _, future = self._block_waiters.popleft()
+                if future.done():  # its waiter went away meanwhile
+                    self.worker.call(lambda e, b=blocks: e.free_blocks(b))
+                else:
+                    future.set_result(blocks)
+            if len(granted) == len(sizes):
+                self._grant_blocks()  # waiters that arrived during the grant
+
+        asyncio.wrap_future(self.worker.call(grant)).add_done_callback(deliver)
+
+    async def free_blocks(self, block_ids: list[int]) -> None:
+        await self.call(lambda e: e.free_blocks(block_ids))
+        self._grant_blocks()
+
+    def stop(self) -> None:
+        self.worker.stop()

@@ -1,0 +1,1 @@
+"""kvxfer: the per-host KV-cache transfer service (lease authority, same-host copies, UCX pulls)."""

@@ -1,0 +1,61 @@
+"""Wires one kvxfer process: gRPC (KVXfer + health), the UCX listener, the expiry loop, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import start_http_server
+
+from distserve.v1 import kvxfer_pb2_grpc
+from services.kvxfer.config import KVXferConfig
+from services.kvxfer.core import KVXferCore
+from services.kvxfer.metrics import XferMetrics
+from services.kvxfer.peers import GrpcPeers
+from services.kvxfer.server import KVXferServicer
+from services.kvxfer.ucx_env import apply_ucx_env
+
+log = logging.getLogger(__name__)
+SERVICE = "distserve.v1.KVXfer"
+
+
+async def serve(config: KVXferConfig) -> None:
+    """Serve until SIGTERM or SIGINT."""
+    apply_ucx_env(config.ucx_tls, config.ucx_rndv_scheme)
+    from services.kvxfer.transport import UcxPuller, UcxServer  # after the UCX environment is set
+
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+    port = server.add_insecure_port(f"{config.host}:{config.port}")
+    metrics = XferMetrics()
+    peers = GrpcPeers(config.connect_timeout_s)
+    puller = UcxPuller(config.connect_timeout_s)
+    core = KVXferCore(f"{config.host}:{port}", peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
+    ucx = UcxServer(core)
+    ucx_port = ucx.start(config.ucx_port)
+    kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if config.metrics_port:
+        start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
+    await server.start()
+    expiry = asyncio.create_task(core.run_expiry(config.expiry_interval_s))
+    for name in ("", SERVICE):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("kvxfer serving gRPC on %s, UCX on port %d, metrics on %s", core.address, ucx_port,
+             config.metrics_port or "none")
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("kvxfer stopping")
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(grace=2.0)
+    expiry.cancel()
+    puller.close()
+    ucx.close()
+    await peers.close()

@@ -1,0 +1,34 @@
+"""`distserve kvxfer` (serve) and `distserve bench-xfer` (transfer throughput against baselines)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from services.kvxfer.config import KVXferConfig
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    serve = subparsers.add_parser("kvxfer", help="serve the KV-cache transfer service of this host")
+    for name, field in KVXferConfig.model_fields.items():
+        serve.add_argument(f"--{name.replace('_', '-')}", type=field.annotation, default=None, help=field.description)
+    serve.set_defaults(func=_serve)
+
+    bench = subparsers.add_parser("bench-xfer", help="KV transfer throughput, same host and across hosts")
+    bench.add_argument("--json", action="store_true", help="print the rows as one JSON list")
+    bench.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    bench.set_defaults(func=_bench)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from services.kvxfer.app import serve
+
+    flags = {name: getattr(args, name) for name in KVXferConfig.model_fields if getattr(args, name) is not None}
+    asyncio.run(serve(KVXferConfig(**flags)))
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from services.kvxfer.bench import run_bench
+
+    return run_bench(as_json=args.json, quick=args.quick)

@@ -1,0 +1,100 @@
+"""The worker's client of its host's kvxfer: register the pool, lease blocks, watch lease ends, pull.
+
+    client = KVXferClient("127.0.0.1:50061")
+    await client.register_pool("prefill-0", pool)                 # pool: services.engine.kv_pool.KVPool
+    handle = await client.create_lease("prefill-0", blocks, num_tokens, ttl_s=30)
+    result = await client.pull(handle, "decode-0", dst_blocks, on_failure=block_manager.free)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import grpc
+
+from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
+from services.engine.kv_pool import KVPool
+from services.kvxfer.convert import layout_to_pb, stats_from_pb
+from services.kvxfer.core import PullResult, Stats
+from services.kvxfer.leases import LeaseEnd, LeaseState
+
+RPC_MARGIN_S = 2.0  # the service gives up on a pull this long before the RPC deadline, so it reports why
+STATES = {kvxfer_pb2.LeaseEvent.RELEASED: LeaseState.RELEASED, kvxfer_pb2.LeaseEvent.EXPIRED: LeaseState.EXPIRED}
+
+
+class PullFailed(Exception):
+    """A pull that did not deliver the KV; `code` says why (FAILED_PRECONDITION: lease gone,
+    UNAVAILABLE: source gone, DEADLINE_EXCEEDED, DATA_LOSS, INVALID_ARGUMENT, NOT_FOUND)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        self.code = code
+        super().__init__(f"{code.name}: {message}")
+
+
+class KVXferClient:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = grpc.aio.insecure_channel(address)
+        self._stub = kvxfer_pb2_grpc.KVXferStub(self._channel)
+
+    async def register_pool(self, instance_id: str, pool: KVPool) -> None:
+        """Let kvxfer map the pool: a /dev/shm file on CPU, a CUDA IPC handle on GPU."""
+        request = kvxfer_pb2.RegisterPoolRequest(instance_id=instance_id, layout=layout_to_pb(pool.layout),
+                                                 device=str(pool.device))
+        if pool.device.type == "cuda":
+            from services.kvxfer.gpu import export_ipc
+
+            handle, offset, index = export_ipc(pool.tensor)
+            request.cuda_ipc.CopyFrom(kvxfer_pb2.CudaIpcHandle(handle=handle, offset=offset, device_index=index))
+        elif pool.path is None:
+            raise ValueError("a CPU pool must live in a /dev/shm file (KVPool(..., path=shm_path(...)))")
+        else:
+            request.shm_path = pool.path
+        await self._stub.RegisterPool(request)
+
+    async def unregister_pool(self, instance_id: str) -> int:
+        """Unmap the pool; returns how many live leases were dropped (without events)."""
+        reply = await self._stub.UnregisterPool(kvxfer_pb2.UnregisterPoolRequest(instance_id=instance_id))
+        return reply.dropped_leases
+
+    async def create_lease(self, instance_id: str, block_ids: Sequence[int], num_tokens: int,
+                           ttl_s: float = 0.0) -> kv_pb2.KVHandle:
+        """Hold blocks for a puller; the handle carries everything the puller's kvxfer needs."""
+        return await self._stub.CreateLease(kvxfer_pb2.CreateLeaseRequest(
+            instance_id=instance_id, block_ids=block_ids, num_tokens=num_tokens, ttl_s=ttl_s))
+
+    async def watch_leases(self, instance_id: str) -> AsyncIterator[LeaseEnd]:
+        """Lease ends of the instance as they happen; free a lease's blocks only on its event."""
+        async for event in self._stub.WatchLeases(kvxfer_pb2.WatchLeasesRequest(instance_id=instance_id)):
+            yield LeaseEnd(event.lease_id, event.instance_id, list(event.block_ids), STATES[event.reason])
+
+    async def pull(self, handle: kv_pb2.KVHandle, dst_instance_id: str, dst_block_ids: Sequence[int], *,
+                   checksum: bool = False, timeout_s: float | None = None,
+                   on_failure: Callable[[list[int]], object] | None = None) -> PullResult:
+        """Pull the handle's KV into dst_block_ids of dst_instance_id's pool (registered with this kvxfer).
+
+        On failure raises PullFailed after calling on_failure(dst_block_ids), e.g. the block manager's
+        free: the destination blocks hold no usable KV then. The source lease is released on success
+        and kept (until expiry) on failure, so the pull may be retried.
+        """
+        request = kvxfer_pb2.PullRequest(source=handle, dst_instance_id=dst_instance_id,
+                                         dst_block_ids=dst_block_ids, checksum=checksum, timeout_s=timeout_s or 0.0)
+        try:
+            reply = await self._stub.Pull(request, timeout=None if timeout_s is None else timeout_s + RPC_MARGIN_S)
+        except BaseException as e:  # cancelled too: kvxfer then aborts the transfer within milliseconds
+            if on_failure is not None:
+                on_failure(list(dst_block_ids))
+            if isinstance(e, grpc.aio.AioRpcError):
+                raise PullFailed(e.code(), e.details() or "") from e
+            raise
+        return PullResult(reply.bytes, reply.seconds, reply.path, reply.crc32 if checksum else None)
+
+    async def release(self, lease_id: str) -> bool:
+        """Give up a lease unpulled (e.g. its request was cancelled); False if it had already ended."""
+        return (await self._stub.Release(kvxfer_pb2.ReleaseRequest(lease_id=lease_id))).released
+
+    async def stats(self) -> Stats:
+        return stats_from_pb(await self._stub.Stats(kvxfer_pb2.StatsRequest()))
+
+    async def close(self) -> None:
+        await self._channel.close()

@@ -1,0 +1,325 @@
+"""kvxfer's core: the pools of this host, the lease table, and pulls (same host or over UCX).
+
+No gRPC here: the servicer converts messages, a PeerDirectory finds other hosts' kvxfers and a
+Puller moves bytes across hosts; both are passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from services.engine.kv_pool import KVLayout
+from services.kvxfer.checksum import crc32
+from services.kvxfer.errors import Failure, XferError
+from services.kvxfer.leases import LeaseEnd, LeaseError, LeaseState, LeaseTable
+from services.kvxfer.metrics import XferMetrics
+from services.kvxfer.pools import CudaIpc, MappedPool, copy_ranges, map_cuda, map_host
+from services.kvxfer.ranges import ByteRange, block_ranges, check_blocks
+from services.kvxfer.orders import PullOrder, SourceGrant
+
+log = logging.getLogger(__name__)
+INLINE_COPY_BYTES = 1 << 20  # smaller same-host copies run on the loop: a thread hop costs more
+
+
+class PeerDirectory(Protocol):
+    async def ucx_address(self, kvxfer_address: str) -> tuple[str, int]:
+        """The UCX listener (host, port) of the kvxfer at this gRPC address; raise XferError."""
+
+    def forget(self, kvxfer_address: str) -> None:
+        """Drop a cached address (its kvxfer may have restarted)."""
+
+
+class Puller(Protocol):
+    async def pull(self, peer: tuple[str, int], order: PullOrder, dst_views: Sequence,
+                   verify: Callable[[int | None], Awaitable[None]]) -> None:
+        """Receive the order's ranges from the peer into dst_views."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRef:
+    """The fields of a KVHandle a pull needs."""
+
+    instance_id: str
+    kvxfer_address: str
+    lease_id: str
+    block_ids: list[int]
+    layout: KVLayout
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    nbytes: int
+    seconds: float
+    path: str  # "same-host" | "cross-host"
+    crc: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    pools: int
+    live_leases: int
+    pulls_in_flight: int
+    pulls_ok: int
+    pulls_failed: int
+    bytes_pulled: int
+    leases_expired: int
+    leases_released: int
+
+
+def same_shape(a: KVLayout, b: KVLayout) -> bool:
+    """Blocks of a and b hold the same bytes (only the pool sizes may differ)."""
+    return dataclasses.replace(a, num_blocks=0) == dataclasses.replace(b, num_blocks=0)
+
+
+class KVXferCore:
+    def __init__(self, address: str, peers: PeerDirectory, puller: Puller, default_ttl_s: float,
+                 pull_timeout_s: float, metrics: XferMetrics, clock: Callable[[], float] = time.time) -> None:
+        self.address = address  # this kvxfer's gRPC address, as written into handles
+        self._peers = peers
+        self._puller = puller
+        self._default_ttl_s = default_ttl_s
+        self._pull_timeout_s = pull_timeout_s
+        self.metrics = metrics
+        self.pools: dict[str, MappedPool] = {}
+        self.leases = LeaseTable(clock)
+        self._watchers: dict[str, list[asyncio.Queue[LeaseEnd]]] = {}
+        self._backlog: dict[str, list[LeaseEnd]] = {}
+        self._in_flight = 0
+
+    # pools
+
+    def register_pool(self, instance_id: str, layout: KVLayout, device: str, shm_path: str | None,
+                      cuda_ipc: CudaIpc | None) -> None:
+        """Map a worker's pool (replacing an earlier registration of the same instance)."""
+        try:
+            if cuda_ipc is not None:
+                pool = map_cuda(instance_id, layout, device, cuda_ipc)
+            elif shm_path:
+                pool = map_host(instance_id, layout, shm_path)
+            else:
+                raise ValueError("neither a shm path nor a CUDA IPC handle")
+        except (ValueError, RuntimeError, OSError) as e:
+            raise XferError(Failure.BAD_REQUEST, f"cannot map pool of {instance_id}: {e}") from e
+        self.pools[instance_id] = pool
+        log.info("registered pool of %s: %s, %d blocks of %d bytes", instance_id, device, layout.num_blocks,
+                 layout.block_bytes)
+
+    def unregister_pool(self, instance_id: str) -> int:
+        """Unmap a pool; its leases end without events (their worker is leaving)."""
+        self.pools.pop(instance_id, None)
+        self._backlog.pop(instance_id, None)
+        dropped = self.leases.drop_instance(instance_id)
+        self.metrics.live_leases(self.leases.live())
+        return dropped
+
+    # leases
+
+    def create_lease(self, instance_id: str, block_ids: list[int], num_tokens: int, ttl_s: float):
+        pool = self._pool(instance_id)
+        try:
+            check_blocks(block_ids, pool.layout.num_blocks, "lease")
+        except ValueError as e:
+            raise XferError(Failure.BAD_REQUEST, str(e)) from e
+        lease = self.leases.create(instance_id, block_ids, num_tokens, ttl_s or self._default_ttl_s)
+        self.metrics.live_leases(self.leases.live())
+        return lease, pool.layout
+
+    def release(self, lease_id: str) -> bool:
+        end = self.leases.release(lease_id)
+        self._emit(end)
+        return end is not None or self._release_pending(lease_id)
+
+    def expire(self) -> None:
+        for end in self.leases.expire():
+            log.info("lease %s of %s expired", end.lease_id, end.instance_id)
+            self._emit(end)
+
+    async def run_expiry(self, interval_s: float) -> None:
+        while True:
+            self.expire()
+            await asyncio.sleep(interval_s)
+
+    def watch(self, instance_id: str) -> asyncio.Queue[LeaseEnd]:
+        """A queue of the instance's lease ends (with those that ended while nobody watched)."""
+        queue: asyncio.Queue[LeaseEnd] = asyncio.Queue()
+        for end in self._backlog.pop(instance_id, []):
+            queue.put_nowait(end)
+        self._watchers.setdefault(instance_id, []).append(queue)
+        return queue
+
+    def unwatch(self, instance_id: str, queue: asyncio.Queue[LeaseEnd]) -> None:
+        queues = self._watchers.get(instance_id, [])
+        if queue in queues:
+            queues.remove(queue)
+        if not queues:
+            self._watchers.pop(instance_id, None)
+
+    # pulls (destination side)
+
+    async def pull(self, source: SourceRef, dst_instance_id: str, dst_block_ids: list[int],
+                   checksum: bool, timeout_s: float = 0.0) -> PullResult:
+        """Copy the source blocks into dst_block_ids; the destination blocks are the caller's to free."""
+        start = time.perf_counter()
+        path = "same-host" if source.instance_id in self.pools else "cross-host"
+        self._in_flight += 1
+        try:
+            if path == "same-host":
+                nbytes, crc = await self._pull_local(source, dst_instance_id, dst_block_ids, checksum)
+            else:
+                nbytes, crc = await self._pull_remote(source, dst_instance_id, dst_block_ids, checksum,
+                                                      min(timeout_s or self._pull_timeout_s, self._pull_timeout_s))
+        except XferError as e:
+            self.metrics.pull_failed(e.failure.name.lower())
+            log.warning("pull of lease %s failed: %s", source.lease_id, e)
+            raise
+        except asyncio.CancelledError:
+            self.metrics.pull_failed("cancelled")
+            raise
+        finally:
+            self._in_flight -= 1
+        seconds = time.perf_counter() - start
+        self.metrics.pull_ok(path, nbytes, seconds)
+        return PullResult(nbytes, seconds, path, crc)
+
+    async def _pull_local(self, source: SourceRef, dst_instance_id: str, dst_block_ids: list[int],
+                          checksum: bool) -> tuple[int, int | None]:
+        src = self.pools[source.instance_id]
+        lease = self._pin(source.lease_id)
+        ok = False
+        try:
+            if lease.instance_id != source.instance_id:
+                raise XferError(Failure.BAD_REQUEST, f"lease {lease.lease_id} is not of {source.instance_id}")
+            dst, ranges = self._destination(dst_instance_id, dst_block_ids, src.layout, lease.block_ids)
+            await _blocking(copy_ranges, src, dst, ranges, inline=_nbytes(ranges) <= INLINE_COPY_BYTES)
+            crc = None
+            if checksum:
+                crc = await _blocking(crc32, src.views(ranges, "src"))
+                await _verify_crc(crc, dst, ranges)
+            ok = True
+            return _nbytes(ranges), crc
+        finally:
+            self._emit(self.leases.unpin(lease.lease_id, release=ok))
+
+    async def _pull_remote(self, source: SourceRef, dst_instance_id: str, dst_block_ids: list[int],
+                           checksum: bool, timeout_s: float) -> tuple[int, int | None]:
+        if source.kvxfer_address == self.address:
+            raise XferError(Failure.NOT_FOUND, f"source instance {source.instance_id} is not registered with "
+                                               f"its kvxfer {self.address} (gone?)")
+        dst, ranges = self._destination(dst_instance_id, dst_block_ids, source.layout, source.block_ids)
+        order = PullOrder(source.lease_id, source.instance_id, source.block_ids, dst_block_ids,
+                          source.layout.block_bytes, checksum)
+        got: list[int | None] = [None]
+
+        async def verify(src_crc: int | None) -> None:
+            if checksum:
+                await _verify_crc(src_crc, dst, ranges)
+                got[0] = src_crc
+
+        try:
+            async with asyncio.timeout(timeout_s):
+                peer = await self._peers.ucx_address(source.kvxfer_address)
+                await self._puller.pull(peer, order, dst.views(ranges, "dst"), verify)
+        except TimeoutError as e:
+            raise XferError(Failure.TIMEOUT, f"pull from {source.kvxfer_address} took over {timeout_s} s") from e
+        except XferError as e:
+            if e.failure is Failure.UNAVAILABLE:
+                self._peers.forget(source.kvxfer_address)
+            raise
+        return _nbytes(ranges), got[0]
+
+    # pulls (source side, for the UCX server)
+
+    async def open_pull(self, order: PullOrder) -> SourceGrant:
+        pool = self.pools.get(order.instance_id)
+        if pool is None:
+            raise XferError(Failure.NOT_FOUND, f"instance {order.instance_id} is not registered here")
+        lease = self._pin(order.lease_id)
+        try:
+            if lease.instance_id != order.instance_id or lease.block_ids != order.src_blocks:
+                raise XferError(Failure.BAD_REQUEST, f"lease {lease.lease_id} does not hold those blocks")
+            if pool.layout.block_bytes != order.block_bytes:
+                raise XferError(Failure.BAD_REQUEST, f"block size {order.block_bytes} != {pool.layout.block_bytes}")
+            ranges = block_ranges(lease.block_ids, order.dst_blocks, pool.layout.block_bytes)
+            views = pool.views(ranges, "src")
+            return SourceGrant(views, await _blocking(crc32, views) if order.checksum else None)
+        except BaseException:
+            self._emit(self.leases.unpin(lease.lease_id, release=False))
+            raise
+
+    def close_pull(self, order: PullOrder, ok: bool) -> None:
+        self._emit(self.leases.unpin(order.lease_id, release=ok))
+
+    def stats(self) -> Stats:
+        m = self.metrics
+        return Stats(len(self.pools), self.leases.live(), self._in_flight, m.pulls_ok, m.pulls_failed,
+                     m.bytes_pulled, m.leases_expired, m.leases_released)
+
+    # helpers
+
+    def _pool(self, instance_id: str) -> MappedPool:
+        pool = self.pools.get(instance_id)
+        if pool is None:
+            raise XferError(Failure.BAD_REQUEST, f"instance {instance_id} has no pool registered here")
+        return pool
+
+    def _pin(self, lease_id: str):
+        try:
+            return self.leases.pin(lease_id)
+        except LeaseError as e:
+            raise XferError(Failure.LEASE_GONE, str(e)) from e
+
+    def _destination(self, dst_instance_id: str, dst_block_ids: list[int], src_layout: KVLayout,
+                     src_block_ids: list[int]) -> tuple[MappedPool, list[ByteRange]]:
+        dst = self._pool(dst_instance_id)
+        if not same_shape(src_layout, dst.layout):
+            raise XferError(Failure.BAD_REQUEST, f"source layout {src_layout} and destination layout "
+                                                 f"{dst.layout} differ")
+        try:
+            check_blocks(dst_block_ids, dst.layout.num_blocks, "destination")
+            return dst, block_ranges(src_block_ids, dst_block_ids, dst.layout.block_bytes)
+        except ValueError as e:
+            raise XferError(Failure.BAD_REQUEST, str(e)) from e
+
+    def _release_pending(self, lease_id: str) -> bool:
+        lease = self.leases.leases.get(lease_id)
+        return lease is not None and lease.release_pending
+
+    def _emit(self, end: LeaseEnd | None) -> None:
+        if end is None:
+            return
+        self.metrics.lease_ended(end.state is LeaseState.EXPIRED)
+        self.metrics.live_leases(self.leases.live())
+        queues = self._watchers.get(end.instance_id)
+        if queues:
+            for queue in queues:
+                queue.put_nowait(end)
+        elif end.instance_id in self.pools:
+            self._backlog.setdefault(end.instance_id, []).append(end)
+
+
+def _nbytes(ranges: Sequence[ByteRange]) -> int:
+    return sum(r.length for r in ranges)
+
+
+async def _blocking(fn, *args, inline: bool = False):
+    """Run a blocking copy off the loop; if cancelled, wait for it: it writes into a pool."""
+    if inline:
+        return fn(*args)
+    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise
+
+
+async def _verify_crc(src_crc: int | None, dst: MappedPool, ranges: Sequence[ByteRange]) -> None:
+    dst_crc = await _blocking(crc32, dst.views(ranges, "dst"))
+    if src_crc != dst_crc:
+        raise XferError(Failure.DATA_LOSS, f"checksum mismatch: source {src_crc}, destination {dst_crc}")

@@ -1,0 +1,92 @@
+"""The KVXfer gRPC servicer: converts messages and calls the core; failures map to status codes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
+from services.kvxfer.convert import layout_from_pb, layout_to_pb, lease_end_to_pb, source_from_pb, stats_to_pb
+from services.kvxfer.core import KVXferCore
+from services.kvxfer.errors import Failure, XferError
+from services.kvxfer.pools import CudaIpc
+
+CODES = {
+    Failure.BAD_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
+    Failure.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Failure.LEASE_GONE: grpc.StatusCode.FAILED_PRECONDITION,
+    Failure.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Failure.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Failure.DATA_LOSS: grpc.StatusCode.DATA_LOSS,
+}
+
+
+class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
+    def __init__(self, core: KVXferCore, host_id: str, ucx_host: str, ucx_port: int) -> None:
+        self._core = core
+        self._describe = kvxfer_pb2.DescribeResponse(host_id=host_id, ucx_host=ucx_host, ucx_port=ucx_port)
+
+    async def RegisterPool(self, request: kvxfer_pb2.RegisterPoolRequest,
+                           context: grpc.aio.ServicerContext) -> kvxfer_pb2.RegisterPoolResponse:
+        ipc = None
+        if request.HasField("cuda_ipc"):
+            ipc = CudaIpc(request.cuda_ipc.handle, request.cuda_ipc.offset, request.cuda_ipc.device_index)
+        await _call(context, self._core.register_pool, request.instance_id, layout_from_pb(request.layout),
+                    request.device or "cpu", request.shm_path or None, ipc)
+        return kvxfer_pb2.RegisterPoolResponse()
+
+    async def UnregisterPool(self, request: kvxfer_pb2.UnregisterPoolRequest,
+                             context: grpc.aio.ServicerContext) -> kvxfer_pb2.UnregisterPoolResponse:
+        return kvxfer_pb2.UnregisterPoolResponse(dropped_leases=self._core.unregister_pool(request.instance_id))
+
+    async def CreateLease(self, request: kvxfer_pb2.CreateLeaseRequest,
+                          context: grpc.aio.ServicerContext) -> kv_pb2.KVHandle:
+        lease, layout = await _call(context, self._core.create_lease, request.instance_id,
+                                    list(request.block_ids), request.num_tokens, request.ttl_s)
+        return kv_pb2.KVHandle(instance_id=lease.instance_id, kvxfer_address=self._core.address,
+                               lease_id=lease.lease_id, block_ids=lease.block_ids, num_tokens=lease.num_tokens,
+                               layout=layout_to_pb(layout), lease_expiry=lease.expiry)
+
+    async def WatchLeases(self, request: kvxfer_pb2.WatchLeasesRequest,
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[kvxfer_pb2.LeaseEvent]:
+        queue = self._core.watch(request.instance_id)
+        try:
+            while True:
+                yield lease_end_to_pb(await queue.get())
+        finally:
+            self._core.unwatch(request.instance_id, queue)
+
+    async def Pull(self, request: kvxfer_pb2.PullRequest,
+                   context: grpc.aio.ServicerContext) -> kvxfer_pb2.PullResponse:
+        result = await _acall(context, self._core.pull(source_from_pb(request.source), request.dst_instance_id,
+                                                       list(request.dst_block_ids), request.checksum,
+                                                       request.timeout_s))
+        return kvxfer_pb2.PullResponse(bytes=result.nbytes, seconds=result.seconds, path=result.path,
+                                       crc32=result.crc or 0)
+
+    async def Release(self, request: kvxfer_pb2.ReleaseRequest,
+                      context: grpc.aio.ServicerContext) -> kvxfer_pb2.ReleaseResponse:
+        return kvxfer_pb2.ReleaseResponse(released=self._core.release(request.lease_id))
+
+    async def Stats(self, request: kvxfer_pb2.StatsRequest,
+                    context: grpc.aio.ServicerContext) -> kvxfer_pb2.StatsResponse:
+        return stats_to_pb(self._core.stats())
+
+    async def Describe(self, request: kvxfer_pb2.DescribeRequest,
+                       context: grpc.aio.ServicerContext) -> kvxfer_pb2.DescribeResponse:
+        return self._describe
+
+
+async def _call(context: grpc.aio.ServicerContext, fn, *args):
+    try:
+        return fn(*args)
+    except XferError as e:
+        await context.abort(CODES[e.failure], str(e))
+
+
+async def _acall(context: grpc.aio.ServicerContext, coro):
+    try:
+        return await coro
+    except XferError as e:
+        await context.abort(CODES[e.failure], str(e))

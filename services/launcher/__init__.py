@@ -1,0 +1,1 @@
+"""`distserve up`: the whole stack as local processes (Redis, kvxfer, instances, router, planner)."""

@@ -1,0 +1,57 @@
+"""`distserve up`: start the whole stack locally and serve until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from services.launcher.stack import Stack, StackConfig
+
+
+def _up(args: argparse.Namespace) -> int:
+    from services.engine.cli import resolve_model
+
+    config = StackConfig(
+        model=resolve_model(args.model), mode=args.mode, prefill=args.prefill, decode=args.decode,
+        devices=tuple(d for d in args.devices.split(",") if d) if args.devices else (), host=args.host,
+        grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
+        redis_url=args.redis_url or "", num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens,
+        log_level=args.log_level)
+    stack = Stack(config)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stack.start()
+    try:
+        print(f"distserve up ({config.mode}, model {config.model})", flush=True)
+        print(f"  gRPC   {stack.router_address}  (distserve.v1.Router/Generate)", flush=True)
+        if config.http_port:
+            print(f"  HTTP   http://{config.host}:{config.http_port}/v1  (OpenAI-compatible)", flush=True)
+        if config.planner_port:
+            print(f"  planner http://{config.host}:{config.planner_port}/docs", flush=True)
+        print(f"  Redis  {stack.redis_url}", flush=True)
+        for proc in stack.procs:
+            print(f"  {proc.name:<24} {proc.address}  {proc.device}", flush=True)
+        print("ready; Ctrl-C stops everything", flush=True)
+        stop.wait()
+    finally:
+        stack.stop()
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("up", help="start the whole stack locally (embedded Redis unless --redis-url)")
+    p.add_argument("--model", default=None, help="model folder or preset (default: small-llama, made on first use)")
+    p.add_argument("--mode", choices=("disagg", "colocated", "chunked"), default="disagg")
+    p.add_argument("--prefill", type=int, default=1, help="prefill instances (colocated/chunked: added to --decode)")
+    p.add_argument("--decode", type=int, default=1, help="decode instances")
+    p.add_argument("--devices", default="", help="comma-separated devices, one per instance (default cpu:0, cpu:1, ...)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--grpc-port", type=int, default=50051)
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--planner-port", type=int, default=0, help="planner REST port (0: no planner)")
+    p.add_argument("--redis-url", default=None)
+    p.add_argument("--num-blocks", type=int, default=1024, help="KV blocks per instance")
+    p.add_argument("--max-batch-tokens", type=int, default=512, help="Lm / token budget per step")
+    p.set_defaults(func=_up)

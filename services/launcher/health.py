@@ -1,0 +1,28 @@
+"""Readiness by the gRPC health service: wait until a server says SERVING (never a fixed sleep)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+def wait_serving(address: str, process: subprocess.Popen | None, timeout_s: float, name: str) -> None:
+    """Polls the health service of `address` until SERVING; raises if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(f"{name} exited with code {process.returncode} before serving")
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} at {address} not serving after {timeout_s:.0f} s")
+            time.sleep(0.1)

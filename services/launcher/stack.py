@@ -1,0 +1,148 @@
+"""Starts and stops the processes of a local stack; also the actuator's hands (add or stop an instance)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal
+
+from services.common.net import free_port
+from services.common.redis_server import EmbeddedRedis
+from services.launcher.health import wait_serving
+
+log = logging.getLogger(__name__)
+Mode = Literal["disagg", "colocated", "chunked"]
+
+
+@dataclass(frozen=True, slots=True)
+class StackConfig:
+    model: str
+    mode: Mode = "disagg"
+    prefill: int = 1
+    decode: int = 1
+    devices: tuple[str, ...] = ()  # one per instance; cpu:i round-robin over the cores when empty
+    host: str = "127.0.0.1"
+    grpc_port: int = 50051
+    http_port: int = 8000
+    planner_port: int = 0  # 0: no planner
+    redis_url: str = ""    # empty: a private redis-server
+    num_blocks: int = 1024
+    max_batch_tokens: int = 512
+    lease_ttl_s: float = 30.0
+    ready_timeout_s: float = 180.0
+    log_level: str = "INFO"
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def instance_roles(self) -> list[str]:
+        if self.mode == "disagg":
+            return ["prefill"] * self.prefill + ["decode"] * self.decode
+        return [self.mode] * (self.prefill + self.decode)
+
+
+@dataclass(slots=True)
+class Proc:
+    name: str
+    address: str
+    process: subprocess.Popen
+    role: str = ""
+    device: str = ""
+
+
+class Stack:
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.redis: EmbeddedRedis | None = None
+        self.redis_url = config.redis_url
+        self.kvxfer_address = ""
+        self.procs: list[Proc] = []
+
+    @property
+    def router_address(self) -> str:
+        return f"{self.config.host}:{self.config.grpc_port}"
+
+    def _spawn(self, name: str, args: list[str], address: str, role: str = "", device: str = "") -> Proc:
+        cmd = [sys.executable, "-m", "services", "--log-level", self.config.log_level, *args]
+        env = {**os.environ, **self.config.extra_env}
+        process = subprocess.Popen(cmd, env=env, start_new_session=True)
+        proc = Proc(name, address, process, role, device)
+        self.procs.append(proc)
+        return proc
+
+    def _device(self, index: int) -> str:
+        if self.config.devices:
+            return self.config.devices[index % len(self.config.devices)]
+        return f"cpu:{index % (os.cpu_count() or 1)}"
+
+    def start(self) -> None:
+        """Starts everything and returns once every server reports SERVING."""
+        c = self.config
+        if not self.redis_url:
+            self.redis = EmbeddedRedis(host=c.host).start()
+            self.redis_url = self.redis.url
+        try:
+            waits = []
+            if c.mode == "disagg":
+                port = free_port(c.host)
+                self.kvxfer_address = f"{c.host}:{port}"
+                waits.append(self._spawn("kvxfer", ["kvxfer", "--host", c.host, "--port", str(port)], self.kvxfer_address))
+                wait_serving(self.kvxfer_address, waits[-1].process, c.ready_timeout_s, "kvxfer")
+            for i, role in enumerate(c.instance_roles()):
+                waits.append(self.add_instance(role, self._device(i), wait=False))
+            for proc in waits:
+                wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
+            router = self._spawn("router", [
+                "router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(c.grpc_port),
+                "--http-port", str(c.http_port), "--redis-url", self.redis_url], self.router_address)
+            wait_serving(router.address, router.process, c.ready_timeout_s, "router")
+            if c.planner_port:
+                self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
+                                        "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def add_instance(self, role: str, device: str, wait: bool = True) -> Proc:
+        c = self.config
+        port = free_port(c.host)
+        instance_id = f"{role}-{device.replace(':', '')}-{uuid.uuid4().hex[:4]}"
+        args = [role, "--model", c.model, "--device", device, "--host", c.host, "--port", str(port),
+                "--instance-id", instance_id, "--redis-url", self.redis_url, "--num-blocks", str(c.num_blocks),
+                "--max-batch-tokens", str(c.max_batch_tokens), "--lease-ttl-s", str(c.lease_ttl_s)]
+        if self.kvxfer_address:
+            args += ["--kvxfer", self.kvxfer_address]
+        proc = self._spawn(instance_id, args, f"{c.host}:{port}", role, device)
+        if wait:
+            wait_serving(proc.address, proc.process, c.ready_timeout_s, instance_id)
+        return proc
+
+    def stop_instance(self, name: str, timeout_s: float = 30.0) -> None:
+        """Stops one instance gracefully (it deregisters first, so the router stops sending to it)."""
+        proc = next(p for p in self.procs if p.name == name)
+        self._terminate(proc, timeout_s)
+        self.procs.remove(proc)
+
+    @staticmethod
+    def _terminate(proc: Proc, timeout_s: float) -> None:
+        if proc.process.poll() is None:
+            proc.process.send_signal(signal.SIGTERM)
+            try:
+                proc.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in %.0f s; killing it", proc.name, timeout_s)
+                proc.process.kill()
+                proc.process.wait()
+
+    def stop(self) -> None:
+        """Router first (no new work), then instances, then kvxfer, then Redis."""
+        order = sorted(self.procs, key=lambda p: {"router": 0, "planner": 0, "kvxfer": 2}.get(p.name, 1))
+        for proc in order:
+            self._terminate(proc, 15.0)
+        self.procs.clear()
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None

@@ -1,0 +1,72 @@
+"""The prefill instance's logic: admit, run to the first token, lease the K/V, free it when the lease ends."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from distserve.v1 import kv_pb2
+from services.common.errors import Overloaded
+from services.common.stamps import Lifetime
+from services.engine.async_engine import AsyncEngine
+from services.engine.sequence import SamplingParams
+from services.kvxfer.client import KVXferClient
+from services.kvxfer.lease_keeper import LeaseKeeper
+
+
+@dataclass(slots=True)
+class PrefillResult:
+    first_token: int
+    finish_reason: str = ""
+    handle: kv_pb2.KVHandle | None = None
+    stamps: Lifetime = field(default_factory=Lifetime)
+
+
+class PrefillCore:
+    def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, lease_ttl_s: float,
+                 max_pending: int, pull_timeout_s: float) -> None:
+        self.engine = engine
+        # A pull in flight holds its lease past expiry: free by our own clock only well after that.
+        self.leases = LeaseKeeper(kv, instance_id, self.free_leased, grace_s=pull_timeout_s + 5)
+        self.instance_id = instance_id
+        self.lease_ttl_s = lease_ttl_s
+        self.max_pending = max_pending
+        self.pending = 0
+        self._holder: dict[int, str] = {}  # first held block → request id (a lease names its blocks)
+        self._keeper: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._keeper = asyncio.create_task(self.leases.run())
+
+    async def stop(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+
+    def free_leased(self, block_ids: list[int]) -> None:
+        """The LeaseKeeper's callback: a lease ended (pulled, released, expired), so its request's blocks go back."""
+        request_id = self._holder.pop(block_ids[0])
+        self.engine.worker.call(lambda e: e.release_prefilled(request_id))
+
+    async def prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> PrefillResult:
+        self.engine.engine.validate(prompt_ids, params)  # reads config only: safe off the engine thread
+        if self.pending >= self.max_pending:
+            raise Overloaded(f"prefill queue full ({self.pending} requests)")
+        stamps = Lifetime(prefill_queued=time.time())
+        self.pending += 1
+        try:
+            async for out in self.engine.generate(request_id, prompt_ids, params):
+                last = out
+        finally:
+            self.pending -= 1
+        stamps.prefill_start, stamps.prefill_end = last.step_start, last.step_end
+        if last.finished:
+            return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps)
+        self._holder[last.held_blocks[0]] = request_id
+        try:
+            handle = await self.leases.create_lease(last.held_blocks, len(prompt_ids), self.lease_ttl_s)
+        except BaseException:
+            self._holder.pop(last.held_blocks[0], None)
+            self.engine.worker.call(lambda e: e.release_prefilled(request_id))
+            raise
+        return PrefillResult(last.new_token_ids[0], "", handle, stamps)

@@ -1,0 +1,38 @@
+"""gRPC servicer of a prefill instance: protobuf in, PrefillCore, protobuf out."""
+
+from __future__ import annotations
+
+import grpc
+
+from distserve.v1 import worker_pb2, worker_pb2_grpc
+from services.common.convert import sampling_from_proto
+from services.common.grpc_errors import abort_for, stats_of
+from services.common.instance import InstanceSettings
+from services.kvxfer.client import KVXferClient
+from services.engine.async_engine import AsyncEngine
+from services.prefill.core import PrefillCore
+
+
+class PrefillServicer(worker_pb2_grpc.PrefillServicer):
+    def __init__(self, core: PrefillCore) -> None:
+        self.core = core
+
+    async def Prefill(self, request: worker_pb2.PrefillRequest, context: grpc.aio.ServicerContext) -> worker_pb2.PrefillResponse:
+        try:
+            result = await self.core.prefill(request.request_id, list(request.prompt_token_ids),
+                                             sampling_from_proto(request.sampling))
+        except Exception as exc:
+            await abort_for(context, exc)
+        return worker_pb2.PrefillResponse(first_token=result.first_token, finish_reason=result.finish_reason,
+                                          kv=result.handle, stamps=result.stamps.to_proto())
+
+    async def Stats(self, request: worker_pb2.InstanceStatsRequest, context: grpc.aio.ServicerContext) -> worker_pb2.InstanceStatsResponse:
+        return await stats_of(self.core.engine, self.core.instance_id, "prefill")
+
+
+async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
+                      kv: KVXferClient | None):
+    core = PrefillCore(engine, kv, instance_id, settings.lease_ttl_s, settings.max_pending, settings.pull_timeout_s)
+    core.start()
+    worker_pb2_grpc.add_PrefillServicer_to_server(PrefillServicer(core), server)
+    return core.stop

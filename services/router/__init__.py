@@ -1,0 +1,1 @@
+"""The router: validation, tokenization, FCFS admission, instance choice, token streaming, OpenAI HTTP."""

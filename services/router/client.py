@@ -1,0 +1,41 @@
+"""A small client of distserve.v1.Router (`distserve generate` without --local)."""
+
+from __future__ import annotations
+
+import sys
+
+import grpc
+
+from distserve.v1 import router_pb2, router_pb2_grpc
+from services.engine.sequence import SamplingParams
+
+
+def request_of(prompt: str, params: SamplingParams) -> router_pb2.GenerateRequest:
+    req = router_pb2.GenerateRequest(prompt=prompt, max_tokens=params.max_tokens, temperature=params.temperature,
+                                     top_p=params.top_p, top_k=params.top_k, ignore_eos=params.ignore_eos,
+                                     stop_token_ids=list(params.stop_token_ids))
+    if params.seed is not None:
+        req.seed = params.seed
+    return req
+
+
+def generate_remote(address: str, prompt: str, params: SamplingParams, stream: bool = True, timeout_s: float = 600) -> dict:
+    """Streams the text to stdout when `stream`; returns {token_ids, text, finish_reason, request_id}."""
+    token_ids: list[int] = []
+    parts: list[str] = []
+    finish_reason, request_id = "", ""
+    with grpc.insecure_channel(address) as channel:
+        stub = router_pb2_grpc.RouterStub(channel)
+        try:
+            for response in stub.Generate(request_of(prompt, params), timeout=timeout_s):
+                token_ids.extend(response.token_ids)
+                parts.append(response.text)
+                finish_reason, request_id = response.finish_reason or finish_reason, response.request_id
+                if stream:
+                    sys.stdout.write(response.text)
+                    sys.stdout.flush()
+        except grpc.RpcError as exc:
+            raise SystemExit(f"error: {exc.code().name}: {exc.details()}") from None
+    if stream:
+        sys.stdout.write("\n")
+    return {"token_ids": token_ids, "text": "".join(parts), "finish_reason": finish_reason, "request_id": request_id}

@@ -1,0 +1,30 @@
+"""Router configuration (env prefix DISTSERVE_ROUTER_)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Mode = Literal["disagg", "colocated", "chunked"]
+
+
+class RouterSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DISTSERVE_ROUTER_", frozen=True)
+
+    model: str = Field(description="model folder (tokenizer and limits)")
+    model_name: str = Field("", description="name clients use for the model; the folder name when empty")
+    mode: Mode = Field("disagg", description="disagg: prefill then decode instances; colocated/chunked: one instance per request")
+    host: str = Field("127.0.0.1", description="address to bind")
+    grpc_port: int = Field(50051, description="gRPC port (distserve.v1.Router)")
+    http_port: int = Field(8000, description="OpenAI-compatible HTTP port; 0 = off")
+    redis_url: str = Field(description="Redis holding the registry, load book and request records")
+    max_inflight: int = Field(256, description="requests served at once; more wait FCFS")
+    max_queued: int = Field(1024, description="requests waiting for admission before RESOURCE_EXHAUSTED / 429")
+    default_max_tokens: int = Field(16, description="max_tokens when the request gives none")
+    max_prompt_chars: int = Field(1 << 20, description="longest prompt text accepted")
+    retries: int = Field(2, description="times a request is retried on another instance after an instance failure")
+    refresh_s: float = Field(0.5, description="how often the instance list is re-read from Redis")
+    api_key: str = Field("", description="when set, clients must send it (gRPC metadata / HTTP bearer)")
+    metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")

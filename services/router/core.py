@@ -1,0 +1,186 @@
+"""The router's request path: FCFS admission, prefill then decode (or one colocated instance), retries on
+instance failure, token streaming with incremental detokenization, lifecycle records and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Awaitable
+from dataclasses import dataclass
+
+import grpc
+
+from distserve.v1 import kv_pb2, worker_pb2, worker_pb2_grpc
+from services.common import metrics
+from services.common.convert import sampling_to_proto
+from services.common.errors import Overloaded
+from services.common.registry import Registry
+from services.engine.tokenizer import IncrementalDecoder, Tokenizer
+from services.router.dispatch import Assignment, Dispatcher, NoInstance
+from services.router.request import RouterRequest
+
+log = logging.getLogger(__name__)
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+@dataclass(slots=True)
+class Chunk:
+    token_ids: list[int]
+    text: str
+    finish_reason: str = ""
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, NoInstance) or (isinstance(exc, grpc.aio.AioRpcError) and exc.code() in RETRYABLE)
+
+
+class RouterCore:
+    def __init__(self, mode: str, tokenizer: Tokenizer, dispatcher: Dispatcher, registry: Registry,
+                 max_inflight: int, max_queued: int, retries: int, block_size: int = 16,
+                 release_lease: Callable[[kv_pb2.KVHandle], Awaitable[None]] | None = None) -> None:
+        self.mode = mode
+        self.tokenizer = tokenizer
+        self.dispatcher = dispatcher
+        self.registry = registry
+        self.max_queued = max_queued
+        self.retries = retries
+        self.release_lease = release_lease
+        self._admission = asyncio.Semaphore(max_inflight)
+        self._queued = 0
+
+    async def generate(self, req: RouterRequest) -> AsyncIterator[Chunk]:
+        """Streams the request's tokens; cancelling the iteration cancels every downstream call."""
+        req.lifetime.arrival = req.lifetime.arrival or time.time()
+        if self._queued >= self.max_queued:
+            metrics.REQUESTS.labels("overloaded").inc()
+            raise Overloaded(f"router queue full ({self._queued} waiting)")
+        self._queued += 1
+        try:
+            await self._admission.acquire()
+        finally:
+            self._queued -= 1
+        decoder = IncrementalDecoder(self.tokenizer)
+        outcome = "error"
+        n_tokens = 0
+        try:
+            source = self._disagg(req) if self.mode == "disagg" else self._colocated(req)
+            async for token_ids, reason in source:
+                if n_tokens == 0:
+                    req.lifetime.first_token = time.time()
+                n_tokens += len(token_ids)
+                yield Chunk(token_ids, decoder.push(token_ids, final=bool(reason)), reason)
+            outcome = "ok"
+        except (GeneratorExit, asyncio.CancelledError):
+            outcome = "cancelled"
+            raise
+        finally:
+            self._admission.release()
+            req.lifetime.finish = time.time()
+            metrics.REQUESTS.labels(outcome).inc()
+            if outcome == "ok":
+                self._observe(req, n_tokens)
+                await self._record(req, n_tokens)
+
+    # ---- disaggregated: prefill instance, then decode instance -------------------------------------
+
+    async def _disagg(self, req: RouterRequest) -> AsyncIterator[tuple[list[int], str]]:
+        prefilled = await self._with_retries("prefill", len(req.prompt_ids), lambda a: self._prefill(req, a))
+        yield [prefilled.first_token], prefilled.finish_reason
+        if prefilled.finish_reason:
+            return
+        streamed = False
+        try:
+            load = len(req.prompt_ids) + req.params.max_tokens
+            failed: set[str] = set()
+            for attempt in range(self.retries + 1):
+                assignment = await self.dispatcher.acquire("decode", load, frozenset(failed))
+                req.decode_instance = assignment.info.id
+                try:
+                    async for chunk in self._decode(req, prefilled, assignment):
+                        streamed = True
+                        yield chunk
+                    return
+                except Exception as exc:
+                    # Before the first decoded token the K/V is still leased at the source: try elsewhere.
+                    if streamed or attempt == self.retries or not _retryable(exc):
+                        raise
+                    log.warning("decode on %s failed (%s); retrying", assignment.info.id, exc, extra={"request_id": req.request_id})
+                    failed.add(assignment.info.id)
+        finally:
+            if not streamed and self.release_lease is not None:
+                await self.release_lease(prefilled.kv)
+
+    async def _with_retries(self, role: str, load: float, call):
+        failed: set[str] = set()
+        for attempt in range(self.retries + 1):
+            assignment = await self.dispatcher.acquire(role, load, frozenset(failed))
+            try:
+                return await call(assignment)
+            except Exception as exc:
+                if attempt == self.retries or not _retryable(exc):
+                    raise
+                log.warning("%s on %s failed (%s); retrying", role, assignment.info.id, exc)
+                failed.add(assignment.info.id)
+            finally:
+                await self.dispatcher.release(assignment)
+
+    async def _prefill(self, req: RouterRequest, assignment: Assignment) -> worker_pb2.PrefillResponse:
+        req.prefill_instance = assignment.info.id
+        stub = worker_pb2_grpc.PrefillStub(self.dispatcher.channel(assignment.info.address))
+        response = await stub.Prefill(worker_pb2.PrefillRequest(
+            request_id=req.request_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params)))
+        req.lifetime.merge(response.stamps)
+        return response
+
+    async def _decode(self, req: RouterRequest, prefilled: worker_pb2.PrefillResponse,
+                      assignment: Assignment) -> AsyncIterator[tuple[list[int], str]]:
+        stub = worker_pb2_grpc.DecodeStub(self.dispatcher.channel(assignment.info.address))
+        call = stub.Decode(worker_pb2.DecodeRequest(
+            request_id=req.request_id, prompt_token_ids=req.prompt_ids, first_token=prefilled.first_token,
+            sampling=sampling_to_proto(req.params), kv=prefilled.kv))
+        try:
+            async for chunk in call:
+                if chunk.HasField("stamps"):
+                    req.lifetime.merge(chunk.stamps)
+                yield list(chunk.token_ids), chunk.finish_reason
+        finally:
+            call.cancel()
+            await self.dispatcher.release(assignment)
+
+    # ---- colocated / chunked: the whole request on one instance ------------------------------------
+
+    async def _colocated(self, req: RouterRequest) -> AsyncIterator[tuple[list[int], str]]:
+        assignment = await self.dispatcher.acquire(self.mode, len(req.prompt_ids) + req.params.max_tokens)
+        req.prefill_instance = req.decode_instance = assignment.info.id
+        stub = worker_pb2_grpc.ColocatedStub(self.dispatcher.channel(assignment.info.address))
+        call = stub.Generate(worker_pb2.ColocatedRequest(
+            request_id=req.request_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params)))
+        try:
+            async for chunk in call:
+                if chunk.HasField("stamps"):
+                    req.lifetime.merge(chunk.stamps)
+                yield list(chunk.token_ids), chunk.finish_reason
+        finally:
+            call.cancel()
+            await self.dispatcher.release(assignment)
+
+    # ---- bookkeeping -------------------------------------------------------------------------------
+
+    def _observe(self, req: RouterRequest, n_tokens: int) -> None:
+        life = req.lifetime
+        metrics.TTFT.observe(life.first_token - life.arrival)
+        metrics.E2E.observe(life.finish - life.arrival)
+        if n_tokens > 1:
+            metrics.TPOT.observe((life.finish - life.first_token) / (n_tokens - 1))
+        for stage, seconds in life.stages().items():
+            metrics.STAGE.labels(stage).observe(seconds)
+
+    async def _record(self, req: RouterRequest, n_tokens: int) -> None:
+        record = {"request_id": req.request_id, "prompt_tokens": len(req.prompt_ids), "output_tokens": n_tokens,
+                  "prefill_instance": req.prefill_instance, "decode_instance": req.decode_instance,
+                  "mode": self.mode, **req.lifetime.to_record()}
+        try:
+            await self.registry.record_request(record)
+        except Exception as exc:
+            log.warning("could not record request: %s", exc, extra={"request_id": req.request_id})

@@ -1,0 +1,94 @@
+"""Chooses instances: shortest prefill queue, lightest decode load, from Redis (atomic with the dispatch),
+falling back to the router's own counts while Redis is unreachable."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+
+import grpc
+from redis.exceptions import RedisError
+
+from services.common.registry import InstanceInfo, Registry
+
+log = logging.getLogger(__name__)
+
+
+class NoInstance(RuntimeError):
+    """No live instance of the role can take the request (UNAVAILABLE)."""
+
+
+@dataclass(slots=True)
+class Assignment:
+    info: InstanceInfo
+    role: str
+    load: float
+    in_redis: bool  # whether the load was added to Redis (so it must be taken off there)
+
+
+class Dispatcher:
+    def __init__(self, registry: Registry, refresh_s: float = 0.5) -> None:
+        self.registry = registry
+        self.refresh_s = refresh_s
+        self.instances: dict[str, InstanceInfo] = {}
+        self.local_load: dict[str, float] = defaultdict(float)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def refresh(self) -> None:
+        try:
+            found = await self.registry.instances()
+        except (RedisError, OSError) as exc:
+            log.warning("registry unreachable, routing on cached instances: %s", exc)
+            return
+        self.instances = {info.id: info for info in found}
+
+    async def run(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self.refresh_s)
+
+    def live(self, role: str) -> list[InstanceInfo]:
+        return [info for info in self.instances.values() if info.role == role]
+
+    async def acquire(self, role: str, load: float, exclude: frozenset[str] = frozenset()) -> Assignment:
+        """The least-loaded live instance of `role` (not in `exclude`), with `load` booked on it."""
+        chosen, in_redis = None, False
+        if not exclude:
+            try:
+                chosen, in_redis = await self.registry.pick(role, load), True
+            except (RedisError, OSError) as exc:
+                log.warning("registry unreachable, choosing by local counts: %s", exc)
+            if chosen is not None and chosen not in self.instances:
+                await self.refresh()
+        if chosen is None or chosen not in self.instances:
+            if in_redis and chosen is not None:
+                await self._unbook(role, chosen, load)
+            in_redis = False
+            candidates = [i for i in self.live(role) if i.id not in exclude]
+            if not candidates:
+                raise NoInstance(f"no live {role} instance")
+            chosen = min(candidates, key=lambda i: self.local_load[i.id]).id
+        self.local_load[chosen] += load
+        return Assignment(self.instances[chosen], role, load, in_redis)
+
+    async def release(self, assignment: Assignment) -> None:
+        self.local_load[assignment.info.id] -= assignment.load
+        if assignment.in_redis:
+            await self._unbook(assignment.role, assignment.info.id, assignment.load)
+
+    async def _unbook(self, role: str, instance_id: str, load: float) -> None:
+        try:
+            await self.registry.add_load(role, instance_id, -load)
+        except (RedisError, OSError) as exc:
+            log.warning("could not take load off %s: %s", instance_id, exc)
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        if address not in self._channels:
+            self._channels[address] = grpc.aio.insecure_channel(address)
+        return self._channels[address]
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()

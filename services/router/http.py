@@ -1,0 +1,134 @@
+"""OpenAI-compatible HTTP front end (/v1/completions, /v1/chat/completions, /v1/models, /health) over RouterCore."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from services.common.errors import Overloaded
+from services.engine.errors import EngineInputError
+from services.engine.sequence import SamplingParams
+from services.router.core import Chunk, RouterCore
+from services.router.dispatch import NoInstance
+from services.router.openai_models import ChatBody, CompletionBody, _Sampling, chat_prompt
+from services.router.request import RequestBuilder, RouterRequest
+
+
+def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status_code=status)
+
+
+def _status_of(exc: Exception) -> JSONResponse:
+    if isinstance(exc, EngineInputError):
+        return _error(400, str(exc), "invalid_request_error", exc.field)
+    if isinstance(exc, Overloaded):
+        return _error(429, str(exc), "rate_limit_error")
+    if isinstance(exc, NoInstance):
+        return _error(503, str(exc), "service_unavailable")
+    if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        return _error(400, exc.details() or "", "invalid_request_error")
+    return _error(500, f"{type(exc).__name__}: {exc}", "internal_error")
+
+
+def _params(body: _Sampling, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
+    if body.n != 1:
+        raise EngineInputError("n", "only n=1 is supported")
+    if body.stop:
+        raise EngineInputError("stop", "stop strings are not supported; use stop_token_ids")
+    if body.logprobs:
+        raise EngineInputError("logprobs", "logprobs are not supported")
+    return SamplingParams(max_tokens=default_max_tokens if max_tokens is None else max_tokens,
+                          temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, seed=body.seed,
+                          stop_token_ids=tuple(body.stop_token_ids), ignore_eos=body.ignore_eos)
+
+
+def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "") -> FastAPI:
+    app = FastAPI(title="distserve router", description="OpenAI-compatible API of distserve")
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"] if p != "body")
+        return _error(400, f"{field}: {first['msg']}", "invalid_request_error", field)
+
+    @app.middleware("http")
+    async def check_key(request: Request, call_next):
+        if api_key and request.url.path.startswith("/v1/") and request.headers.get("authorization") != f"Bearer {api_key}":
+            return _error(401, "missing or wrong API key", "authentication_error")
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
+
+    async def run(body: _Sampling, prompt: str | list[int], max_tokens: int | None, chat: bool):
+        try:
+            params = _params(body, max_tokens, default_max_tokens)
+            text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
+            if isinstance(prompt, str) and not prompt:
+                raise EngineInputError("prompt", "must not be empty")
+            req = builder.build(prompt=text, prompt_ids=ids, params=params, model=body.model)
+            stream = core.generate(req)
+            first = await anext(stream)  # admission and validation errors surface before any byte is sent
+        except Exception as exc:
+            return _status_of(exc)
+        if body.stream:
+            return StreamingResponse(_sse(req, first, stream, chat, builder.model_name), media_type="text/event-stream")
+        chunks = [first] + [c async for c in stream]
+        return _final(req, chunks, chat, builder.model_name)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionBody):
+        return await run(body, body.prompt, body.max_tokens, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatBody):
+        return await run(body, chat_prompt(body.messages), body.max_completion_tokens or body.max_tokens, chat=True)
+
+    return app
+
+
+def _choice(text: str, reason: str | None, chat: bool, delta: bool) -> dict:
+    if not chat:
+        return {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+    key = "delta" if delta else "message"
+    return {"index": 0, key: {"role": "assistant", "content": text}, "finish_reason": reason}
+
+
+def _final(req: RouterRequest, chunks: list[Chunk], chat: bool, model: str) -> dict:
+    text = "".join(c.text for c in chunks)
+    n = sum(len(c.token_ids) for c in chunks)
+    return {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{req.request_id}",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()), "model": model,
+        "choices": [_choice(text, chunks[-1].finish_reason or None, chat, delta=False)],
+        "usage": {"prompt_tokens": len(req.prompt_ids), "completion_tokens": n, "total_tokens": len(req.prompt_ids) + n},
+        "token_ids": [t for c in chunks for t in c.token_ids],
+    }
+
+
+async def _sse(req: RouterRequest, first: Chunk, rest: AsyncIterator[Chunk], chat: bool, model: str) -> AsyncIterator[str]:
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    created = int(time.time())
+
+    def event(chunk: Chunk) -> str:
+        body = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{req.request_id}", "object": kind, "created": created,
+                "model": model, "choices": [_choice(chunk.text, chunk.finish_reason or None, chat, delta=True)],
+                "token_ids": chunk.token_ids}
+        return f"data: {json.dumps(body)}\n\n"
+
+    yield event(first)
+    async for chunk in rest:
+        yield event(chunk)
+    yield "data: [DONE]\n\n"

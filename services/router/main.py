@@ -1,0 +1,76 @@
+"""Wires and serves the router: gRPC (with health and reflection) and the OpenAI-compatible HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import grpc
+import uvicorn
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from distserve.v1 import router_pb2, router_pb2_grpc
+from services.common.metrics import serve_metrics
+from services.common.registry import Registry
+from services.engine.model_config import ModelConfig
+from services.engine.tokenizer import load_tokenizer
+from services.router.config import RouterSettings
+from services.router.core import RouterCore
+from services.router.dispatch import Dispatcher
+from services.router.http import build_app
+from services.router.kv_release import lease_releaser
+from services.router.request import RequestBuilder
+from services.router.server import RouterServicer
+
+log = logging.getLogger(__name__)
+
+
+async def serve_router(settings: RouterSettings) -> None:
+    tokenizer = load_tokenizer(settings.model)
+    model_name = settings.model_name or Path(settings.model).name
+    builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars)
+    registry = Registry.from_url(settings.redis_url)
+    dispatcher = Dispatcher(registry, settings.refresh_s)
+    await dispatcher.refresh()
+    core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
+                      settings.retries, release_lease=lease_releaser(dispatcher))
+    refresher = asyncio.create_task(dispatcher.run())
+
+    server = grpc.aio.server()
+    router_pb2_grpc.add_RouterServicer_to_server(
+        RouterServicer(core, builder, settings.default_max_tokens, settings.api_key), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = (router_pb2.DESCRIPTOR.services_by_name["Router"].full_name, reflection.SERVICE_NAME, health.SERVICE_NAME)
+    reflection.enable_server_reflection(names, server)
+    server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+    await server.start()
+    serve_metrics(settings.metrics_port, settings.host)
+
+    http_server = None
+    if settings.http_port:
+        app = build_app(core, builder, settings.default_max_tokens, settings.api_key)
+        http_server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.http_port,
+                                                    log_level="warning", lifespan="off"))
+        http_task = asyncio.create_task(http_server.serve())
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
+    log.info("router (%s) serving gRPC on %s:%d, HTTP on %d", settings.mode, settings.host, settings.grpc_port, settings.http_port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("router stopping")
+    await health_servicer.enter_graceful_shutdown()
+    if http_server is not None:
+        http_server.should_exit = True
+        await http_task
+    await server.stop(grace=5)
+    refresher.cancel()
+    await dispatcher.close()
+    await registry.close()

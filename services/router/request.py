@@ -1,0 +1,45 @@
+"""A generation request as the router handles it, built and validated from either front end."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from services.common.stamps import Lifetime
+from services.engine.errors import EngineInputError
+from services.engine.model_config import ModelConfig
+from services.engine.sequence import SamplingParams
+from services.engine.tokenizer import Tokenizer
+from services.engine.validation import validate_request
+
+
+@dataclass(slots=True)
+class RouterRequest:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    lifetime: Lifetime = field(default_factory=Lifetime)
+    prefill_instance: str = ""
+    decode_instance: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBuilder:
+    """Tokenizes and validates; raises EngineInputError naming the field."""
+
+    config: ModelConfig
+    tokenizer: Tokenizer
+    model_name: str
+    max_prompt_chars: int
+
+    def build(self, *, prompt: str, prompt_ids: list[int], params: SamplingParams, model: str = "",
+              request_id: str = "") -> RouterRequest:
+        if model and model != self.model_name:
+            raise EngineInputError("model", f"unknown model {model!r}; this router serves {self.model_name!r}")
+        if prompt and prompt_ids:
+            raise EngineInputError("prompt", "give prompt or prompt_token_ids, not both")
+        if len(prompt) > self.max_prompt_chars:
+            raise EngineInputError("prompt", f"longer than {self.max_prompt_chars} characters")
+        ids = list(prompt_ids) if prompt_ids else (self.tokenizer.encode(prompt) if prompt else [])
+        validate_request(self.config, ids, params)
+        return RouterRequest(request_id or uuid.uuid4().hex, ids, params)

@@ -1,0 +1,64 @@
+"""gRPC servicer of distserve.v1.Router: protobuf in, RouterCore, a stream of GenerateResponse out."""
+
+from __future__ import annotations
+
+import grpc
+
+from distserve.v1 import router_pb2, router_pb2_grpc
+from services.common.errors import Overloaded
+from services.engine.errors import EngineInputError
+from services.engine.sequence import SamplingParams
+from services.router.core import RouterCore
+from services.router.dispatch import NoInstance
+from services.router.request import RequestBuilder
+
+
+def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens: int) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=request.max_tokens if request.HasField("max_tokens") else default_max_tokens,
+        temperature=request.temperature if request.HasField("temperature") else 1.0,
+        top_p=request.top_p if request.HasField("top_p") else 1.0,
+        top_k=request.top_k,
+        seed=request.seed if request.HasField("seed") else None,
+        stop_token_ids=tuple(request.stop_token_ids),
+        ignore_eos=request.ignore_eos,
+    )
+
+
+async def abort_router(context: grpc.aio.ServicerContext, exc: Exception) -> None:
+    """The status a client sees for each failure of the request path."""
+    if isinstance(exc, EngineInputError):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    if isinstance(exc, Overloaded):
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+    if isinstance(exc, NoInstance):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+    if isinstance(exc, grpc.aio.AioRpcError):
+        await context.abort(exc.code(), exc.details() or "")
+    raise exc
+
+
+class RouterServicer(router_pb2_grpc.RouterServicer):
+    def __init__(self, core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "") -> None:
+        self.core = core
+        self.builder = builder
+        self.default_max_tokens = default_max_tokens
+        self.api_key = api_key
+
+    async def Generate(self, request: router_pb2.GenerateRequest, context: grpc.aio.ServicerContext):
+        if self.api_key and dict(context.invocation_metadata()).get("authorization") != f"Bearer {self.api_key}":
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong API key")
+        try:
+            req = self.builder.build(prompt=request.prompt, prompt_ids=list(request.prompt_token_ids),
+                                     params=params_from_request(request, self.default_max_tokens),
+                                     model=request.model, request_id=request.request_id)
+            completion = 0
+            async for chunk in self.core.generate(req):
+                completion += len(chunk.token_ids)
+                last = bool(chunk.finish_reason)
+                yield router_pb2.GenerateResponse(
+                    token_ids=chunk.token_ids, text=chunk.text, finish_reason=chunk.finish_reason,
+                    request_id=req.request_id, prompt_tokens=len(req.prompt_ids) if last else 0,
+                    completion_tokens=completion if last else 0)
+        except Exception as exc:
+            await abort_router(context, exc)

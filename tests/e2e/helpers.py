@@ -1,0 +1,66 @@
+"""Helpers for the end-to-end tests: start a stack, call it, read instance stats."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import grpc
+import redis
+
+from distserve.v1 import router_pb2, router_pb2_grpc, worker_pb2, worker_pb2_grpc
+from services.common.net import free_port
+from services.common.registry import Registry
+from services.launcher.stack import Stack, StackConfig
+
+STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.DecodeStub,
+         "colocated": worker_pb2_grpc.ColocatedStub, "chunked": worker_pb2_grpc.ColocatedStub}
+
+
+@contextmanager
+def running_stack(model: str, redis_url: str, **overrides) -> Iterator[Stack]:
+    config = StackConfig(model=model, grpc_port=free_port(), http_port=free_port(), redis_url=redis_url,
+                         devices=("cpu:0", "cpu:1"), num_blocks=256, max_batch_tokens=128, log_level="WARNING",
+                         **overrides)
+    redis.Redis.from_url(redis_url).flushdb()
+    stack = Stack(config)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+async def generate(address: str, prompt: str = "", prompt_ids: list[int] | None = None, **fields) -> list[router_pb2.GenerateResponse]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = router_pb2_grpc.RouterStub(channel)
+        request = router_pb2.GenerateRequest(prompt=prompt, prompt_token_ids=prompt_ids or [], **fields)
+        return [r async for r in stub.Generate(request, timeout=120)]
+
+
+def instance_stats(stack: Stack) -> list[worker_pb2.InstanceStatsResponse]:
+    out = []
+    for proc in stack.procs:
+        if proc.role in STUBS:
+            with grpc.insecure_channel(proc.address) as channel:
+                out.append(STUBS[proc.role](channel).Stats(worker_pb2.InstanceStatsRequest(), timeout=10))
+    return out
+
+
+async def wait_idle(stack: Stack, timeout_s: float = 30.0) -> list[worker_pb2.InstanceStatsResponse]:
+    """Instance stats once no instance holds a KV block (or the last reading when time runs out)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        stats = await asyncio.to_thread(instance_stats, stack)
+        if all(s.blocks_used == 0 for s in stats) or asyncio.get_running_loop().time() > deadline:
+            return stats
+        await asyncio.sleep(0.2)
+
+
+def recorded_requests(redis_url: str) -> list[dict[str, str]]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    return [fields for _, fields in client.xrange("ds:requests")]
+
+
+__all__ = ["Registry", "running_stack", "generate", "instance_stats", "wait_idle", "recorded_requests"]

@@ -1,0 +1,37 @@
+"""The Redis load book: least-loaded live instance, dead ones skipped, no herding under concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import redis
+
+from services.common.registry import InstanceInfo, Registry
+
+
+def _info(i: int, role: str = "prefill") -> InstanceInfo:
+    return InstanceInfo(f"{role}-{i}", role, f"127.0.0.1:{5000 + i}", "host", f"cpu:{i}")
+
+
+async def test_pick_takes_least_loaded_live_instance(redis_url: str) -> None:
+    redis.Redis.from_url(redis_url).flushdb()
+    registry = Registry.from_url(redis_url, ttl_s=5)
+    for i in range(3):
+        await registry.register(_info(i))
+    await registry.add_load("prefill", "prefill-0", 100)
+    await registry.add_load("prefill", "prefill-1", 10)
+    await registry.redis.delete("ds:inst:prefill-2")  # heartbeat lapsed
+    assert await registry.pick("prefill", 50) == "prefill-1"
+    assert await registry.loads("prefill") == {"prefill-1": 60.0, "prefill-0": 100.0}
+    await registry.close()
+
+
+async def test_concurrent_picks_spread_evenly(redis_url: str) -> None:
+    redis.Redis.from_url(redis_url).flushdb()
+    registry = Registry.from_url(redis_url, ttl_s=5)
+    for i in range(4):
+        await registry.register(_info(i, "decode"))
+    chosen = await asyncio.gather(*(registry.pick("decode", 8) for _ in range(40)))
+    assert Counter(chosen) == {f"decode-{i}": 10 for i in range(4)}
+    await registry.close()
