@@ -9,7 +9,8 @@ from dataclasses import asdict
 import redis
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from services.planner.actuator import Actuator
 from services.planner.config import PlannerSettings
@@ -26,9 +27,22 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
     if client is None and settings.redis_url:
         client = redis.Redis.from_url(settings.redis_url)
     state: dict = {"plan": None}
+    registry = CollectorRegistry()
+    plans = Counter("distserve_planner_plans", "Plans made", ["source"], registry=registry)
+    search = Histogram("distserve_planner_search_seconds", "Duration of a placement search", registry=registry,
+                       buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120))
+    per_gpu = Gauge("distserve_planner_goodput_per_gpu", "Predicted goodput per GPU of the current plan",
+                    registry=registry)
+
+    def adopt(plan: dict, source: str) -> None:
+        state["plan"] = plan
+        plans.labels(source).inc()
+        search.observe(plan["search_seconds"])
+        per_gpu.set(plan["goodput_per_gpu"])
+
     base = ReplanRequest(model=settings.replan_model, hardware=settings.replan_hardware)
     replanner = Replanner(client, base, actuator, threshold=settings.replan_threshold, workers=settings.workers,
-                          on_plan=lambda plan: state.update(plan=plan)) if client is not None else None
+                          on_plan=lambda plan: adopt(plan, "replan")) if client is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -54,8 +68,9 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
             raise HTTPException(400, "redis: the planner was started without --redis-url; no request records")
         return client
 
-    def remember(plan: dict, req: PlanRequest | ReplanRequest) -> None:
-        state["plan"] = plan
+    def remember(plan: dict, req: PlanRequest) -> None:
+        """The current plan, stored; the replanning loop keeps planning with this request's parameters."""
+        adopt(plan, "plan")
         if client is not None:
             save_plan(client, plan)
         if replanner is not None:
@@ -78,7 +93,6 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
         recorded = fit_records(records)
         replanner.request = req
         plan, result = await run_in_threadpool(replanner.replan, recorded)
-        remember(plan, req)
         actuation = await run_in_threadpool(replanner.apply, result)
         return plan if actuation is None else {**plan, "actuation": asdict(actuation)}
 
@@ -93,5 +107,13 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
     async def workload(max_records: int = 2000) -> dict:
         rds = need_redis()
         return fit_records(await run_in_threadpool(read_records, rds, max_records)).as_dict()
+
+    @app.get("/healthz", summary="Liveness")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
