@@ -1,7 +1,7 @@
 """Goodput: the highest request rate at which the SLO attainment target still holds, by binary search on rate.
 
-One request pool (lengths and rate-1 arrival times) per scenario is reused at every rate, so attainment
-falls monotonically with the rate and the search is repeatable. A simulation takes at least `num_requests`
+One request pool (lengths and rate-1 arrival times) per scenario is reused at every rate (common random
+numbers), so runs at nearby rates see the same requests and the search is repeatable. A simulation takes at least `num_requests`
 of it, and enough to span twenty request lifetimes at the TPOT SLO: fewer would let a decode instance absorb a
 finite burst that it could never sustain.
 """
@@ -27,12 +27,11 @@ class Scenario:
     cluster: Cluster
     workload: Workload
     slo: SLO
-    num_requests: int = 400
+    num_requests: int = 2000  # requests per simulation, at least
     seed: int = 0
     cv: float = 1.0  # coefficient of variation of inter-arrival times: 1 is Poisson
     max_batch_tokens: int | None = None  # prefill Lm; None: from the latency model
-
-    max_requests: int = 20000
+    max_requests: int = 20000  # size of the request pool, the most any run takes
 
     @cached_property
     def pool(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
