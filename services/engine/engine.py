@@ -74,10 +74,12 @@ class LLMEngine:
         if not prompt_ids:
             raise EngineInputError("prompt", "must not be empty")
         vocab = self.model_config.vocab_size
-        if any(not 0 <= t < vocab for t in prompt_ids):
-            raise EngineInputError("prompt_token_ids", f"ids must be in [0, {vocab})")
-        params.validate()
+        if any(not isinstance(t, int) or not 0 <= t < vocab for t in prompt_ids):
+            raise EngineInputError("prompt_token_ids", f"ids must be integers in [0, {vocab})")
         limit = self.model_config.max_position
+        if len(prompt_ids) >= limit:
+            raise EngineInputError("prompt", f"{len(prompt_ids)} tokens leave no room in the context of {limit}")
+        params.validate()
         if len(prompt_ids) + params.max_tokens > limit:
             raise EngineInputError(
                 "max_tokens", f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the context of {limit}")
@@ -186,7 +188,8 @@ class LLMEngine:
         results: dict[str, list[int]] = {rid: [] for rid in ids}
         while self.has_work():
             for out in self.step():
-                results[out.request_id].extend(out.new_token_ids)
+                if out.request_id in results:  # requests added by add_request run along, unreported
+                    results[out.request_id].extend(out.new_token_ids)
         return [results[rid] for rid in ids]
 
     def close(self) -> None:

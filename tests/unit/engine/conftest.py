@@ -1,0 +1,30 @@
+"""Engine unit-test helpers: one thread, engines over the session's tiny checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+
+from services.engine.engine import EngineConfig, LLMEngine
+
+torch.set_num_threads(1)
+
+EngineFactory = Callable[..., LLMEngine]
+
+
+@pytest.fixture
+def make_engine(tiny_llama_dir: str) -> Iterator[EngineFactory]:
+    """Builds engines (tiny-llama unless `model=` says otherwise) and closes them after the test."""
+    engines: list[LLMEngine] = []
+
+    def build(**kwargs) -> LLMEngine:
+        kwargs.setdefault("model", tiny_llama_dir)
+        engine = LLMEngine(EngineConfig(**kwargs))
+        engines.append(engine)
+        return engine
+
+    yield build
+    for engine in engines:
+        engine.close()
