@@ -28,3 +28,20 @@ def make_engine(tiny_llama_dir: str) -> Iterator[EngineFactory]:
     yield build
     for engine in engines:
         engine.close()
+
+
+@pytest.fixture(scope="module")
+def alone_tokens(tiny_llama_dir: str) -> Iterator[Callable[[tuple[int, ...]], list[int]]]:
+    """Greedy tokens (8, EOS ignored) of a prompt run alone on a roomy tiny-llama engine, memoised."""
+    from services.engine.sequence import SamplingParams
+
+    engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64))
+    cache: dict[tuple[int, ...], list[int]] = {}
+
+    def tokens(prompt: tuple[int, ...]) -> list[int]:
+        if prompt not in cache:
+            cache[prompt] = engine.generate([list(prompt)], SamplingParams(max_tokens=8, ignore_eos=True))[0]
+        return cache[prompt]
+
+    yield tokens
+    engine.close()
