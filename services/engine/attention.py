@@ -40,19 +40,21 @@ def paged_attention(
     gqa = q.shape[1] != k.shape[1]
     outs = []
     pos = 0
+    # 4-D [1, heads, n, D] inputs: torch's CPU flash kernel takes only those (3-D falls back to the slow math path)
     for n, start, table in zip(meta.q_lens, meta.starts, meta.block_tables):
-        qs = q[pos : pos + n].transpose(0, 1)  # [H, n, D]
+        qs = q[pos : pos + n].transpose(0, 1)[None]
         if start == 0:
-            ks, vs = k[pos : pos + n].transpose(0, 1), v[pos : pos + n].transpose(0, 1)
+            ks, vs = k[pos : pos + n].transpose(0, 1)[None], v[pos : pos + n].transpose(0, 1)[None]
             out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, enable_gqa=gqa)
         else:
             total = start + n
-            kv = cache[table].transpose(0, 1).flatten(1, 2)[:, :total]  # [2, total, KVH, D]
-            ks, vs = kv[0].transpose(0, 1), kv[1].transpose(0, 1)
+            blocks = torch.tensor(table, device=q.device)
+            kv = cache.index_select(0, blocks).transpose(0, 1).flatten(1, 2)[:, :total]  # [2, total, KVH, D]
+            ks, vs = kv[0].transpose(0, 1)[None], kv[1].transpose(0, 1)[None]
             # query i (absolute position start + i) sees keys 0..start + i
             mask = torch.arange(total, device=q.device)[None, :] <= (start + torch.arange(n, device=q.device))[:, None]
             out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=gqa)
-        outs.append(out.transpose(0, 1))
+        outs.append(out[0].transpose(0, 1))
         pos += n
     return torch.cat(outs) if len(outs) > 1 else outs[0]
 
