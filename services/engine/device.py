@@ -29,7 +29,6 @@ def setup_device(spec: str) -> torch.device:
     kind, _, index = spec.partition(":")
     if kind == "cpu":
         torch.set_num_threads(1)
-        keep_freed_memory()
         if index:
             core = int(index)
             available = sorted(os.sched_getaffinity(0))

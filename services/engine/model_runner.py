@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from services.engine.attention import AttentionMetadata
+from services.engine.device import keep_freed_memory
 from services.engine.kv_pool import KVLayout, KVPool
 from services.engine.model_config import ModelConfig
 from services.engine.models import materialize
@@ -24,6 +25,8 @@ class ModelRunner:
         self.config = config
         self.device = device
         self.block_size = layout.block_size
+        if device.type == "cpu":
+            keep_freed_memory()
         model = materialize(config, device, getattr(torch, layout.dtype))
         load_weights(model, model_dir)
         self.model = model.eval()
