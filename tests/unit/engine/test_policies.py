@@ -39,11 +39,12 @@ def disaggregated(prefill: LLMEngine, decode: LLMEngine, prompts: list[list[int]
     return [outputs[rid] for rid in rids]
 
 
-def run_policy(make_engine, policy: str, prompts: list[list[int]], params: list[SamplingParams]) -> list[list[int]]:
+def run_policy(make_engine, policy: str, prompts: list[list[int]], params: list[SamplingParams],
+               decode_blocks: int = 64) -> list[list[int]]:
     if policy == "disaggregated":
         # scattered free lists on the decode side, so pulled blocks land at other ids than they had
-        decode = make_engine(policy="decode", num_blocks=64, block_size=4)
-        decode.blocks.free(decode.blocks.allocate(64)[::-1])
+        decode = make_engine(policy="decode", num_blocks=decode_blocks, block_size=4)
+        decode.blocks.free(decode.blocks.allocate(decode_blocks)[::-1])
         return disaggregated(make_engine(policy="prefill", num_blocks=64, block_size=4, max_batch_tokens=32),
                              decode, prompts, params)
     # max_batch_tokens=16 makes chunked cut the 23- and 40-token prompts into several chunks
@@ -61,6 +62,16 @@ def test_policies_agree_on_greedy_tokens(make_engine) -> None:
     assert all(len(out) == GREEDY.max_tokens for out in alone)
     for policy in POLICIES:
         assert run_policy(make_engine, policy, PROMPTS, [GREEDY] * len(PROMPTS)) == alone, policy
+
+
+def test_decode_instance_preempts_and_recomputes(make_engine) -> None:
+    """A decode pool that holds the pulled prompts but not their growth: preempted requests recompute there."""
+    prompts = [[1, *range(60 + 9 * i, 68 + 9 * i)] for i in range(4)]  # 9 tokens: 3 blocks each of 13 in the pool
+    alone = [make_engine(num_blocks=64).generate([p], GREEDY)[0] for p in prompts]
+    params = [replace(GREEDY, seed=i, temperature=0.7) for i in range(4)]
+    sampled_alone = [make_engine(num_blocks=64).generate([p], q)[0] for p, q in zip(prompts, params)]
+    assert run_policy(make_engine, "disaggregated", prompts, [GREEDY] * 4, decode_blocks=13) == alone
+    assert run_policy(make_engine, "disaggregated", prompts, params, decode_blocks=13) == sampled_alone
 
 
 def sampled(seed: int) -> SamplingParams:
