@@ -60,7 +60,7 @@ class LLMEngine:
         self.model_config = ModelConfig.from_folder(config.model)
         mc = self.model_config
         self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.dtype)
-        self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device("cpu"), config.pool_path)
+        self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device(config.device), config.pool_path)
         self.blocks = BlockManager(config.num_blocks, config.block_size)
         self.scheduler = SCHEDULERS[config.policy](
             self.blocks, SchedulerConfig(config.max_batch_tokens, config.max_num_seqs, mc.max_position))
