@@ -66,4 +66,4 @@ TestBlockManager = BlockManagerMachine.TestCase
 @given(st.integers(0, 100), st.integers(1, 32))
 def test_blocks_for_covers_tokens_exactly(tokens: int, block_size: int) -> None:
     n = BlockManager(1, block_size).blocks_for(tokens)
-    assert n * block_size >= tokens > (n - 1) * block_size or (tokens == 0 and n == 0)
+    assert (n - 1) * block_size < tokens <= n * block_size if tokens else n == 0
