@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -61,8 +61,10 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 
 TestBlockManager = BlockManagerMachine.TestCase
+TestBlockManager.settings = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # shared cores
 
 
+@settings(deadline=None)
 @given(st.integers(0, 100), st.integers(1, 32))
 def test_blocks_for_covers_tokens_exactly(tokens: int, block_size: int) -> None:
     n = BlockManager(1, block_size).blocks_for(tokens)

@@ -28,7 +28,7 @@ arrivals = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(arrivals=arrivals, policy=st.sampled_from(["colocated", "chunked"]))
 def test_preemption_keeps_greedy_tokens(make_engine, alone_tokens, arrivals: list[Arrival], policy: str) -> None:
     # 8 blocks of 4 tokens: one request fits (<= 22 tokens), a few together must preempt each other
