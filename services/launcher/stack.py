@@ -78,16 +78,16 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def _devices(self) -> tuple[str, ...]:
+    def devices(self) -> tuple[str, ...]:
         return self.config.devices or tuple(f"cpu:{i}" for i in range(os.cpu_count() or 1))
 
     def device(self, index: int) -> str:
         """The device of instance slot `index` (round robin over the stack's devices)."""
-        devices = self._devices()
+        devices = self.devices()
         return devices[index % len(devices)]
 
     def device_index(self, device: str) -> int:
-        return self._devices().index(device)
+        return self.devices().index(device)
 
     def start(self) -> None:
         """Starts everything and returns once every server reports SERVING."""
