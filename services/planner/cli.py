@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from services.deploy.cli import add_emit_arguments, emit
 from services.planner.schemas import (ClusterBody, PlanRequest, SLOBody, WorkloadBody)
 
 
@@ -40,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument("--workers", type=int, default=None)
     plan.add_argument("--plot", default="plan.png", help="attainment vs rate PNG ('' for none)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+    add_emit_arguments(plan)
     plan.set_defaults(func=_plan)
 
     prof = subparsers.add_parser("profile", help="time prefill and decode on the real engine; write a profile file")
@@ -110,6 +112,8 @@ def _plan(args: argparse.Namespace) -> int:
         write_plot(args.plot, rates, attained, req.slo.attainment, result.simulated_goodput,
                    f"{req.model} on {req.hardware}: {plan['num_gpus']} GPUs, {req.algorithm}")
         print(f"attainment vs rate: {args.plot}")
+    if args.emit:
+        return emit(args, result.placement)
     return 0
 
 
