@@ -18,6 +18,8 @@ from services.planner.actuator import InstanceSpec, RunningInstance
 
 
 class ComposeActuator:
+    """Actuator over the compose files in `out`, one per address in `addresses` (node 0 first)."""
+
     def __init__(self, out: Path, addresses: tuple[str, ...]) -> None:
         self.out, self.addresses = out, addresses
         self.instances: dict[str, InstanceSpec] = {}
@@ -33,8 +35,7 @@ class ComposeActuator:
     def start(self, spec: InstanceSpec) -> str:
         """Add a service for the instance (the first free `role-N` name); it starts when the file is applied."""
         name = next(f"{spec.role}-{i}" for i in count() if f"{spec.role}-{i}" not in self.instances)
-        self.instances[name] = spec
-        self.write()
+        self._write({**self.instances, name: spec})
         return name
 
     def drain(self, instance_id: str) -> None:
@@ -42,9 +43,12 @@ class ComposeActuator:
 
     def stop(self, instance_id: str) -> None:
         """Remove the instance's service."""
-        del self.instances[instance_id]
-        self.write()
+        self._write({name: spec for name, spec in self.instances.items() if name != instance_id})
 
     def write(self) -> None:
         """Write every host's file from the instances held now."""
-        write_files(compose_files(self.instances, self.addresses), self.out)
+        self._write(self.instances)
+
+    def _write(self, instances: dict[str, InstanceSpec]) -> None:
+        write_files(compose_files(instances, self.addresses), self.out)  # raises before writing when refused
+        self.instances = instances
