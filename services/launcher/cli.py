@@ -32,7 +32,8 @@ def _up(args: argparse.Namespace) -> int:
             print(f"  planner http://{config.host}:{config.planner_port}/docs", flush=True)
         print(f"  Redis  {stack.redis_url}", flush=True)
         for proc in stack.procs:
-            print(f"  {proc.name:<24} {proc.address}  {proc.device}", flush=True)
+            metrics = f"metrics http://{config.host}:{proc.metrics_port}/metrics" if proc.metrics_port else ""
+            print(f"  {proc.name:<24} {proc.address:<22} {proc.device:<7} {metrics}", flush=True)
         print("ready; Ctrl-C stops everything", flush=True)
         stop.wait()
     finally:
@@ -50,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--grpc-port", type=int, default=50051)
     p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--planner-port", type=int, default=0, help="planner REST port (0: no planner)")
+    p.add_argument("--planner-port", type=int, default=8001, help="planner REST port (0: no planner)")
     p.add_argument("--redis-url", default=None)
     p.add_argument("--num-blocks", type=int, default=1024, help="KV blocks per instance")
     p.add_argument("--max-batch-tokens", type=int, default=512, help="Lm / token budget per step")

@@ -9,18 +9,14 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
-def check(stub: health_pb2_grpc.HealthStub, timeout_s: float) -> bool:
-    """One health check: True when the server answers SERVING within `timeout_s`."""
-    try:
-        return stub.Check(health_pb2.HealthCheckRequest(), timeout=timeout_s).status == health_pb2.HealthCheckResponse.SERVING
-    except grpc.RpcError:
-        return False
-
-
-def is_serving(address: str, timeout_s: float) -> bool:
-    """One health check of the server at `address` on a channel of its own."""
+def is_serving(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether the server at `address` answers its health check with SERVING."""
     with grpc.insecure_channel(address) as channel:
-        return check(health_pb2_grpc.HealthStub(channel), timeout_s)
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def wait_serving(address: str, process: subprocess.Popen | None, timeout_s: float, name: str) -> None:
@@ -31,8 +27,12 @@ def wait_serving(address: str, process: subprocess.Popen | None, timeout_s: floa
         while True:
             if process is not None and process.poll() is not None:
                 raise RuntimeError(f"{name} exited with code {process.returncode} before serving")
-            if check(stub, 1.0):
-                return
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name} at {address} not serving after {timeout_s:.0f} s")
             time.sleep(0.1)

@@ -15,7 +15,9 @@ OPT13B = load_latency_model("a100-80gb", load_shape("opt-13b"))
 
 
 def _scenario(cluster: Cluster, num_requests: int = 300) -> Scenario:
-    return Scenario(OPT13B, cluster, Workload("chatbot"), SLO(0.2, 0.1, 0.9), num_requests=num_requests)
+    """Runs of at most 1000 requests keep these tests quick."""
+    return Scenario(OPT13B, cluster, Workload("chatbot"), SLO(0.2, 0.1, 0.9), num_requests=num_requests,
+                    max_requests=1000)
 
 
 @pytest.mark.parametrize("cluster", [Cluster(1, 4), Cluster(2, 4, inter_node_gbps=25)])
