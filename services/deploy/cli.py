@@ -33,6 +33,10 @@ def emit(args: argparse.Namespace, placement: Placement) -> int:
     except ValueError as err:
         print(f"error: {err}")
         return 2
+    for role, par in (("prefill", placement.prefill), ("decode", placement.decode)):
+        if par.gpus > 1:
+            print(f"warning: {role} instances (tp {par.tp} × pp {par.pp}) reserve {par.gpus} GPUs each, but the engine "
+                  "computes on one GPU per instance (TP = PP = 1), the first of them")
     print(f"compose files in {args.out}: started {len(done.started)}, stopped {len(done.stopped)}, "
           f"kept {len(done.kept)} instances")
     for node, address in enumerate(addresses):

@@ -3,6 +3,7 @@ planned, and replans that keep the services still wanted."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import yaml
 from conftest import ADDRESSES, ROOT, emitted
 
 from services.deploy.actuator import ComposeActuator
+from services.deploy.cli import emit
 from services.deploy.compose import compose_files, named_instances
 from services.planner.actuator import apply_placement
 from services.planner.placement import Cluster, Parallel, pack, pack_units
@@ -70,3 +72,24 @@ def test_replanning_into_the_same_folder_keeps_services_still_wanted(tmp_path: P
     shrunk = apply_placement(ComposeActuator(tmp_path, ADDRESSES), pack(cluster, Parallel(4, 1), 1, Parallel(1, 1), 2))
     remaining = {name for services in read(tmp_path).values() for name in services}
     assert len(shrunk.stopped) == 7 and not set(shrunk.stopped) & remaining
+
+
+def test_emit_says_how_to_apply_and_warns_of_gpus_the_engine_leaves_idle(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    placement = pack(Cluster(nodes=2, gpus_per_node=8), Parallel(2, 1), 2, Parallel(1, 1), 6)
+    args = argparse.Namespace(out=str(tmp_path), nodes=2, node_addresses=",".join(ADDRESSES))
+    assert emit(args, placement) == 0
+    printed = capsys.readouterr().out
+    assert "warning: prefill instances (tp 2 × pp 1) reserve 2 GPUs" in printed and "decode instances" not in printed
+    for node, address in enumerate(ADDRESSES):
+        assert f"on {address}: docker compose -f {tmp_path}/docker-compose.node{node}.yml up -d" in printed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docker-compose.node0.yml", "docker-compose.node1.yml"]
+
+
+def test_emit_refuses_without_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    placement = pack(Cluster(nodes=2, gpus_per_node=8), Parallel(1, 1), 2, Parallel(1, 1), 2)
+    assert emit(argparse.Namespace(out=str(tmp_path), nodes=2, node_addresses="10.0.0.1"), placement) == 2
+    assert "1 addresses for 2 nodes" in capsys.readouterr().out
+    assert emit(argparse.Namespace(out=None, nodes=2, node_addresses=""), placement) == 2
+    assert "needs --out" in capsys.readouterr().out
+    assert not list(tmp_path.iterdir())
