@@ -1,5 +1,6 @@
 """`distserve plan ... --emit compose --out DIR`: the plan's compose files, one per host, through the compose
-actuator (so a replan into the same folder keeps the services that still fit)."""
+actuator (so a replan into the same folder keeps the services that still fit); `distserve planner --compose-out
+DIR`: the planner service applies its replans to the compose files in DIR."""
 
 from __future__ import annotations
 
@@ -17,6 +18,21 @@ def add_emit_arguments(plan: argparse.ArgumentParser) -> None:
     plan.add_argument("--out", default=None, help="folder of the emitted files (with --emit)")
     plan.add_argument("--node-addresses", default="",
                       help="comma-separated address of each node (default: 127.0.0.1 for one node, else node0,node1,...)")
+
+
+def add_actuator_arguments(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--compose-out", default=None,
+                       help="apply replans to the compose files in this folder (one per node address)")
+    serve.add_argument("--node-addresses", default="",
+                       help="comma-separated address of each node, with --compose-out (default: 127.0.0.1)")
+
+
+def compose_actuator(args: argparse.Namespace) -> ComposeActuator | None:
+    """The actuator `--compose-out` asks for, if any."""
+    if not args.compose_out:
+        return None
+    nodes = len(args.node_addresses.split(",")) if args.node_addresses else 1
+    return ComposeActuator(Path(args.compose_out), node_addresses(nodes, args.node_addresses))
 
 
 def emit(args: argparse.Namespace, placement: Placement) -> int:

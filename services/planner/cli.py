@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from services.deploy.cli import add_emit_arguments, emit
+from services.deploy.cli import add_actuator_arguments, add_emit_arguments, compose_actuator, emit
 from services.planner.schemas import (ClusterBody, PlanRequest, SLOBody, WorkloadBody)
 
 
@@ -17,6 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--redis-url", default=None, help="Redis with request records (enables /v1/replan)")
     serve.add_argument("--workers", type=int, default=None, help="search processes (default: CPU cores)")
     serve.add_argument("--replan-interval", type=float, default=0.0, help="seconds between workload checks")
+    add_actuator_arguments(serve)
     serve.set_defaults(func=_serve)
 
     plan = subparsers.add_parser("plan", help="find the goodput-optimal placement and plot attainment vs rate")
@@ -62,7 +63,7 @@ def _serve(args: argparse.Namespace) -> int:
     from services.planner.config import PlannerSettings
 
     serve(PlannerSettings(host=args.host, port=args.port, redis_url=args.redis_url, workers=args.workers,
-                          replan_interval=args.replan_interval))
+                          replan_interval=args.replan_interval), compose_actuator(args))
     return 0
 
 
