@@ -17,7 +17,8 @@ def add_emit_arguments(plan: argparse.ArgumentParser) -> None:
     plan.add_argument("--emit", choices=["compose"], default=None, help="also write deployment files for the plan")
     plan.add_argument("--out", default=None, help="folder of the emitted files (with --emit)")
     plan.add_argument("--node-addresses", default="",
-                      help="comma-separated address of each node (default: 127.0.0.1 for one node, else node0,node1,...)")
+                      help="comma-separated address of each node (default: 127.0.0.1 for one node, "
+                           "else node0,node1,...)")
 
 
 def add_actuator_arguments(serve: argparse.ArgumentParser) -> None:
@@ -51,8 +52,8 @@ def emit(args: argparse.Namespace, placement: Placement) -> int:
         return 2
     for role, par in (("prefill", placement.prefill), ("decode", placement.decode)):
         if par.gpus > 1:
-            print(f"warning: {role} instances (tp {par.tp} × pp {par.pp}) reserve {par.gpus} GPUs each, but the engine "
-                  "computes on one GPU per instance (TP = PP = 1), the first of them")
+            print(f"warning: {role} instances (tp {par.tp} × pp {par.pp}) reserve {par.gpus} GPUs each, but the "
+                  "engine computes on one GPU per instance (TP = PP = 1), the first of them")
     print(f"compose files in {args.out}: started {len(done.started)}, stopped {len(done.stopped)}, "
           f"kept {len(done.kept)} instances")
     for node, address in enumerate(addresses):

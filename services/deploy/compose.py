@@ -157,5 +157,6 @@ def to_yaml(doc: dict) -> str:
 def write_files(files: Mapping[str, dict], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, doc in files.items():
-        (out / name).write_text(f"# Written by `distserve plan --emit compose`. On this host:\n"
+        (out / name).write_text("# Written by distserve's compose actuator (`distserve plan --emit compose`, or the\n"
+                                "# planner's replans with --compose-out). On this host:\n"
                                 f"#   docker compose -f {name} up -d --remove-orphans\n" + to_yaml(doc))
