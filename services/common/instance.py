@@ -72,7 +72,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    while not stop.is_set():
+    while not stop.is_set() and not async_engine.failed:
         try:
             await registry.heartbeat(info)
             await _report(async_engine, instance_id)
@@ -83,6 +83,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         except TimeoutError:
             pass
 
+    if async_engine.failed:
+        log.error("%s %s stopping: its engine failed", settings.role, instance_id)
     log.info("%s %s stopping", settings.role, instance_id)
     await health_servicer.enter_graceful_shutdown()
     try:
@@ -97,3 +99,5 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     async_engine.stop()
     engine.close()
     await registry.close()
+    if async_engine.failed:
+        raise SystemExit(70)

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from services.engine.engine import LLMEngine, StepOutput
 from services.engine.sequence import SamplingParams
-from services.engine.worker import EngineWorker
+from services.engine.worker import EngineFailed, EngineWorker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -24,10 +24,11 @@ class AsyncEngine:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
         self._loop = asyncio.get_running_loop()
-        self._streams: dict[str, asyncio.Queue[StepOutput]] = {}
+        self._streams: dict[str, asyncio.Queue[StepOutput | BaseException]] = {}
         self._block_waiters: deque[tuple[int, asyncio.Future[list[int]]]] = deque()
         self._granting = False
-        self.worker = EngineWorker(engine, lambda outs: self._loop.call_soon_threadsafe(self._dispatch, outs))
+        self.worker = EngineWorker(engine, lambda outs: self._loop.call_soon_threadsafe(self._dispatch, outs),
+                                   lambda exc: self._loop.call_soon_threadsafe(self._fail_streams, exc))
         self.worker.start()
 
     async def call(self, fn: Callable[[LLMEngine], T]) -> T:
@@ -42,14 +43,24 @@ class AsyncEngine:
         if self._block_waiters and any(out.finished for out in outputs):
             self._grant_blocks()
 
+    def _fail_streams(self, exc: BaseException) -> None:
+        for queue in self._streams.values():
+            queue.put_nowait(exc)
+
+    @property
+    def failed(self) -> bool:
+        return self.worker.error is not None
+
     async def _stream(self, request_id: str, admit: Callable[[LLMEngine], None]) -> AsyncIterator[StepOutput]:
-        queue: asyncio.Queue[StepOutput] = asyncio.Queue()
+        queue: asyncio.Queue[StepOutput | BaseException] = asyncio.Queue()
         self._streams[request_id] = queue
         done = False
         try:
             await self.call(admit)
             while not done:
                 out = await queue.get()
+                if isinstance(out, BaseException):
+                    raise EngineFailed(f"engine failed: {out!r}") from out
                 done = out.finished or out.prefilled
                 yield out
         finally:

@@ -22,7 +22,8 @@ from services.router.dispatch import Assignment, Dispatcher, NoInstance
 from services.router.request import RouterRequest
 
 log = logging.getLogger(__name__)
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)  # an instance went away
+INSTANCE_GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+KV_GONE = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED)  # decode could not pull: re-prefill
 
 
 @dataclass(slots=True)
@@ -32,8 +33,13 @@ class Chunk:
     finish_reason: str = ""
 
 
+def _instance_gone(exc: BaseException) -> bool:
+    return isinstance(exc, NoInstance) or (isinstance(exc, grpc.aio.AioRpcError) and exc.code() in INSTANCE_GONE)
+
+
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, NoInstance) or (isinstance(exc, grpc.aio.AioRpcError) and exc.code() in RETRYABLE)
+    """Worth another attempt: an instance went away, or the K/V to decode from did."""
+    return _instance_gone(exc) or (isinstance(exc, grpc.aio.AioRpcError) and exc.code() in KV_GONE)
 
 
 class RouterCore:
@@ -122,10 +128,11 @@ class RouterCore:
                         yield chunk
                     return
                 except Exception as exc:
-                    if _retryable(exc):
-                        self.dispatcher.mark_failed(assignment.info.id)
-                    # Before the first decoded token the K/V is still leased at the source: try elsewhere.
-                    if streamed or attempt == self.retries or not _retryable(exc):
+                    if not _instance_gone(exc):
+                        raise  # bad input, or the K/V is gone (the caller re-prefills)
+                    self.dispatcher.mark_failed(assignment.info.id)
+                    # Before the first decoded token the K/V may still be leased at the source: try elsewhere.
+                    if streamed or attempt == self.retries:
                         raise
                     log.warning("decode on %s failed (%s); retrying", assignment.info.id, exc, extra={"request_id": req.request_id})
                     failed.add(assignment.info.id)
@@ -140,7 +147,7 @@ class RouterCore:
             try:
                 return await call(assignment)
             except Exception as exc:
-                if attempt == self.retries or not _retryable(exc):
+                if attempt == self.retries or not _instance_gone(exc):
                     raise
                 log.warning("%s on %s failed (%s); retrying", role, assignment.info.id, exc)
                 failed.add(assignment.info.id)

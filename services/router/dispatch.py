@@ -66,7 +66,10 @@ class Dispatcher:
     async def acquire(self, role: str, load: float, exclude: frozenset[str] = frozenset()) -> Assignment:
         """The least-loaded live instance of `role` (not in `exclude`), with `load` booked on it."""
         chosen, in_redis = None, False
-        exclude = exclude | self._avoided()
+        avoided = self._avoided()
+        if not any(i.id not in exclude | avoided for i in self.live(role)):
+            avoided = frozenset()  # better an instance that failed a moment ago than none at all
+        exclude = exclude | avoided
         if not exclude:
             try:
                 chosen, in_redis = await self.registry.pick(role, load), True
