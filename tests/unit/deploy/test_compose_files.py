@@ -3,7 +3,9 @@ valid Compose, commands the CLI accepts, no GPU or port claimed twice, health ch
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from urllib.parse import urlsplit
 
 import jsonschema
@@ -114,3 +116,9 @@ def test_services_wait_for_what_they_depend_on_to_be_healthy(host_doc: dict) -> 
             assert how["condition"] == "service_healthy", name
             assert "healthcheck" in services[dependency], dependency
         assert service["restart"] == "unless-stopped"
+
+
+def test_compose_variables_are_the_documented_ones_with_defaults(host_doc: dict) -> None:
+    text = json.dumps(host_doc)
+    assert set(re.findall(r"\$\{(\w+):-[^}]+\}", text)) <= {"DISTSERVE_IMAGE", "DISTSERVE_MODEL_DIR"}
+    assert text.count("$") == len(re.findall(r"\$\{\w+:-[^}]+\}", text)), "a variable without a default"
