@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
+from deploy_cases import ROOT, emitted
 
 from services.cli import main
-from services.deploy.compose import compose_files, named_instances
-from services.planner.placement import Cluster, Parallel, pack
+from services.planner.placement import Parallel
 
-ROOT = Path(__file__).resolve().parents[3]
 SCHEMA = ROOT.parent / "shared" / "schemas" / "compose-spec.json"
-ADDRESSES = ("10.0.0.1", "10.0.0.2")
-
-
-def emitted(nodes: int, prefill: Parallel, n_prefill: int, decode: Parallel, n_decode: int) -> dict[str, dict]:
-    placement = pack(Cluster(nodes=nodes, gpus_per_node=8), prefill, n_prefill, decode, n_decode)
-    return compose_files(named_instances(placement), ADDRESSES[:nodes] if nodes > 1 else ("127.0.0.1",))
 
 
 @pytest.fixture(scope="session")

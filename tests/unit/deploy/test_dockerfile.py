@@ -7,7 +7,7 @@ import fnmatch
 import re
 import shlex
 
-from conftest import ROOT
+from deploy_cases import ROOT
 
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 
