@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "services.common.instance_cli",
     "services.router.cli",
     "services.launcher.cli",
+    "services.launcher.health_cli",
     "services.kvxfer.cli",
     "services.planner.cli",
 )
