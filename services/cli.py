@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 
 # Modules that define `register(subparsers)`; each adds its subcommands with `func` set.

@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from distserve.v1 import kv_pb2
+from services.common.errors import Overloaded
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
 from services.engine.errors import EngineInputError
 from services.engine.sequence import SamplingParams
 from services.kvxfer.client import KVXferClient
-from services.common.errors import Overloaded
 
 
 @dataclass(slots=True)

@@ -8,7 +8,12 @@ import argparse
 from pathlib import Path
 
 from services.deploy.actuator import ComposeActuator
-from services.deploy.compose import compose_files, file_name, named_instances, node_addresses
+from services.deploy.compose import (
+    compose_files,
+    file_name,
+    named_instances,
+    node_addresses,
+)
 from services.planner.actuator import apply_placement
 from services.planner.placement import Placement
 

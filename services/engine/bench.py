@@ -15,10 +15,9 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-
-from services.engine.device import setup_device
 from torch import nn
 
+from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
 from services.engine.model_config import ModelConfig
 from services.engine.sequence import SamplingParams

@@ -18,8 +18,8 @@ from services.engine.kv_pool import KVLayout
 from services.engine.model_config import ModelConfig
 from services.engine.model_runner import ModelRunner
 from services.engine.scheduler import SCHEDULERS, Policy, SchedulerConfig
+from services.engine.sequence import FinishReason, SamplingParams, SeqStatus, Sequence
 from services.engine.validation import validate_request
-from services.engine.sequence import FinishReason, SamplingParams, Sequence, SeqStatus
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ class ModelConfig:
         return self.head_dim_override or self.hidden_size // self.num_heads
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "ModelConfig":
+    def from_dict(cls, raw: dict) -> ModelConfig:
         model_type = raw.get("model_type", "llama")
         eos = raw.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
@@ -71,5 +71,5 @@ class ModelConfig:
         )
 
     @classmethod
-    def from_folder(cls, folder: str | Path) -> "ModelConfig":
+    def from_folder(cls, folder: str | Path) -> ModelConfig:
         return cls.from_dict(json.loads((Path(folder) / "config.json").read_text()))

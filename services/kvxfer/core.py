@@ -19,9 +19,9 @@ from services.kvxfer.checksum import crc32
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.leases import LeaseEnd, LeaseError, LeaseState, LeaseTable
 from services.kvxfer.metrics import XferMetrics
+from services.kvxfer.orders import PullOrder, SourceGrant
 from services.kvxfer.pools import CudaIpc, MappedPool, copy_ranges, map_cuda, map_host
 from services.kvxfer.ranges import ByteRange, block_ranges, check_blocks
-from services.kvxfer.orders import PullOrder, SourceGrant
 
 log = logging.getLogger(__name__)
 INLINE_COPY_BYTES = 1 << 20  # smaller same-host copies run on the loop: a thread hop costs more

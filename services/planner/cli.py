@@ -6,8 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from services.deploy.cli import add_actuator_arguments, add_emit_arguments, compose_actuator, emit
-from services.planner.schemas import (ClusterBody, PlanRequest, SLOBody, WorkloadBody)
+from services.deploy.cli import (
+    add_actuator_arguments,
+    add_emit_arguments,
+    compose_actuator,
+    emit,
+)
+from services.planner.schemas import ClusterBody, PlanRequest, SLOBody, WorkloadBody
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -122,7 +127,11 @@ def _profile(args: argparse.Namespace) -> int:
     from services.engine.cli import resolve_model
     from services.engine.device import setup_device
     from services.planner.engine_timing import engine_timers, open_engine
-    from services.planner.profile import appendix_a_constants, fit_profile, write_profile
+    from services.planner.profile import (
+        appendix_a_constants,
+        fit_profile,
+        write_profile,
+    )
     from services.planner.profiler import record_profile
     from services.planner.shapes import load_shape
 

@@ -10,7 +10,12 @@ from dataclasses import dataclass
 import redis
 
 from services.planner.actuator import Actuation, Actuator, apply_placement
-from services.planner.records import RecordedWorkload, fit_records, read_records, save_plan
+from services.planner.records import (
+    RecordedWorkload,
+    fit_records,
+    read_records,
+    save_plan,
+)
 from services.planner.schemas import ReplanRequest
 from services.planner.search import PlanResult
 from services.planner.service import replan_request, run_plan

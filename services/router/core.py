@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
 import grpc
@@ -171,6 +171,11 @@ class RouterCore:
         call = stub.Decode(worker_pb2.DecodeRequest(
             request_id=req.downstream_id, prompt_token_ids=prompt_ids, first_token=prefilled.first_token,
             sampling=sampling_to_proto(params), kv=prefilled.kv), timeout=req.remaining())
+        async for chunk in self._relay(req, call, assignment):
+            yield chunk
+
+    async def _relay(self, req: RouterRequest, call, assignment: Assignment) -> AsyncIterator[tuple[list[int], str]]:
+        """Token chunks of an instance's stream; ending early cancels the call; the booked load comes off."""
         try:
             async for chunk in call:
                 if chunk.HasField("stamps"):
@@ -189,14 +194,8 @@ class RouterCore:
         call = stub.Generate(worker_pb2.ColocatedRequest(
             request_id=req.downstream_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params)),
             timeout=req.remaining())
-        try:
-            async for chunk in call:
-                if chunk.HasField("stamps"):
-                    req.lifetime.merge(chunk.stamps)
-                yield list(chunk.token_ids), chunk.finish_reason
-        finally:
-            call.cancel()
-            await self.dispatcher.release(assignment)
+        async for chunk in self._relay(req, call, assignment):
+            yield chunk
 
     # ---- bookkeeping -------------------------------------------------------------------------------
 

@@ -8,7 +8,11 @@ from torch import nn
 
 from services.engine.attention import AttentionMetadata, paged_attention
 from services.engine.model_config import ModelConfig
-from services.engine.models.rope import apply_rotary, inverse_frequencies, rotary_cos_sin
+from services.engine.models.rope import (
+    apply_rotary,
+    inverse_frequencies,
+    rotary_cos_sin,
+)
 
 
 class RMSNorm(nn.Module):

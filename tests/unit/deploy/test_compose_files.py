@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 
 from services.cli import build_parser
-from services.common.instance_config import InstanceSettings
 from services.common.instance_cli import ROLES
+from services.common.instance_config import InstanceSettings
 from services.common.settings_cli import settings_values
 from services.kvxfer.config import KVXferConfig
 from services.router.config import RouterSettings

@@ -5,8 +5,13 @@ import pytest
 from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
 from services.planner.placement import Cluster, Parallel
-from services.planner.search import (brute_force, high_affinity, high_affinity_layouts, low_affinity,
-                                     low_affinity_layouts)
+from services.planner.search import (
+    brute_force,
+    high_affinity,
+    high_affinity_layouts,
+    low_affinity,
+    low_affinity_layouts,
+)
 from services.planner.shapes import load_shape
 from services.planner.simulator import SLO
 from services.planner.workload import Workload
