@@ -114,3 +114,14 @@ async def test_cancelled_requests_free_every_block(stack) -> None:
     stats = await wait_idle(stack)
     assert [s.blocks_used for s in stats] == [0] * len(stats)
     assert all(s.running == 0 and s.waiting == 0 and s.held == 0 for s in stats)
+
+
+def test_router_serves_reflection_and_health(stack) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    with grpc.insecure_channel(stack.router_address) as channel:
+        services = ProtoReflectionDescriptorDatabase(channel).get_services()
+        assert "distserve.v1.Router" in services
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="distserve.v1.Router"))
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
