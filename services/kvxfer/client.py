@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 
+import asyncio
+
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
 from services.engine.kv_pool import KVPool
@@ -36,6 +39,19 @@ class KVXferClient:
         self.address = address
         self._channel = grpc.aio.insecure_channel(address)
         self._stub = kvxfer_pb2_grpc.KVXferStub(self._channel)
+
+    async def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Return once kvxfer's health service says SERVING; TimeoutError after timeout_s."""
+        health = health_pb2_grpc.HealthStub(self._channel)
+        async with asyncio.timeout(timeout_s):
+            while True:
+                try:
+                    reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError:
+                    pass
+                await asyncio.sleep(0.05)
 
     async def register_pool(self, instance_id: str, pool: KVPool) -> None:
         """Let kvxfer map the pool: a /dev/shm file on CPU, a CUDA IPC handle on GPU."""

@@ -213,7 +213,7 @@ class KVXferCore:
                                                f"its kvxfer {self.address} (gone?)")
         dst, ranges = self._destination(dst_instance_id, dst_block_ids, source.layout, source.block_ids)
         order = PullOrder(source.lease_id, source.instance_id, source.block_ids, dst_block_ids,
-                          source.layout.block_bytes, checksum)
+                          source.layout.block_bytes, checksum, pack=not dst.on_gpu)
         got: list[int | None] = [None]
 
         async def verify(src_crc: int | None) -> None:

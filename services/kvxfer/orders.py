@@ -16,6 +16,7 @@ class PullOrder:
     dst_blocks: list[int]
     block_bytes: int
     checksum: bool
+    pack: bool  # small ranges may travel packed (frames.py); False into device memory
 
 
 @dataclass(slots=True)
