@@ -9,13 +9,14 @@ KB = 1 << 10
 
 
 def test_small_ranges_are_packed_up_to_the_frame_size() -> None:
-    frames = plan_frames([64 * KB] * 130, pack=True)
-    assert [f.count for f in frames] == [64, 64, 2]
+    per_frame = FRAME_BYTES // (64 * KB)
+    frames = plan_frames([64 * KB] * (2 * per_frame + 2), pack=True)
+    assert [f.count for f in frames] == [per_frame, per_frame, 2]
     assert all(f.nbytes <= FRAME_BYTES for f in frames)
 
 
 def test_large_ranges_travel_alone() -> None:
-    frames = plan_frames([64 * KB, DIRECT_BYTES, 64 * KB, 64 * KB], pack=True)
+    frames = plan_frames([64 * KB, DIRECT_BYTES, 64 * KB, 64 * KB], pack=True)  # DIRECT_BYTES >= FRAME_BYTES
     assert frames == [Frame(0, 1, 64 * KB), Frame(1, 1, DIRECT_BYTES), Frame(2, 2, 128 * KB)]
     assert [f.packed for f in frames] == [False, False, True]
 
