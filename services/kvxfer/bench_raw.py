@@ -44,6 +44,7 @@ async def receive(port_file: str, max_bytes: int) -> None:
     os.rename(port_file + ".tmp", port_file)
     await done.wait()
     listener.close()
+    ucxx.stop_notifier_thread()
 
 
 class RawSender:
@@ -67,6 +68,7 @@ class RawSender:
     async def close(self) -> None:
         await self._ep.send(np.zeros(1, dtype=np.uint64))
         await self._ep.close()
+        _ucxx().stop_notifier_thread()
 
 
 if __name__ == "__main__":

@@ -45,6 +45,11 @@ async def _recv_msg(ep: ucxx.Endpoint, tag: int, capacity: int) -> dict:
     return json.loads(buf[4:4 + size].tobytes())
 
 
+def stop_ucx() -> None:
+    """Stop ucxx's notifier thread (with Python futures on, the process cannot exit while it runs)."""
+    ucxx.stop_notifier_thread()
+
+
 class UcxServer:
     """The source side: a UCX listener serving pull orders from this host's pools."""
 
