@@ -24,7 +24,7 @@ from services.kvxfer.ranges import ByteRange, block_ranges, check_blocks
 from services.kvxfer.orders import PullOrder, SourceGrant
 
 log = logging.getLogger(__name__)
-INLINE_COPY_BYTES = 1 << 20  # smaller same-host copies run on the loop: a thread hop costs more
+INLINE_COPY_BYTES = 4 << 20  # smaller same-host copies run on the loop (under ~0.5 ms): a thread hop costs more
 
 
 class PeerDirectory(Protocol):
