@@ -85,10 +85,10 @@ class UcxServer:
         ok = False
         try:
             frames = plan_frames([v.nbytes for v in grant.views], order.pack)
-            await _send_msg(ep, REPLY_TAG, {"ok": True, "nbytes": sum(f.nbytes for f in frames),
-                                            "nframes": len(frames), "crc": grant.crc})
+            reply = {"ok": True, "nbytes": sum(f.nbytes for f in frames), "nframes": len(frames), "crc": grant.crc}
             slots = asyncio.Semaphore(STAGED_IN_FLIGHT)
-            await asyncio.gather(*(self._send_frame(ep, i, f, grant.views, slots) for i, f in enumerate(frames)))
+            await asyncio.gather(_send_msg(ep, REPLY_TAG, reply),  # all at once: each await is a thread hop
+                                 *(self._send_frame(ep, i, f, grant.views, slots) for i, f in enumerate(frames)))
             ok = (await _recv_msg(ep, ORDER_TAG, ORDER_BYTES))["ok"]
             return True
         except Exception as e:
@@ -117,6 +117,7 @@ class UcxPuller:
         self._connect_timeout_s = connect_timeout_s
         self._idle: dict[tuple[str, int], list[ucxx.Endpoint]] = {}
         self._staging = Staging()
+        self._acks: set[asyncio.Task] = set()
 
     async def pull(self, peer: tuple[str, int], order: PullOrder, dst_views: Sequence,
                    verify: Callable[[int | None], Awaitable[None]]) -> None:
@@ -138,7 +139,7 @@ class UcxPuller:
     async def _exchange(self, ep: ucxx.Endpoint, order: PullOrder, dst_views: Sequence,
                         verify: Callable[[int | None], Awaitable[None]]) -> None:
         frames = plan_frames([v.nbytes for v in dst_views], order.pack)
-        await _send_msg(ep, ORDER_TAG, asdict(order))
+        sent = asyncio.ensure_future(_send_msg(ep, ORDER_TAG, asdict(order)))  # done once the reply is in
         reply = asyncio.ensure_future(_recv_msg(ep, REPLY_TAG, REPLY_BYTES))
         slots = asyncio.Semaphore(2 * STAGED_IN_FLIGHT)  # both sides take slots in frame order: no deadlock
         received = asyncio.ensure_future(asyncio.gather(
@@ -154,16 +155,28 @@ class UcxPuller:
                 raise XferError(Failure.DATA_LOSS, f"source offers {answer['nbytes']} bytes in {answer['nframes']} "
                                                    f"frames, destination expects {expected} in {len(frames)}")
             await received
+            await sent
         finally:
-            if not received.done():
-                received.cancel()
-            await asyncio.gather(received, return_exceptions=True)
+            for task in (sent, reply, received):
+                task.cancel()
+            await asyncio.gather(sent, reply, received, return_exceptions=True)
         try:
             await verify(answer["crc"])
         except XferError:
-            await _send_msg(ep, ORDER_TAG, {"ok": False})
+            self._ack(ep, ok=False)
             raise
-        await _send_msg(ep, ORDER_TAG, {"ok": True})
+        self._ack(ep, ok=True)
+
+    def _ack(self, ep: ucxx.Endpoint, ok: bool) -> None:
+        """Send the ack without waiting for it: the endpoint's next order queues behind it."""
+        task = asyncio.ensure_future(_send_msg(ep, ORDER_TAG, {"ok": ok}))
+        self._acks.add(task)
+        task.add_done_callback(self._ack_sent)
+
+    def _ack_sent(self, task: asyncio.Task) -> None:
+        self._acks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # the source keeps the lease till expiry
+            log.warning("ack of a pull was not delivered: %s", task.exception())
 
     async def _recv_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst_views: Sequence,
                           slots: asyncio.Semaphore) -> None:
