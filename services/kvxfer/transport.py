@@ -105,7 +105,7 @@ class UcxServer:
         async with slots:
             buf = self._staging.get()
             parts = views[frame.first:frame.first + frame.count]
-            await asyncio.to_thread(copy_views, slices(buf, [v.nbytes for v in parts]), parts)
+            copy_views(slices(buf, [v.nbytes for v in parts]), parts)  # ~0.1 ms: cheaper than a thread hop
             await ep.send(buf[:frame.nbytes], tag=FRAME_TAG + index)
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
@@ -187,7 +187,7 @@ class UcxPuller:
             buf = self._staging.get()
             await ep.recv(buf[:frame.nbytes], tag=FRAME_TAG + index)
             parts = dst_views[frame.first:frame.first + frame.count]
-            await asyncio.to_thread(copy_views, parts, slices(buf, [v.nbytes for v in parts]))
+            copy_views(parts, slices(buf, [v.nbytes for v in parts]))  # ~0.1 ms: cheaper than a thread hop
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
     async def _acquire(self, peer: tuple[str, int]) -> ucxx.Endpoint:
