@@ -6,6 +6,7 @@ allocations opened with cupy (services.kvxfer.gpu, imported only for them).
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,4 +80,10 @@ def copy_views(dst_views: Sequence, src_views: Sequence) -> None:
 
 def copy_ranges(src: MappedPool, dst: MappedPool, ranges: Sequence[ByteRange]) -> None:
     """Copy each range from the src pool to the dst pool."""
-    copy_views(dst.views(ranges, "dst"), src.views(ranges, "src"))
+    if src.on_gpu or dst.on_gpu:
+        copy_views(dst.views(ranges, "dst"), src.views(ranges, "src"))
+        return
+    # memmove on raw addresses: a numpy slice and copyto per 64 KB block cost 30% of the copy's time
+    src_base, dst_base = src.data.ctypes.data, dst.data.ctypes.data
+    for r in ranges:
+        ctypes.memmove(dst_base + r.dst, src_base + r.src, r.length)
