@@ -8,9 +8,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
-
 import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -18,8 +17,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
 from services.engine.kv_pool import KVPool
 from services.kvxfer.convert import layout_to_pb, stats_from_pb
-from services.kvxfer.core import PullResult, Stats
 from services.kvxfer.leases import LeaseEnd, LeaseState
+from services.kvxfer.records import PullResult, Stats
 
 RPC_MARGIN_S = 2.0  # the service gives up on a pull this long before the RPC deadline, so it reports why
 STATES = {kvxfer_pb2.LeaseEvent.RELEASED: LeaseState.RELEASED, kvxfer_pb2.LeaseEvent.EXPIRED: LeaseState.EXPIRED}

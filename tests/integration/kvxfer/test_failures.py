@@ -16,7 +16,7 @@ from services.kvxfer.lease_keeper import LeaseKeeper
 from services.kvxfer.leases import LeaseState
 from tests.integration.kvxfer.conftest import LAYOUT, block_bytes
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 BIG = KVLayout(num_blocks=256, num_layers=8, block_size=16, num_kv_heads=8, head_dim=128)  # 1 MB blocks
 
 

@@ -14,7 +14,7 @@ from services.kvxfer.client import PullFailed
 from services.kvxfer.leases import LeaseState
 from tests.integration.kvxfer.conftest import LAYOUT, block_bytes
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 
 async def test_same_host_pull_is_byte_exact_and_releases_the_lease(start_kvxfer, make_pool, clients) -> None:
