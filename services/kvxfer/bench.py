@@ -115,10 +115,11 @@ async def _bench(quick: bool, say) -> list[Row]:
         sender = await RawSender.connect(int(open(port_file).read()))
         src_buf, dst_buf = np.ones(max(sizes), dtype=np.uint8), np.ones(max(sizes), dtype=np.uint8)  # touched
         rng = random.Random(0)
-        for _ in range(3):  # warm up both paths (connections, first-use costs)
-            await _pull(a, a, "d0", 4, False, rng)
-            await _pull(a, b, "d1", 4, False, rng)
-            await sender.timed_send(src_buf[:MB])
+        for nblocks, contiguous in ((4, False), (4, False), (512, False), (512, True)):
+            # warm up both paths: connections, staging buffers, UCX's first large transfers
+            await _pull(a, a, "d0", nblocks, contiguous, rng)
+            await _pull(a, b, "d1", nblocks, contiguous, rng)
+            await sender.timed_send(src_buf[:nblocks * LAYOUT.block_bytes])
 
         rows = []
         for nbytes, contiguous in [(n, c) for n in sizes for c in (False, True)]:
