@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from deploy_cases import ROOT, emitted
+from tests.unit.deploy.deploy_cases import ROOT, emitted
 
 from services.cli import main
 from services.planner.placement import Parallel

@@ -4,7 +4,7 @@ importing torch (seconds of CPU each time)."""
 import subprocess
 import sys
 
-from deploy_cases import ROOT
+from tests.unit.deploy.deploy_cases import ROOT
 
 
 def test_the_cli_parses_every_command_without_importing_torch() -> None:

@@ -7,7 +7,7 @@ import fnmatch
 import re
 import shlex
 
-from deploy_cases import ROOT
+from tests.unit.deploy.deploy_cases import ROOT
 
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 

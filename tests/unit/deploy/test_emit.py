@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deploy_cases import ADDRESSES, ROOT, emitted
+from tests.unit.deploy.deploy_cases import ADDRESSES, ROOT, emitted
 
 from services.deploy.actuator import ComposeActuator
 from services.deploy.cli import emit
