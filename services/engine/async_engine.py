@@ -80,14 +80,15 @@ class AsyncEngine:
 
     async def reserve_blocks(self, num_tokens: int) -> list[int]:
         """Waits (FCFS) until the pool can hold `num_tokens` tokens and returns the reserved blocks."""
-        future: asyncio.Future[list[int]] = self._loop.create_future()
-        self._block_waiters.append((num_tokens, future))
+        waiter = (num_tokens, self._loop.create_future())
+        self._block_waiters.append(waiter)
         self._grant_blocks()
         try:
-            return await future
+            return await waiter[1]
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self.worker.call(lambda e: e.free_blocks(future.result()))
+            if waiter in self._block_waiters:  # leave the queue; a grant under way frees what it reserved for it
+                self._block_waiters.remove(waiter)
+                self._grant_blocks()
             raise
 
     def _grant_blocks(self) -> None:
@@ -95,11 +96,11 @@ class AsyncEngine:
         if self._granting or not self._block_waiters:
             return
         self._granting = True
-        sizes = [num_tokens for num_tokens, _ in self._block_waiters]
+        waiters = list(self._block_waiters)
 
         def grant(engine: LLMEngine) -> list[list[int]]:
             granted = []
-            for num_tokens in sizes:
+            for num_tokens, _ in waiters:
                 blocks = engine.reserve_blocks(num_tokens)
                 if blocks is None:
                     break
@@ -109,13 +110,14 @@ class AsyncEngine:
         def deliver(done: asyncio.Future) -> None:
             self._granting = False
             granted = done.result()
-            for blocks in granted:
-                _, future = self._block_waiters.popleft()
-                if future.done():  # its waiter went away meanwhile
+            for waiter, blocks in zip(waiters, granted):
+                if waiter in self._block_waiters:
+                    self._block_waiters.remove(waiter)
+                if waiter[1].done():  # its waiter went away meanwhile
                     self.worker.call(lambda e, b=blocks: e.free_blocks(b))
                 else:
-                    future.set_result(blocks)
-            if len(granted) == len(sizes):
+                    waiter[1].set_result(blocks)
+            if len(granted) == len(waiters):
                 self._grant_blocks()  # waiters that arrived during the grant
 
         asyncio.wrap_future(self.worker.call(grant)).add_done_callback(deliver)
