@@ -125,3 +125,19 @@ def test_router_serves_reflection_and_health(stack) -> None:
         assert "distserve.v1.Router" in services
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="distserve.v1.Router"))
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_every_service_serves_prometheus_metrics(stack) -> None:
+    import httpx
+
+    asyncio.run(generate(stack.router_address, "metrics please", max_tokens=4, temperature=0.0))
+    texts = {p.name: httpx.get(f"http://{stack.config.host}:{p.metrics_port}/metrics", timeout=10).text
+             for p in stack.procs if p.metrics_port}
+    router = texts.pop("router")
+    for name in ("distserve_ttft_seconds_count", "distserve_tpot_seconds_count", "distserve_e2e_seconds_count",
+                 'distserve_stage_seconds_count{stage="prefill"}'):
+        assert name in router
+    for name, text in texts.items():
+        if name != "kvxfer":
+            assert "distserve_kv_blocks_used" in text and "distserve_kv_blocks_reserved" in text
+            assert "distserve_queue_length" in text
