@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 
 # Modules that define `register(subparsers)`; each adds its subcommands with `func` set.
@@ -13,6 +12,7 @@ COMMAND_MODULES = (
     "services.common.instance_cli",
     "services.router.cli",
     "services.launcher.cli",
+    "services.launcher.health_cli",
     "services.kvxfer.cli",
     "services.planner.cli",
     "services.bench.cli",

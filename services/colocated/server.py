@@ -11,9 +11,9 @@ from services.common.convert import sampling_from_proto
 from services.common.errors import Overloaded
 from services.common.grpc_errors import abort_for, stats_of
 from services.common.instance import InstanceSettings
-from services.kvxfer.client import KVXferClient
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
+from services.kvxfer.client import KVXferClient
 
 
 class ColocatedServicer(worker_pb2_grpc.ColocatedServicer):

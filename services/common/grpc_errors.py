@@ -9,6 +9,7 @@ from services.common.errors import Overloaded
 from services.engine.async_engine import AsyncEngine
 from services.engine.engine import LLMEngine
 from services.engine.errors import EngineInputError
+from services.engine.worker import EngineFailed
 from services.kvxfer.client import PullFailed
 
 
@@ -18,9 +19,12 @@ async def abort_for(context: grpc.aio.ServicerContext, exc: Exception) -> None:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     if isinstance(exc, Overloaded):
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+    if isinstance(exc, EngineFailed):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))  # the router retries elsewhere
     if isinstance(exc, PullFailed):
-        # The source lease outlives a failed pull: the router may retry on another decode instance.
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"KV pull failed: {exc}")
+        # Not this instance's fault: the K/V's source or lease is gone; the router re-prefills elsewhere.
+        code = grpc.StatusCode.FAILED_PRECONDITION if exc.code == grpc.StatusCode.FAILED_PRECONDITION else grpc.StatusCode.ABORTED
+        await context.abort(code, f"KV pull failed: {exc}")
     raise exc
 
 

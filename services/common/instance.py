@@ -6,17 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import socket
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Literal
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.common.metrics import KV_TOTAL, KV_USED, QUEUE, RUNNING, serve_metrics
+from services.common.instance_config import InstanceSettings
+from services.common.metrics import KV_HELD, KV_RESERVED, KV_TOTAL, KV_USED, QUEUE, RUNNING, serve_metrics
 from services.common.registry import InstanceInfo, Registry
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
@@ -25,30 +22,6 @@ from services.engine.kv_pool import shm_path
 from services.kvxfer.client import KVXferClient
 
 log = logging.getLogger(__name__)
-Role = Literal["prefill", "decode", "colocated", "chunked"]
-
-
-class InstanceSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="DISTSERVE_", frozen=True)
-
-    role: Role = Field(description="which engine policy this instance runs")
-    model: str = Field(description="model folder")
-    device: str = Field("cpu", description="cpu, cpu:N (pinned to core N) or cuda:N")
-    host: str = Field("127.0.0.1", description="address to bind the gRPC server to")
-    port: int = Field(0, description="gRPC port")
-    instance_id: str = Field("", description="unique id; made from the role when empty")
-    node: str = Field(default_factory=socket.gethostname, description="host name; instances of one node share a kvxfer")
-    redis_url: str = Field(description="Redis holding the registry and load book")
-    kvxfer: str = Field("", description="gRPC address of this host's kvxfer (prefill and decode)")
-    num_blocks: int = Field(1024, description="KV blocks in the pool")
-    block_size: int = Field(16, description="tokens per KV block")
-    max_batch_tokens: int = Field(512, description="Lm for prefill; token budget per step for colocated/chunked")
-    max_num_seqs: int = Field(64, description="most sequences in one batch")
-    max_pending: int = Field(256, description="most requests queued or running before RESOURCE_EXHAUSTED")
-    lease_ttl_s: float = Field(30.0, description="how long prefilled K/V waits for a pull")
-    pull_timeout_s: float = Field(10.0, description="bound on one K/V pull")
-    heartbeat_s: float = Field(1.0, description="registry heartbeat period (the TTL is 3 periods)")
-    metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")
 
 
 ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str, KVXferClient | None],
@@ -56,13 +29,18 @@ ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str,
 
 
 async def _report(engine: AsyncEngine, instance_id: str) -> None:
-    def snapshot(e: LLMEngine) -> tuple[int, int, int]:
-        return len(e.scheduler.waiting), len(e.scheduler.running), e.blocks.num_used
+    def snapshot(e: LLMEngine) -> tuple[int, int, int, int, int]:
+        seqs = [*e.scheduler.waiting, *e.scheduler.running]
+        held = sum(len(p.block_ids) for p in e.prefilled.values())
+        reserved = e.blocks.num_used - held - sum(len(s.block_table) for s in seqs)
+        return len(e.scheduler.waiting), len(e.scheduler.running), e.blocks.num_used, reserved, held
 
-    waiting, running, used = await engine.call(snapshot)
+    waiting, running, used, reserved, held = await engine.call(snapshot)
     QUEUE.labels(instance_id).set(waiting)
     RUNNING.labels(instance_id).set(running)
     KV_USED.labels(instance_id).set(used)
+    KV_RESERVED.labels(instance_id).set(reserved)
+    KV_HELD.labels(instance_id).set(held)
 
 
 async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory) -> None:
@@ -99,7 +77,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    while not stop.is_set():
+    while not stop.is_set() and not async_engine.failed:
         try:
             await registry.heartbeat(info)
             await _report(async_engine, instance_id)
@@ -110,6 +88,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         except TimeoutError:
             pass
 
+    if async_engine.failed:
+        log.error("%s %s stopping: its engine failed", settings.role, instance_id)
     log.info("%s %s stopping", settings.role, instance_id)
     await health_servicer.enter_graceful_shutdown()
     try:
@@ -124,3 +104,5 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     async_engine.stop()
     engine.close()
     await registry.close()
+    if async_engine.failed:
+        raise SystemExit(70)

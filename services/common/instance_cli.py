@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from services.common.instance import InstanceSettings, run_instance
+from services.common.instance_config import InstanceSettings
 from services.common.settings_cli import add_settings_arguments, settings_values
 
 ROLES = ("prefill", "decode", "colocated", "chunked")
@@ -26,6 +26,7 @@ def _servicer(role: str):
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from services.common.instance import run_instance
     from services.engine.cli import resolve_model
 
     values = settings_values(args, InstanceSettings)

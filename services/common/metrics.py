@@ -14,6 +14,8 @@ REQUESTS = Counter("distserve_requests_total", "requests by outcome", ["outcome"
 QUEUE = Gauge("distserve_queue_length", "requests waiting in the engine", ["instance"])
 RUNNING = Gauge("distserve_running", "requests running in the engine", ["instance"])
 KV_USED = Gauge("distserve_kv_blocks_used", "KV blocks in use (held or reserved included)", ["instance"])
+KV_RESERVED = Gauge("distserve_kv_blocks_reserved", "KV blocks reserved for pulls not yet admitted", ["instance"])
+KV_HELD = Gauge("distserve_kv_blocks_held", "KV blocks of prefilled requests waiting to be pulled", ["instance"])
 KV_TOTAL = Gauge("distserve_kv_blocks_total", "KV blocks in the pool", ["instance"])
 
 

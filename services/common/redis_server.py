@@ -28,7 +28,7 @@ class EmbeddedRedis:
     def url(self) -> str:
         return f"redis://{self.host}:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> "EmbeddedRedis":
+    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
         self.port = self.port or free_port(self.host)
         self.workdir = tempfile.mkdtemp(prefix="distserve-redis-")
         self.process = subprocess.Popen(

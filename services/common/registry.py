@@ -46,7 +46,7 @@ class InstanceInfo:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, raw: str | bytes) -> "InstanceInfo":
+    def from_json(cls, raw: str | bytes) -> InstanceInfo:
         return cls(**json.loads(raw))
 
 
@@ -57,7 +57,7 @@ class Registry:
         self._pick = client.register_script(_PICK)
 
     @classmethod
-    def from_url(cls, url: str, ttl_s: float = 3.0) -> "Registry":
+    def from_url(cls, url: str, ttl_s: float = 3.0) -> Registry:
         return cls(aioredis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0), ttl_s)
 
     async def register(self, info: InstanceInfo) -> None:

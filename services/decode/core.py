@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from distserve.v1 import kv_pb2
+from services.common.errors import Overloaded
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
 from services.engine.errors import EngineInputError
 from services.engine.sequence import SamplingParams
 from services.kvxfer.client import KVXferClient
-from services.common.errors import Overloaded
+
+ABANDONED_COPY_GRACE_S = 1.0
 
 
 @dataclass(slots=True)
@@ -45,6 +48,12 @@ class DecodeCore:
             stamps.xfer_start = time.time()
             try:
                 await self.kv.pull(handle, self.instance_id, blocks, timeout_s=self.pull_timeout_s)
+            except asyncio.CancelledError:
+                # kvxfer aborts an abandoned copy within milliseconds; the blocks return only after that,
+                # so a copy still landing cannot overwrite another request's K/V.
+                asyncio.get_running_loop().call_later(
+                    ABANDONED_COPY_GRACE_S, lambda: asyncio.ensure_future(self.engine.free_blocks(blocks)))
+                raise
             except BaseException:
                 await self.engine.free_blocks(blocks)
                 raise

@@ -8,9 +8,9 @@ from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.convert import sampling_from_proto
 from services.common.grpc_errors import abort_for, stats_of
 from services.common.instance import InstanceSettings
-from services.kvxfer.client import KVXferClient
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
+from services.kvxfer.client import KVXferClient
 
 
 class DecodeServicer(worker_pb2_grpc.DecodeServicer):

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from services.engine.engine import LLMEngine, StepOutput
 from services.engine.sequence import SamplingParams
-from services.engine.worker import EngineWorker
+from services.engine.worker import EngineFailed, EngineWorker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -24,10 +24,11 @@ class AsyncEngine:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
         self._loop = asyncio.get_running_loop()
-        self._streams: dict[str, asyncio.Queue[StepOutput]] = {}
+        self._streams: dict[str, asyncio.Queue[StepOutput | BaseException]] = {}
         self._block_waiters: deque[tuple[int, asyncio.Future[list[int]]]] = deque()
         self._granting = False
-        self.worker = EngineWorker(engine, lambda outs: self._loop.call_soon_threadsafe(self._dispatch, outs))
+        self.worker = EngineWorker(engine, lambda outs: self._loop.call_soon_threadsafe(self._dispatch, outs),
+                                   lambda exc: self._loop.call_soon_threadsafe(self._fail_streams, exc))
         self.worker.start()
 
     async def call(self, fn: Callable[[LLMEngine], T]) -> T:
@@ -42,14 +43,24 @@ class AsyncEngine:
         if self._block_waiters and any(out.finished for out in outputs):
             self._grant_blocks()
 
+    def _fail_streams(self, exc: BaseException) -> None:
+        for queue in self._streams.values():
+            queue.put_nowait(exc)
+
+    @property
+    def failed(self) -> bool:
+        return self.worker.error is not None
+
     async def _stream(self, request_id: str, admit: Callable[[LLMEngine], None]) -> AsyncIterator[StepOutput]:
-        queue: asyncio.Queue[StepOutput] = asyncio.Queue()
+        queue: asyncio.Queue[StepOutput | BaseException] = asyncio.Queue()
         self._streams[request_id] = queue
         done = False
         try:
             await self.call(admit)
             while not done:
                 out = await queue.get()
+                if isinstance(out, BaseException):
+                    raise EngineFailed(f"engine failed: {out!r}") from out
                 done = out.finished or out.prefilled
                 yield out
         finally:
@@ -69,14 +80,15 @@ class AsyncEngine:
 
     async def reserve_blocks(self, num_tokens: int) -> list[int]:
         """Waits (FCFS) until the pool can hold `num_tokens` tokens and returns the reserved blocks."""
-        future: asyncio.Future[list[int]] = self._loop.create_future()
-        self._block_waiters.append((num_tokens, future))
+        waiter = (num_tokens, self._loop.create_future())
+        self._block_waiters.append(waiter)
         self._grant_blocks()
         try:
-            return await future
+            return await waiter[1]
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self.worker.call(lambda e: e.free_blocks(future.result()))
+            if waiter in self._block_waiters:  # leave the queue; a grant under way frees what it reserved for it
+                self._block_waiters.remove(waiter)
+                self._grant_blocks()
             raise
 
     def _grant_blocks(self) -> None:
@@ -84,11 +96,11 @@ class AsyncEngine:
         if self._granting or not self._block_waiters:
             return
         self._granting = True
-        sizes = [num_tokens for num_tokens, _ in self._block_waiters]
+        waiters = list(self._block_waiters)
 
         def grant(engine: LLMEngine) -> list[list[int]]:
             granted = []
-            for num_tokens in sizes:
+            for num_tokens, _ in waiters:
                 blocks = engine.reserve_blocks(num_tokens)
                 if blocks is None:
                     break
@@ -98,13 +110,14 @@ class AsyncEngine:
         def deliver(done: asyncio.Future) -> None:
             self._granting = False
             granted = done.result()
-            for blocks in granted:
-                _, future = self._block_waiters.popleft()
-                if future.done():  # its waiter went away meanwhile
+            for waiter, blocks in zip(waiters, granted):
+                if waiter in self._block_waiters:
+                    self._block_waiters.remove(waiter)
+                if waiter[1].done():  # its waiter went away meanwhile
                     self.worker.call(lambda e, b=blocks: e.free_blocks(b))
                 else:
-                    future.set_result(blocks)
-            if len(granted) == len(sizes):
+                    waiter[1].set_result(blocks)
+            if len(granted) == len(waiters):
                 self._grant_blocks()  # waiters that arrived during the grant
 
         asyncio.wrap_future(self.worker.call(grant)).add_done_callback(deliver)

@@ -35,34 +35,38 @@ def paged_attention(
     """q: [T, H, D], k/v: [T, KVH, D], cache: one layer of the pool [N, 2, bs, KVH, D] → [T, H, D]."""
     cache[meta.slot_blocks, 0, meta.slot_offsets] = k
     cache[meta.slot_blocks, 1, meta.slot_offsets] = v
-    gqa = q.shape[1] != k.shape[1]
     if meta.is_decode:
-        return _decode_attention(q, cache, meta, scale, gqa)
+        return _decode_attention(q, cache, meta, scale)
+    gqa = q.shape[1] != k.shape[1]
     outs = []
     pos = 0
+    # 4-D [1, heads, n, D] inputs: torch's CPU flash kernel takes only those (3-D falls back to the slow math path)
     for n, start, table in zip(meta.q_lens, meta.starts, meta.block_tables):
-        qs = q[pos : pos + n].transpose(0, 1)  # [H, n, D]
+        qs = q[pos : pos + n].transpose(0, 1)[None]
         if start == 0:
-            ks, vs = k[pos : pos + n].transpose(0, 1), v[pos : pos + n].transpose(0, 1)
+            ks, vs = k[pos : pos + n].transpose(0, 1)[None], v[pos : pos + n].transpose(0, 1)[None]
             out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, enable_gqa=gqa)
         else:
             total = start + n
-            kv = cache[table].transpose(0, 1).flatten(1, 2)[:, :total]  # [2, total, KVH, D]
-            ks, vs = kv[0].transpose(0, 1), kv[1].transpose(0, 1)
+            blocks = torch.tensor(table, device=q.device)
+            kv = cache.index_select(0, blocks).transpose(0, 1).flatten(1, 2)[:, :total]  # [2, total, KVH, D]
+            ks, vs = kv[0].transpose(0, 1)[None], kv[1].transpose(0, 1)[None]
             # query i (absolute position start + i) sees keys 0..start + i
             mask = torch.arange(total, device=q.device)[None, :] <= (start + torch.arange(n, device=q.device))[:, None]
             out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=gqa)
-        outs.append(out.transpose(0, 1))
+        outs.append(out[0].transpose(0, 1))
         pos += n
     return torch.cat(outs) if len(outs) > 1 else outs[0]
 
 
-def _decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float, gqa: bool) -> torch.Tensor:
-    table, lens = meta.decode_table, meta.decode_lens
-    batch, max_blocks = table.shape
-    kv = cache[table]  # [B, nb, 2, bs, KVH, D]
-    kv = kv.transpose(1, 2).flatten(2, 3)  # [B, 2, L, KVH, D]
-    ks, vs = kv[:, 0].transpose(1, 2), kv[:, 1].transpose(1, 2)  # [B, KVH, L, D]
-    mask = torch.arange(ks.shape[2], device=q.device)[None, :] < lens[:, None]  # [B, L]
-    out = F.scaled_dot_product_attention(q[:, :, None, :], ks, vs, attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=gqa)
-    return out[:, :, 0, :]  # [B, H, D]
+def _decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    table, lens = meta.decode_table, meta.decode_lens  # [B, nb], [B]
+    batch, nb = table.shape
+    _, _, bs, kvh, d = cache.shape
+    # One gather of the batch's blocks, then K and V as contiguous [B, KVH, L, D] so the matmuls read rows.
+    kv = cache.index_select(0, table.flatten()).view(batch, nb, 2, bs, kvh, d)
+    k, v = kv.permute(2, 0, 4, 1, 3, 5).reshape(2, batch, kvh, nb * bs, d)
+    mask = torch.arange(nb * bs, device=q.device)[None, :] < lens[:, None]  # [B, L]
+    # The G query heads sharing a KV head attend as G queries of that head: GQA without repeating K/V.
+    out = F.scaled_dot_product_attention(q.view(batch, kvh, -1, d), k, v, attn_mask=mask[:, None, None, :], scale=scale)
+    return out.reshape(batch, -1, d)  # [B, H, D]

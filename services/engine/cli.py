@@ -19,7 +19,8 @@ def resolve_model(model: str | None) -> str:
     if name not in PRESETS:
         raise SystemExit(f"--model: {name!r} is neither a model folder nor a preset ({', '.join(PRESETS)})")
     folder = DEFAULT_MODEL_DIR / name
-    if not (folder / "config.json").exists():
+    config = folder / "config.json"
+    if not config.exists() or json.loads(config.read_text()) != PRESETS[name]:  # missing, or made from an older preset
         from services.engine.make_model import make_model
 
         make_model(name, folder)

@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import torch
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory() -> None:
+    """Keeps glibc from handing big freed buffers back to the kernel after every op.
+
+    A step's temporaries (activations, gathered K/V) are hundreds of kB to MBs; by default glibc maps each
+    afresh and unmaps it on free, so every step pays page faults and zeroing: slower than the math itself.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return  # not glibc: its allocator has its own policy
+    libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # glibc's maximum
+    libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
 
 
 def setup_device(spec: str) -> torch.device:

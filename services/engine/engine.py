@@ -18,8 +18,8 @@ from services.engine.kv_pool import KVLayout
 from services.engine.model_config import ModelConfig
 from services.engine.model_runner import ModelRunner
 from services.engine.scheduler import SCHEDULERS, Policy, SchedulerConfig
+from services.engine.sequence import FinishReason, SamplingParams, SeqStatus, Sequence
 from services.engine.validation import validate_request
-from services.engine.sequence import FinishReason, SamplingParams, Sequence, SeqStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class LLMEngine:
         self.model_config = ModelConfig.from_folder(config.model)
         mc = self.model_config
         self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.dtype)
-        self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device("cpu"), config.pool_path)
+        self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device(config.device), config.pool_path)
         self.blocks = BlockManager(config.num_blocks, config.block_size)
         self.scheduler = SCHEDULERS[config.policy](
             self.blocks, SchedulerConfig(config.max_batch_tokens, config.max_num_seqs, mc.max_position))
@@ -186,7 +186,8 @@ class LLMEngine:
         results: dict[str, list[int]] = {rid: [] for rid in ids}
         while self.has_work():
             for out in self.step():
-                results[out.request_id].extend(out.new_token_ids)
+                if out.request_id in results:  # requests added by add_request run along, unreported
+                    results[out.request_id].extend(out.new_token_ids)
         return [results[rid] for rid in ids]
 
     def close(self) -> None:

@@ -49,13 +49,15 @@ def write_tokenizer(out: Path, vocab_size: int) -> None:
     }, indent=1))
 
 
-def _init(name: str, shape: torch.Size, gen: torch.Generator) -> torch.Tensor:
+def _init(name: str, shape: torch.Size, gen: torch.Generator, tied: bool) -> torch.Tensor:
     if name.endswith("norm.weight"):
         return 1.0 + 0.1 * torch.randn(shape, generator=gen)
     if name.endswith(".bias"):
         return 0.02 * torch.randn(shape, generator=gen)
     if "embed" in name:
-        return torch.randn(shape, generator=gen)
+        # A tied head scores tokens against the embedding: unit rows would make the input token win every step.
+        scale = shape[-1] ** -0.5 if tied and "embed_tokens" in name else 1.0
+        return scale * torch.randn(shape, generator=gen)
     # Linear [out, in]: unit-variance outputs keep random logits peaked enough for stable greedy tokens.
     return torch.randn(shape, generator=gen) / shape[-1] ** 0.5
 
@@ -85,7 +87,7 @@ def make_model(preset: str, out: str | Path, seed: int = 0, overrides: dict | No
 
     for i, (name, shape) in enumerate(shapes):
         gen = torch.Generator().manual_seed(seed * 100_003 + i)
-        tensor = _init(name, shape, gen).to(dtype)
+        tensor = _init(name, shape, gen, config.tie_embeddings).to(dtype)
         if size + tensor.nbytes > SHARD_BYTES:
             flush()
         shard[name] = tensor

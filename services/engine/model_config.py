@@ -36,7 +36,7 @@ class ModelConfig:
         return self.head_dim_override or self.hidden_size // self.num_heads
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "ModelConfig":
+    def from_dict(cls, raw: dict) -> ModelConfig:
         model_type = raw.get("model_type", "llama")
         eos = raw.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
@@ -54,6 +54,7 @@ class ModelConfig:
             )
         if model_type not in LLAMA_TYPES:
             raise ValueError(f"unsupported model_type {model_type!r}; supported: opt, {', '.join(LLAMA_TYPES)}")
+        rope = raw.get("rope_parameters") or {}  # transformers 5 writes theta and scaling here
         return cls(
             arch="llama", vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
             intermediate_size=raw["intermediate_size"], num_layers=raw["num_hidden_layers"],
@@ -61,7 +62,8 @@ class ModelConfig:
             num_kv_heads=raw.get("num_key_value_heads") or raw["num_attention_heads"],
             max_position=raw["max_position_embeddings"], eos_token_ids=eos_ids,
             bos_token_id=raw.get("bos_token_id"), norm_eps=raw.get("rms_norm_eps", 1e-6),
-            rope_theta=raw.get("rope_theta", 10000.0), rope_scaling=raw.get("rope_scaling"),
+            rope_theta=raw.get("rope_theta", rope.get("rope_theta", 10000.0)),
+            rope_scaling=raw.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None),
             tie_embeddings=raw.get("tie_word_embeddings", False),
             qkv_bias=raw.get("attention_bias", model_type == "qwen2"),
             o_bias=raw.get("attention_bias", False),
@@ -69,5 +71,5 @@ class ModelConfig:
         )
 
     @classmethod
-    def from_folder(cls, folder: str | Path) -> "ModelConfig":
+    def from_folder(cls, folder: str | Path) -> ModelConfig:
         return cls.from_dict(json.loads((Path(folder) / "config.json").read_text()))

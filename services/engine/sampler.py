@@ -1,6 +1,6 @@
 """Turns last-position logits into tokens: greedy, or temperature / top-k / top-p with a per-request seed.
 
-The random draw for output token i uses a generator seeded from (seed, i), so a request's tokens do not
+The draw for the token at position i uses a generator seeded from (seed, i), so a request's tokens do not
 depend on what it was batched with, nor on which instance sampled which token.
 """
 
@@ -28,7 +28,7 @@ def _sample_one(logits: torch.Tensor, seq: Sequence) -> int:
         drop = sorted_probs.cumsum(-1) - sorted_probs >= p.top_p
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    return int(torch.multinomial(probs.cpu(), 1, generator=_generator(p.seed or 0, len(seq.output_ids))))
+    return int(torch.multinomial(probs.cpu(), 1, generator=_generator(p.seed or 0, seq.num_tokens)))
 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:

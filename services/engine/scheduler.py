@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from services.engine.block_manager import BlockManager
-from services.engine.sequence import FinishReason, Sequence, SeqStatus
+from services.engine.sequence import FinishReason, SeqStatus, Sequence
 
 Policy = Literal["prefill", "decode", "colocated", "chunked"]
 

@@ -11,8 +11,10 @@ def validate_request(config: ModelConfig, prompt_ids: list[int], params: Samplin
     """Raises EngineInputError naming the field when the model cannot serve the request."""
     if not prompt_ids:
         raise EngineInputError("prompt", "must not be empty")
-    if any(not 0 <= t < config.vocab_size for t in prompt_ids):
-        raise EngineInputError("prompt_token_ids", f"ids must be in [0, {config.vocab_size})")
+    if any(not isinstance(t, int) or not 0 <= t < config.vocab_size for t in prompt_ids):
+        raise EngineInputError("prompt_token_ids", f"ids must be integers in [0, {config.vocab_size})")
+    if len(prompt_ids) >= config.max_position:
+        raise EngineInputError("prompt", f"{len(prompt_ids)} tokens leave no room in the context of {config.max_position}")
     params.validate()
     if len(prompt_ids) + params.max_tokens > config.max_position:
         raise EngineInputError(

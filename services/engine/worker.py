@@ -1,6 +1,8 @@
 """Runs an engine on its own thread so an event loop never waits on a tensor operation.
 
 Callers submit commands (functions of the engine) and get futures; step outputs go to a callback.
+A step that raises leaves the engine in an unknown state: the worker stops, fails every pending and
+later command, and tells its owner through `on_error` (an instance then stops serving).
 """
 
 from __future__ import annotations
@@ -18,13 +20,20 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class EngineFailed(RuntimeError):
+    """The engine's step raised; the engine serves nothing more."""
+
+
 class EngineWorker:
-    def __init__(self, engine: LLMEngine, on_outputs: Callable[[list[StepOutput]], None]) -> None:
+    def __init__(self, engine: LLMEngine, on_outputs: Callable[[list[StepOutput]], None],
+                 on_error: Callable[[BaseException], None] = lambda exc: None) -> None:
         self.engine = engine
         self._on_outputs = on_outputs
+        self._on_error = on_error
         self._inbox: queue.SimpleQueue[tuple[Callable[[LLMEngine], Any], Future] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self.steps = 0
+        self.error: BaseException | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -32,7 +41,10 @@ class EngineWorker:
     def call(self, fn: Callable[[LLMEngine], T]) -> Future[T]:
         """Runs `fn(engine)` on the engine thread between steps."""
         future: Future[T] = Future()
-        self._inbox.put((fn, future))
+        if self.error is not None:
+            future.set_exception(EngineFailed(f"engine failed: {self.error!r}"))
+        else:
+            self._inbox.put((fn, future))
         return future
 
     def stop(self) -> None:
@@ -49,6 +61,9 @@ class EngineWorker:
             if item is None:
                 return False
             fn, future = item
+            if self.error is not None:
+                future.set_exception(EngineFailed(f"engine failed: {self.error!r}"))
+                continue
             try:
                 future.set_result(fn(self.engine))
             except Exception as exc:  # the caller sees it through the future
@@ -58,13 +73,15 @@ class EngineWorker:
     def _run(self) -> None:
         running = True
         while running:
-            running = self._drain(block=not self.engine.has_work())
-            if running and self.engine.has_work():
+            running = self._drain(block=not self.engine.has_work() or self.error is not None)
+            if running and self.error is None and self.engine.has_work():
                 try:
                     outputs = self.engine.step()
-                except Exception:
-                    log.exception("engine step failed")
-                    raise
+                except Exception as exc:
+                    log.exception("engine step failed; the engine stops serving")
+                    self.error = exc
+                    self._on_error(exc)
+                    continue
                 self.steps += 1
                 if outputs:
                     self._on_outputs(outputs)

@@ -25,7 +25,7 @@ SERVICE = "distserve.v1.KVXfer"
 async def serve(config: KVXferConfig) -> None:
     """Serve until SIGTERM or SIGINT."""
     apply_ucx_env(config.ucx_tls, config.ucx_rndv_scheme)
-    from services.kvxfer.transport import UcxPuller, UcxServer  # after the UCX environment is set
+    from services.kvxfer.transport import UcxPuller, UcxServer, stop_ucx  # after the UCX environment is set
 
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
     port = server.add_insecure_port(f"{config.host}:{config.port}")
@@ -58,4 +58,5 @@ async def serve(config: KVXferConfig) -> None:
     expiry.cancel()
     puller.close()
     ucx.close()
+    stop_ucx()
     await peers.close()

@@ -20,11 +20,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.set_defaults(func=_bench)
 
 
+def config_from_args(args: argparse.Namespace) -> KVXferConfig:
+    """Flags given on the command line, over DISTSERVE_KVXFER_* variables, over defaults."""
+    return KVXferConfig(**{name: getattr(args, name) for name in KVXferConfig.model_fields
+                           if getattr(args, name) is not None})
+
+
 def _serve(args: argparse.Namespace) -> int:
     from services.kvxfer.app import serve
 
-    flags = {name: getattr(args, name) for name in KVXferConfig.model_fields if getattr(args, name) is not None}
-    asyncio.run(serve(KVXferConfig(**flags)))
+    asyncio.run(serve(config_from_args(args)))
     return 0
 
 

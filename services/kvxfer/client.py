@@ -8,15 +8,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
 from services.engine.kv_pool import KVPool
 from services.kvxfer.convert import layout_to_pb, stats_from_pb
-from services.kvxfer.core import PullResult, Stats
 from services.kvxfer.leases import LeaseEnd, LeaseState
+from services.kvxfer.records import PullResult, Stats
 
 RPC_MARGIN_S = 2.0  # the service gives up on a pull this long before the RPC deadline, so it reports why
 STATES = {kvxfer_pb2.LeaseEvent.RELEASED: LeaseState.RELEASED, kvxfer_pb2.LeaseEvent.EXPIRED: LeaseState.EXPIRED}
@@ -36,6 +38,19 @@ class KVXferClient:
         self.address = address
         self._channel = grpc.aio.insecure_channel(address)
         self._stub = kvxfer_pb2_grpc.KVXferStub(self._channel)
+
+    async def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Return once kvxfer's health service says SERVING; TimeoutError after timeout_s."""
+        health = health_pb2_grpc.HealthStub(self._channel)
+        async with asyncio.timeout(timeout_s):
+            while True:
+                try:
+                    reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError:
+                    pass
+                await asyncio.sleep(0.05)
 
     async def register_pool(self, instance_id: str, pool: KVPool) -> None:
         """Let kvxfer map the pool: a /dev/shm file on CPU, a CUDA IPC handle on GPU."""

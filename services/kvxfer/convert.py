@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from distserve.v1 import kv_pb2, kvxfer_pb2
 from services.engine.kv_pool import KVLayout
-from services.kvxfer.core import SourceRef, Stats
 from services.kvxfer.leases import LeaseEnd, LeaseState
+from services.kvxfer.records import SourceRef, Stats
 
 REASONS = {LeaseState.RELEASED: kvxfer_pb2.LeaseEvent.RELEASED, LeaseState.EXPIRED: kvxfer_pb2.LeaseEvent.EXPIRED}
 

@@ -1,7 +1,7 @@
 """kvxfer's core: the pools of this host, the lease table, and pulls (same host or over UCX).
 
 No gRPC here: the servicer converts messages, a PeerDirectory finds other hosts' kvxfers and a
-Puller moves bytes across hosts; both are passed in.
+Puller moves bytes across hosts (orders.py); both are passed in.
 """
 
 from __future__ import annotations
@@ -10,66 +10,20 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Sequence
 
 from services.engine.kv_pool import KVLayout
 from services.kvxfer.checksum import crc32
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.leases import LeaseEnd, LeaseError, LeaseState, LeaseTable
 from services.kvxfer.metrics import XferMetrics
+from services.kvxfer.orders import PeerDirectory, Puller, PullOrder, SourceGrant
 from services.kvxfer.pools import CudaIpc, MappedPool, copy_ranges, map_cuda, map_host
 from services.kvxfer.ranges import ByteRange, block_ranges, check_blocks
-from services.kvxfer.orders import PullOrder, SourceGrant
+from services.kvxfer.records import PullResult, SourceRef, Stats
 
 log = logging.getLogger(__name__)
-INLINE_COPY_BYTES = 1 << 20  # smaller same-host copies run on the loop: a thread hop costs more
-
-
-class PeerDirectory(Protocol):
-    async def ucx_address(self, kvxfer_address: str) -> tuple[str, int]:
-        """The UCX listener (host, port) of the kvxfer at this gRPC address; raise XferError."""
-
-    def forget(self, kvxfer_address: str) -> None:
-        """Drop a cached address (its kvxfer may have restarted)."""
-
-
-class Puller(Protocol):
-    async def pull(self, peer: tuple[str, int], order: PullOrder, dst_views: Sequence,
-                   verify: Callable[[int | None], Awaitable[None]]) -> None:
-        """Receive the order's ranges from the peer into dst_views."""
-
-
-@dataclass(frozen=True, slots=True)
-class SourceRef:
-    """The fields of a KVHandle a pull needs."""
-
-    instance_id: str
-    kvxfer_address: str
-    lease_id: str
-    block_ids: list[int]
-    layout: KVLayout
-
-
-@dataclass(frozen=True, slots=True)
-class PullResult:
-    nbytes: int
-    seconds: float
-    path: str  # "same-host" | "cross-host"
-    crc: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    pools: int
-    live_leases: int
-    pulls_in_flight: int
-    pulls_ok: int
-    pulls_failed: int
-    bytes_pulled: int
-    leases_expired: int
-    leases_released: int
+INLINE_COPY_BYTES = 4 << 20  # smaller same-host copies run on the loop (under ~0.5 ms): a thread hop costs more
 
 
 def same_shape(a: KVLayout, b: KVLayout) -> bool:
@@ -213,7 +167,7 @@ class KVXferCore:
                                                f"its kvxfer {self.address} (gone?)")
         dst, ranges = self._destination(dst_instance_id, dst_block_ids, source.layout, source.block_ids)
         order = PullOrder(source.lease_id, source.instance_id, source.block_ids, dst_block_ids,
-                          source.layout.block_bytes, checksum)
+                          source.layout.block_bytes, checksum, pack=not dst.on_gpu)
         got: list[int | None] = [None]
 
         async def verify(src_crc: int | None) -> None:

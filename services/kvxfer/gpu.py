@@ -6,6 +6,7 @@ Across hosts the cupy views go to ucxx as they are: UCX sends from device memory
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 
 import cupy
@@ -33,9 +34,9 @@ def copy_views(dst_views: Sequence, src_views: Sequence) -> None:
     for dst, src in zip(dst_views, src_views):
         nbytes = dst.nbytes
         if isinstance(dst, np.ndarray):
-            src.data.copy_to_host(dst.ctypes.data, nbytes)
+            src.data.copy_to_host(ctypes.c_void_p(dst.ctypes.data), nbytes)
         elif isinstance(src, np.ndarray):
-            dst.data.copy_from_host(src.ctypes.data, nbytes)
+            dst.data.copy_from_host(ctypes.c_void_p(src.ctypes.data), nbytes)
         else:
             with cupy.cuda.Device(dst.device.id):
                 dst.data.copy_from_device(src.data, nbytes)

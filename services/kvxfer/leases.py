@@ -78,7 +78,9 @@ class LeaseTable:
 
     def unpin(self, lease_id: str, release: bool) -> LeaseEnd | None:
         """End one pull of the lease; release it after a successful pull."""
-        lease = self.leases[lease_id]
+        lease = self.leases.get(lease_id)
+        if lease is None:  # dropped with its unregistered pool while the pull ran
+            return None
         lease.pins -= 1
         lease.release_pending |= release
         if lease.pins == 0 and lease.release_pending:

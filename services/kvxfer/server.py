@@ -7,7 +7,13 @@ from collections.abc import AsyncIterator
 import grpc
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
-from services.kvxfer.convert import layout_from_pb, layout_to_pb, lease_end_to_pb, source_from_pb, stats_to_pb
+from services.kvxfer.convert import (
+    layout_from_pb,
+    layout_to_pb,
+    lease_end_to_pb,
+    source_from_pb,
+    stats_to_pb,
+)
 from services.kvxfer.core import KVXferCore
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.pools import CudaIpc

@@ -23,6 +23,11 @@ def _up(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stack.start()
+    if args.replan_profile:
+        from services.launcher.autoscale import start_autoscaler
+        from services.planner.schemas import SLOBody
+
+        start_autoscaler(stack, args.replan_profile, SLOBody(ttft=args.ttft, tpot=args.tpot), args.replan_interval, stop)
     try:
         print(f"distserve up ({config.mode}, model {config.model})", flush=True)
         print(f"  gRPC   {stack.router_address}  (distserve.v1.Router/Generate)", flush=True)
@@ -32,7 +37,8 @@ def _up(args: argparse.Namespace) -> int:
             print(f"  planner http://{config.host}:{config.planner_port}/docs", flush=True)
         print(f"  Redis  {stack.redis_url}", flush=True)
         for proc in stack.procs:
-            print(f"  {proc.name:<24} {proc.address}  {proc.device}", flush=True)
+            metrics = f"metrics http://{config.host}:{proc.metrics_port}/metrics" if proc.metrics_port else ""
+            print(f"  {proc.name:<24} {proc.address:<22} {proc.device:<7} {metrics}", flush=True)
         print("ready; Ctrl-C stops everything", flush=True)
         stop.wait()
     finally:
@@ -50,8 +56,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--grpc-port", type=int, default=50051)
     p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--planner-port", type=int, default=0, help="planner REST port (0: no planner)")
+    p.add_argument("--planner-port", type=int, default=8001, help="planner REST port (0: no planner)")
     p.add_argument("--redis-url", default=None)
     p.add_argument("--num-blocks", type=int, default=1024, help="KV blocks per instance")
     p.add_argument("--max-batch-tokens", type=int, default=512, help="Lm / token budget per step")
+    p.add_argument("--replan-profile", default="", help="a `distserve profile` file of this host: replan on workload "
+                   "shifts and scale the instances to the plan")
+    p.add_argument("--replan-interval", type=float, default=30.0, help="seconds between workload checks")
+    p.add_argument("--ttft", type=float, default=1.0, help="TTFT objective for replanning, s")
+    p.add_argument("--tpot", type=float, default=0.1, help="TPOT objective for replanning, s")
     p.set_defaults(func=_up)

@@ -9,6 +9,16 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
+def is_serving(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether the server at `address` answers its health check with SERVING."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
 def wait_serving(address: str, process: subprocess.Popen | None, timeout_s: float, name: str) -> None:
     """Polls the health service of `address` until SERVING; raises if the process exits or time runs out."""
     deadline = time.monotonic() + timeout_s

@@ -51,6 +51,7 @@ class Proc:
     process: subprocess.Popen
     role: str = ""
     device: str = ""
+    metrics_port: int = 0
 
 
 class Stack:
@@ -65,18 +66,28 @@ class Stack:
     def router_address(self) -> str:
         return f"{self.config.host}:{self.config.grpc_port}"
 
-    def _spawn(self, name: str, args: list[str], address: str, role: str = "", device: str = "") -> Proc:
+    def _spawn(self, name: str, args: list[str], address: str, role: str = "", device: str = "",
+               metrics: bool = True) -> Proc:
+        metrics_port = free_port(self.config.host) if metrics else 0
         cmd = [sys.executable, "-m", "services", "--log-level", self.config.log_level, *args]
+        if metrics:
+            cmd += ["--metrics-port", str(metrics_port)]
         env = {**os.environ, **self.config.extra_env}
         process = subprocess.Popen(cmd, env=env, start_new_session=True)
-        proc = Proc(name, address, process, role, device)
+        proc = Proc(name, address, process, role, device, metrics_port)
         self.procs.append(proc)
         return proc
 
-    def _device(self, index: int) -> str:
-        if self.config.devices:
-            return self.config.devices[index % len(self.config.devices)]
-        return f"cpu:{index % (os.cpu_count() or 1)}"
+    def devices(self) -> tuple[str, ...]:
+        return self.config.devices or tuple(f"cpu:{i}" for i in range(os.cpu_count() or 1))
+
+    def device(self, index: int) -> str:
+        """The device of instance slot `index` (round robin over the stack's devices)."""
+        devices = self.devices()
+        return devices[index % len(devices)]
+
+    def device_index(self, device: str) -> int:
+        return self.devices().index(device)
 
     def start(self) -> None:
         """Starts everything and returns once every server reports SERVING."""
@@ -92,7 +103,7 @@ class Stack:
                 waits.append(self._spawn("kvxfer", ["kvxfer", "--host", c.host, "--port", str(port)], self.kvxfer_address))
                 wait_serving(self.kvxfer_address, waits[-1].process, c.ready_timeout_s, "kvxfer")
             for i, role in enumerate(c.instance_roles()):
-                waits.append(self.add_instance(role, self._device(i), wait=False))
+                waits.append(self.add_instance(role, self.device(i), wait=False))
             for proc in waits:
                 wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             router = self._spawn("router", [
@@ -101,7 +112,7 @@ class Stack:
             wait_serving(router.address, router.process, c.ready_timeout_s, "router")
             if c.planner_port:
                 self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
-                                        "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}")
+                                        "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}", metrics=False)
         except BaseException:
             self.stop()
             raise

@@ -5,12 +5,13 @@ from __future__ import annotations
 import uvicorn
 
 from services.common.logs import setup_logging
+from services.planner.actuator import Actuator
 from services.planner.api import create_app
 from services.planner.config import PlannerSettings
 
 
-def serve(settings: PlannerSettings) -> None:
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None)
+def serve(settings: PlannerSettings, actuator: Actuator | None = None) -> None:
+    uvicorn.run(create_app(settings, actuator=actuator), host=settings.host, port=settings.port, log_config=None)
 
 
 if __name__ == "__main__":

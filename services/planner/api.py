@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import asdict
 
 import redis
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
+from services.planner.actuator import Actuator
 from services.planner.config import PlannerSettings
 from services.planner.records import fit_records, load_plan, read_records, save_plan
 from services.planner.replan import Replanner
@@ -17,14 +27,29 @@ from services.planner.schemas import PlanRequest, ReplanRequest, SimulateRequest
 from services.planner.service import run_plan, run_simulate
 
 
-def create_app(settings: PlannerSettings, client: redis.Redis | None = None) -> FastAPI:
-    """The app; `client` (or settings.redis_url) gives request records, plan storage and the replanning loop."""
+def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
+               actuator: Actuator | None = None) -> FastAPI:
+    """The app; `client` (or settings.redis_url) gives request records, plan storage and the replanning loop;
+    `actuator` (e.g. `distserve up`'s launcher) applies what the loop and `/v1/replan` plan."""
     if client is None and settings.redis_url:
         client = redis.Redis.from_url(settings.redis_url)
     state: dict = {"plan": None}
+    registry = CollectorRegistry()
+    plans = Counter("distserve_planner_plans", "Plans made", ["source"], registry=registry)
+    search = Histogram("distserve_planner_search_seconds", "Duration of a placement search", registry=registry,
+                       buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120))
+    per_gpu = Gauge("distserve_planner_goodput_per_gpu", "Predicted goodput per GPU of the current plan",
+                    registry=registry)
+
+    def adopt(plan: dict, source: str) -> None:
+        state["plan"] = plan
+        plans.labels(source).inc()
+        search.observe(plan["search_seconds"])
+        per_gpu.set(plan["goodput_per_gpu"])
+
     base = ReplanRequest(model=settings.replan_model, hardware=settings.replan_hardware)
-    replanner = Replanner(client, base, threshold=settings.replan_threshold, workers=settings.workers,
-                          on_plan=lambda plan: state.update(plan=plan)) if client is not None else None
+    replanner = Replanner(client, base, actuator, threshold=settings.replan_threshold, workers=settings.workers,
+                          on_plan=lambda plan: adopt(plan, "replan")) if client is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -50,8 +75,9 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None) -> 
             raise HTTPException(400, "redis: the planner was started without --redis-url; no request records")
         return client
 
-    def remember(plan: dict, req: PlanRequest | ReplanRequest) -> None:
-        state["plan"] = plan
+    def remember(plan: dict, req: PlanRequest) -> None:
+        """The current plan, stored; the replanning loop keeps planning with this request's parameters."""
+        adopt(plan, "plan")
         if client is not None:
             save_plan(client, plan)
         if replanner is not None:
@@ -67,15 +93,15 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None) -> 
     async def simulate(req: SimulateRequest) -> dict:
         return await run_in_threadpool(run_simulate, req)
 
-    @app.post("/v1/replan", summary="Plan for the workload recorded in Redis")
+    @app.post("/v1/replan", summary="Plan for the workload recorded in Redis (and apply it, with an actuator)")
     async def replan(req: ReplanRequest) -> dict:
         rds = need_redis()
         records = await run_in_threadpool(read_records, rds, req.max_records)
         recorded = fit_records(records)
         replanner.request = req
-        result, _ = await run_in_threadpool(replanner.replan, recorded)
-        remember(result, req)
-        return result
+        plan, result = await run_in_threadpool(replanner.replan, recorded)
+        actuation = await run_in_threadpool(replanner.apply, result)
+        return plan if actuation is None else {**plan, "actuation": asdict(actuation)}
 
     @app.get("/v1/plan", summary="The current plan")
     async def current_plan() -> dict:
@@ -88,5 +114,13 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None) -> 
     async def workload(max_records: int = 2000) -> dict:
         rds = need_redis()
         return fit_records(await run_in_threadpool(read_records, rds, max_records)).as_dict()
+
+    @app.get("/healthz", summary="Liveness")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -15,7 +15,7 @@ from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
 from services.planner.placement import Cluster, Parallel, pack
 from services.planner.search import high_affinity, low_affinity
 from services.planner.shapes import load_shape
-from services.planner.simulator import SLO, simulate_prefill
+from services.planner.simulator import SLO, simulate, simulate_prefill
 from services.planner.workload import Workload, unit_arrivals
 
 
@@ -40,13 +40,16 @@ def mdl(requests: int = 200000, d: float = 0.1, k: float = 1.6) -> list[dict]:
     return rows
 
 
-def authors_bisection(scn: Scenario, placement, high: float = 5.0, esp: float = 0.25) -> float:
-    """The authors' search on our simulator: per-GPU rate bisected on [0, high] until hi − lo < esp."""
+def authors_bisection(scn: Scenario, placement, requests: int = 300, high: float = 5.0, esp: float = 0.25) -> float:
+    """The authors' search on our simulator: exactly `requests` requests, per-GPU rate bisected on [0, high]
+    until hi − lo < esp, `lo` reported."""
+    prompts, outputs, unit = (a[:requests] for a in scn.pool)
     lo, hi = 0.0, high
     while hi - lo > esp:
         mid = (lo + hi) / 2
-        ok = scn.attainment(placement, mid * placement.num_gpus) >= scn.slo.attainment
-        lo, hi = (mid, hi) if ok else (lo, mid)
+        result = simulate(scn.model, placement, scn.cluster, prompts, outputs, unit / (mid * placement.num_gpus),
+                          scn.max_batch_tokens)
+        lo, hi = (mid, hi) if result.attainment(scn.slo) >= scn.slo.attainment else (lo, mid)
     return lo
 
 
@@ -60,15 +63,13 @@ def reference(seeds: int = 5, workers: int | None = None) -> list[dict]:
             scn = Scenario(model, Cluster(1, 4), Workload("chatbot"), SLO(0.2, 0.1, 0.9), 2000, seed,
                            max_batch_tokens=lm)
             plan = high_affinity(scn, workers=workers)
-            coarse = Scenario(model, Cluster(1, 4), Workload("chatbot"), SLO(0.2, 0.1, 0.9), 300, seed,
-                              max_batch_tokens=lm)
             unit = pack(Cluster(1, 4), Parallel(2, 1), 1, Parallel(1, 1), 1)
             p = plan.placement
             rows.append({"batching": lm_name, "seed": seed,
                          "prefill": f"tp{p.prefill.tp} pp{p.prefill.pp} x{p.n_prefill}",
                          "decode": f"tp{p.decode.tp} pp{p.decode.pp} x{p.n_decode}",
                          "goodput_per_gpu": plan.goodput_per_gpu,
-                         "authors_bisection_300": authors_bisection(coarse, unit)})
+                         "authors_bisection_300": authors_bisection(scn, unit)})
     return rows
 
 

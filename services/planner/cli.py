@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from services.planner.schemas import (ClusterBody, PlanRequest, SLOBody, WorkloadBody)
+from services.deploy.cli import (
+    add_actuator_arguments,
+    add_emit_arguments,
+    compose_actuator,
+    emit,
+)
+from services.planner.schemas import ClusterBody, PlanRequest, SLOBody, WorkloadBody
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--redis-url", default=None, help="Redis with request records (enables /v1/replan)")
     serve.add_argument("--workers", type=int, default=None, help="search processes (default: CPU cores)")
     serve.add_argument("--replan-interval", type=float, default=0.0, help="seconds between workload checks")
+    add_actuator_arguments(serve)
     serve.set_defaults(func=_serve)
 
     plan = subparsers.add_parser("plan", help="find the goodput-optimal placement and plot attainment vs rate")
@@ -40,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument("--workers", type=int, default=None)
     plan.add_argument("--plot", default="plan.png", help="attainment vs rate PNG ('' for none)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+    add_emit_arguments(plan)
     plan.set_defaults(func=_plan)
 
     prof = subparsers.add_parser("profile", help="time prefill and decode on the real engine; write a profile file")
@@ -60,7 +68,7 @@ def _serve(args: argparse.Namespace) -> int:
     from services.planner.config import PlannerSettings
 
     serve(PlannerSettings(host=args.host, port=args.port, redis_url=args.redis_url, workers=args.workers,
-                          replan_interval=args.replan_interval))
+                          replan_interval=args.replan_interval), compose_actuator(args))
     return 0
 
 
@@ -110,6 +118,8 @@ def _plan(args: argparse.Namespace) -> int:
         write_plot(args.plot, rates, attained, req.slo.attainment, result.simulated_goodput,
                    f"{req.model} on {req.hardware}: {plan['num_gpus']} GPUs, {req.algorithm}")
         print(f"attainment vs rate: {args.plot}")
+    if args.emit:
+        return emit(args, result.placement)
     return 0
 
 
@@ -117,7 +127,11 @@ def _profile(args: argparse.Namespace) -> int:
     from services.engine.cli import resolve_model
     from services.engine.device import setup_device
     from services.planner.engine_timing import engine_timers, open_engine
-    from services.planner.profile import appendix_a_constants, fit_profile, write_profile
+    from services.planner.profile import (
+        appendix_a_constants,
+        fit_profile,
+        write_profile,
+    )
     from services.planner.profiler import record_profile
     from services.planner.shapes import load_shape
 

@@ -1,8 +1,8 @@
 """Goodput: the highest request rate at which the SLO attainment target still holds, by binary search on rate.
 
-One request pool (lengths and rate-1 arrival times) per scenario is reused at every rate, so attainment
-falls monotonically with the rate and the search is repeatable. A simulation takes at least `num_requests`
-of it, and enough to span ten request lifetimes at the TPOT SLO: fewer would let a decode instance absorb a
+One request pool (lengths and rate-1 arrival times) per scenario is reused at every rate (common random
+numbers), so runs at nearby rates see the same requests and the search is repeatable. A simulation takes at least `num_requests`
+of it, and enough to span twenty request lifetimes at the TPOT SLO: fewer would let a decode instance absorb a
 finite burst that it could never sustain.
 """
 
@@ -27,12 +27,11 @@ class Scenario:
     cluster: Cluster
     workload: Workload
     slo: SLO
-    num_requests: int = 400
+    num_requests: int = 2000  # requests per simulation, at least
     seed: int = 0
     cv: float = 1.0  # coefficient of variation of inter-arrival times: 1 is Poisson
     max_batch_tokens: int | None = None  # prefill Lm; None: from the latency model
-
-    max_requests: int = 20000
+    max_requests: int = 20000  # size of the request pool, the most any run takes
 
     @cached_property
     def pool(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -44,7 +43,7 @@ class Scenario:
     def requests(self, rate: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The first requests of the pool for a run at `rate`, arrival times scaled to it."""
         prompts, outputs, unit = self.pool
-        window = 10 * float(outputs.mean()) * self.slo.tpot
+        window = 20 * float(outputs.mean()) * self.slo.tpot
         n = min(self.max_requests, max(self.num_requests, int(rate * window)))
         return prompts[:n], outputs[:n], unit[:n] / rate
 
@@ -64,7 +63,9 @@ class Scenario:
     def decode_attainment(self, par: Parallel, rate: float) -> float:
         prompts, outputs, arrivals = self.requests(rate)
         capacity = self.model.kv_capacity(par.tp, par.pp)
-        tpot = simulate_decode(self.model.at(par.tp), par.pp, capacity, prompts, outputs, arrivals)
+        misses = int((1 - self.slo.attainment) * len(prompts))  # beyond this the target is lost: stop early
+        tpot = simulate_decode(self.model.at(par.tp), par.pp, capacity, prompts, outputs, arrivals,
+                               self.slo.tpot, misses)
         return float(np.mean(tpot <= self.slo.tpot))
 
     def attainment(self, placement: Placement, rate: float) -> float:

@@ -7,7 +7,12 @@ import json
 from functools import cache
 from pathlib import Path
 
-from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs, TPCoefficients
+from services.planner.latency import (
+    DecodeCoeffs,
+    LatencyModel,
+    PrefillCoeffs,
+    TPCoefficients,
+)
 from services.planner.shapes import ModelShape
 
 DATA = Path(__file__).parent / "data"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable
+from operator import attrgetter
 
 from services.planner.latency import TPCoefficients
 
@@ -76,14 +78,18 @@ class _Lane:
         self.size = 0
 
 
+_next_time = attrgetter("next_time")
+
+
 class DecodeInstance:
     """Continuous batching with a KV capacity: a queued request is admitted at a step boundary (FCFS) once its
     prompt + output tokens fit; `pp` stages keep `pp` micro-batches (lanes) in flight, so a token of one lane
     takes a full-model step while the lanes together run pp times the steps."""
 
     def __init__(self, coeffs: TPCoefficients, pp: int, capacity: int, prompt: list[int], output: list[int],
-                 start_at: list[float], finish_at: list[float]) -> None:
-        self.coeffs, self.capacity = coeffs, capacity
+                 start_at: list[float], finish_at: list[float],
+                 on_finish: Callable[[int, float], None] | None = None) -> None:
+        self.coeffs, self.capacity, self.on_finish = coeffs, capacity, on_finish
         self.prompt, self.output, self.start_at, self.finish_at = prompt, output, start_at, finish_at
         self.lanes = [_Lane() for _ in range(pp)]
         self.queue: deque[int] = deque()
@@ -113,14 +119,22 @@ class DecodeInstance:
 
     def advance(self, t: float) -> None:
         """Run every step boundary before t."""
+        lanes = self.lanes
+        if len(lanes) == 1:
+            lane = lanes[0]
+            while lane.next_time < t:
+                self._step(lane)
+            return
         while True:
-            lane = min(self.lanes, key=lambda x: x.next_time)
+            lane = min(lanes, key=_next_time)
             if lane.next_time >= t:
                 return
             self._step(lane)
 
     def _admit(self, lane: _Lane, now: float) -> None:
         queue = self.queue
+        if not queue:
+            return
         share = -(-(sum(x.size for x in self.lanes) + len(queue)) // len(self.lanes))  # keep lanes even
         while queue and lane.size < share:
             rid = queue[0]
@@ -148,6 +162,8 @@ class DecodeInstance:
         while active and active[0][0] <= lane.steps:
             _, rid = heapq.heappop(active)
             self.finish_at[rid] = end
+            if self.on_finish is not None:
+                self.on_finish(rid, end)
             need = self.prompt[rid] + self.output[rid]
             lane.context -= need
             lane.size -= 1

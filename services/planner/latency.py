@@ -50,7 +50,7 @@ class TPCoefficients:
         p = self.prefill
         return max(1, int(p.c0 / (overhead * p.per_token))) if p.per_token > 0 else 1 << 30
 
-    def scaled(self, factor: float) -> "TPCoefficients":
+    def scaled(self, factor: float) -> TPCoefficients:
         """The same device with h and m divided by `factor` more (appendix A): size-dependent terms shrink."""
         p, s, large = self.prefill, self.decode_small, self.decode_large
         return replace(

@@ -12,7 +12,12 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
-from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs, TPCoefficients
+from services.planner.latency import (
+    DecodeCoeffs,
+    LatencyModel,
+    PrefillCoeffs,
+    TPCoefficients,
+)
 from services.planner.shapes import ModelShape
 
 

@@ -10,7 +10,12 @@ from dataclasses import dataclass
 import redis
 
 from services.planner.actuator import Actuation, Actuator, apply_placement
-from services.planner.records import RecordedWorkload, fit_records, read_records, save_plan
+from services.planner.records import (
+    RecordedWorkload,
+    fit_records,
+    read_records,
+    save_plan,
+)
 from services.planner.schemas import ReplanRequest
 from services.planner.search import PlanResult
 from services.planner.service import replan_request, run_plan
@@ -67,8 +72,11 @@ class Replanner:
                 return None
             log.info("workload shifted (%s): replanning", ", ".join(moved))
         plan, result = self.replan(recorded)
-        actuation = apply_placement(self.actuator, result.placement) if self.actuator is not None else None
-        return plan, actuation
+        return plan, self.apply(result)
+
+    def apply(self, result: PlanResult) -> Actuation | None:
+        """Scale the deployment to the plan when an actuator is attached."""
+        return apply_placement(self.actuator, result.placement) if self.actuator is not None else None
 
     async def run(self, interval: float, stop: asyncio.Event) -> None:
         """Check every `interval` seconds until `stop` is set; the search runs off the event loop."""

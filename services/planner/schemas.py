@@ -29,7 +29,7 @@ class WorkloadBody(_Body):
     arrival_cv: float = Field(1.0, gt=0, le=10, description="CV of inter-arrival gaps: 1 Poisson, else gamma")
 
     @model_validator(mode="after")
-    def _one_form(self) -> "WorkloadBody":
+    def _one_form(self) -> WorkloadBody:
         forms = [self.name is not None, self.input_len is not None or self.output_len is not None,
                  self.lengths is not None]
         if sum(forms) != 1:

@@ -8,7 +8,12 @@ from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
 from services.planner.placement import Cluster, Parallel, Placement, pack
 from services.planner.records import RecordedWorkload
-from services.planner.schemas import PlanRequest, ReplanRequest, SimulateRequest, WorkloadBody
+from services.planner.schemas import (
+    PlanRequest,
+    ReplanRequest,
+    SimulateRequest,
+    WorkloadBody,
+)
 from services.planner.search import PlanResult, high_affinity, low_affinity
 from services.planner.shapes import load_shape
 from services.planner.simulator import SLO, simulate

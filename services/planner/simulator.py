@@ -56,15 +56,27 @@ def simulate_prefill(coeffs: TPCoefficients, pp: int, max_batch_tokens: int, pro
 
 
 def simulate_decode(coeffs: TPCoefficients, pp: int, capacity: int, prompts: np.ndarray, outputs: np.ndarray,
-                    arrivals: np.ndarray) -> np.ndarray:
-    """TPOT of each request on one decode instance, counted from its arrival there."""
+                    arrivals: np.ndarray, tpot_slo: float = INF, max_misses: int | None = None) -> np.ndarray:
+    """TPOT of each request on one decode instance, counted from its arrival there. With `max_misses`, the run
+    stops once more requests than that missed `tpot_slo`; the unfinished ones get an infinite TPOT."""
     n = len(prompts)
-    start, finish = [0.0] * n, [0.0] * n
-    inst = DecodeInstance(coeffs, pp, capacity, prompts.tolist(), outputs.tolist(), start, finish)
-    for rid, t in enumerate(arrivals.tolist()):
+    start, finish = [0.0] * n, [INF] * n
+    output, arrival = outputs.tolist(), arrivals.tolist()
+    misses = [0]
+
+    def count(rid: int, end: float) -> None:
+        if end - arrival[rid] > tpot_slo * (output[rid] - 1):
+            misses[0] += 1
+
+    inst = DecodeInstance(coeffs, pp, capacity, prompts.tolist(), output, start, finish,
+                          count if max_misses is not None else None)
+    for rid, t in enumerate(arrival):
         inst.advance(t)
+        if max_misses is not None and misses[0] > max_misses:
+            break
         inst.enqueue(rid, t)
-    inst.advance(INF)
+    else:
+        inst.advance(INF)
     return _tpot(np.array(finish) - arrivals, outputs)
 
 

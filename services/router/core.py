@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Awaitable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
 
 import grpc
 
@@ -16,12 +16,14 @@ from services.common import metrics
 from services.common.convert import sampling_to_proto
 from services.common.errors import Overloaded
 from services.common.registry import Registry
+from services.engine.sequence import SamplingParams
 from services.engine.tokenizer import IncrementalDecoder, Tokenizer
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
 from services.router.request import RouterRequest
 
 log = logging.getLogger(__name__)
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED)
+INSTANCE_GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+KV_GONE = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED)  # decode could not pull: re-prefill
 
 
 @dataclass(slots=True)
@@ -31,8 +33,13 @@ class Chunk:
     finish_reason: str = ""
 
 
+def _instance_gone(exc: BaseException) -> bool:
+    return isinstance(exc, NoInstance) or (isinstance(exc, grpc.aio.AioRpcError) and exc.code() in INSTANCE_GONE)
+
+
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, NoInstance) or (isinstance(exc, grpc.aio.AioRpcError) and exc.code() in RETRYABLE)
+    """Worth another attempt: an instance went away, or the K/V to decode from did."""
+    return _instance_gone(exc) or (isinstance(exc, grpc.aio.AioRpcError) and exc.code() in KV_GONE)
 
 
 class RouterCore:
@@ -85,25 +92,47 @@ class RouterCore:
     # ---- disaggregated: prefill instance, then decode instance -------------------------------------
 
     async def _disagg(self, req: RouterRequest) -> AsyncIterator[tuple[list[int], str]]:
-        prefilled = await self._with_retries("prefill", len(req.prompt_ids), lambda a: self._prefill(req, a))
+        """Prefill then decode; if an instance dies mid-stream, re-prefill the prompt plus the tokens already
+        streamed and go on, so the client sees no token twice and none lost (sampling is keyed by position)."""
+        produced: list[int] = []
+        for attempt in range(self.retries + 1):
+            req.attempt = attempt
+            rest = replace(req.params, max_tokens=req.params.max_tokens - len(produced))
+            try:
+                async for token_ids, reason in self._disagg_once(req, req.prompt_ids + produced, rest):
+                    produced.extend(token_ids)
+                    yield token_ids, reason
+                return
+            except Exception as exc:
+                if attempt == self.retries or not _retryable(exc):
+                    raise
+                log.warning("instance failed after %d tokens (%s); re-prefilling", len(produced), exc,
+                            extra={"request_id": req.request_id})
+
+    async def _disagg_once(self, req: RouterRequest, prompt_ids: list[int],
+                           params: SamplingParams) -> AsyncIterator[tuple[list[int], str]]:
+        prefilled = await self._with_retries("prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a))
         yield [prefilled.first_token], prefilled.finish_reason
         if prefilled.finish_reason:
             return
         streamed = False
         try:
-            load = len(req.prompt_ids) + req.params.max_tokens
+            load = len(prompt_ids) + params.max_tokens
             failed: set[str] = set()
             for attempt in range(self.retries + 1):
                 assignment = await self.dispatcher.acquire("decode", load, frozenset(failed))
                 req.decode_instance = assignment.info.id
                 try:
-                    async for chunk in self._decode(req, prefilled, assignment):
+                    async for chunk in self._decode(req, prompt_ids, params, prefilled, assignment):
                         streamed = True
                         yield chunk
                     return
                 except Exception as exc:
-                    # Before the first decoded token the K/V is still leased at the source: try elsewhere.
-                    if streamed or attempt == self.retries or not _retryable(exc):
+                    if not _instance_gone(exc):
+                        raise  # bad input, or the K/V is gone (the caller re-prefills)
+                    self.dispatcher.mark_failed(assignment.info.id)
+                    # Before the first decoded token the K/V may still be leased at the source: try elsewhere.
+                    if streamed or attempt == self.retries:
                         raise
                     log.warning("decode on %s failed (%s); retrying", assignment.info.id, exc, extra={"request_id": req.request_id})
                     failed.add(assignment.info.id)
@@ -118,27 +147,35 @@ class RouterCore:
             try:
                 return await call(assignment)
             except Exception as exc:
-                if attempt == self.retries or not _retryable(exc):
+                if attempt == self.retries or not _instance_gone(exc):
                     raise
                 log.warning("%s on %s failed (%s); retrying", role, assignment.info.id, exc)
                 failed.add(assignment.info.id)
+                self.dispatcher.mark_failed(assignment.info.id)
             finally:
                 await self.dispatcher.release(assignment)
 
-    async def _prefill(self, req: RouterRequest, assignment: Assignment) -> worker_pb2.PrefillResponse:
+    async def _prefill(self, req: RouterRequest, prompt_ids: list[int], params: SamplingParams,
+                       assignment: Assignment) -> worker_pb2.PrefillResponse:
         req.prefill_instance = assignment.info.id
         stub = worker_pb2_grpc.PrefillStub(self.dispatcher.channel(assignment.info.address))
         response = await stub.Prefill(worker_pb2.PrefillRequest(
-            request_id=req.request_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params)))
+            request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params)),
+            timeout=req.remaining())
         req.lifetime.merge(response.stamps)
         return response
 
-    async def _decode(self, req: RouterRequest, prefilled: worker_pb2.PrefillResponse,
-                      assignment: Assignment) -> AsyncIterator[tuple[list[int], str]]:
+    async def _decode(self, req: RouterRequest, prompt_ids: list[int], params: SamplingParams,
+                      prefilled: worker_pb2.PrefillResponse, assignment: Assignment) -> AsyncIterator[tuple[list[int], str]]:
         stub = worker_pb2_grpc.DecodeStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Decode(worker_pb2.DecodeRequest(
-            request_id=req.request_id, prompt_token_ids=req.prompt_ids, first_token=prefilled.first_token,
-            sampling=sampling_to_proto(req.params), kv=prefilled.kv))
+            request_id=req.downstream_id, prompt_token_ids=prompt_ids, first_token=prefilled.first_token,
+            sampling=sampling_to_proto(params), kv=prefilled.kv), timeout=req.remaining())
+        async for chunk in self._relay(req, call, assignment):
+            yield chunk
+
+    async def _relay(self, req: RouterRequest, call, assignment: Assignment) -> AsyncIterator[tuple[list[int], str]]:
+        """Token chunks of an instance's stream; ending early cancels the call; the booked load comes off."""
         try:
             async for chunk in call:
                 if chunk.HasField("stamps"):
@@ -155,15 +192,10 @@ class RouterCore:
         req.prefill_instance = req.decode_instance = assignment.info.id
         stub = worker_pb2_grpc.ColocatedStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Generate(worker_pb2.ColocatedRequest(
-            request_id=req.request_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params)))
-        try:
-            async for chunk in call:
-                if chunk.HasField("stamps"):
-                    req.lifetime.merge(chunk.stamps)
-                yield list(chunk.token_ids), chunk.finish_reason
-        finally:
-            call.cancel()
-            await self.dispatcher.release(assignment)
+            request_id=req.downstream_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params)),
+            timeout=req.remaining())
+        async for chunk in self._relay(req, call, assignment):
+            yield chunk
 
     # ---- bookkeeping -------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -35,6 +36,16 @@ class Dispatcher:
         self.instances: dict[str, InstanceInfo] = {}
         self.local_load: dict[str, float] = defaultdict(float)
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._suspects: dict[str, float] = {}  # instance id → monotonic time until which it is avoided
+
+    def mark_failed(self, instance_id: str, for_s: float = 5.0) -> None:
+        """Avoid an instance that just failed until its heartbeat has had time to lapse."""
+        self._suspects[instance_id] = time.monotonic() + for_s
+
+    def _avoided(self) -> frozenset[str]:
+        now = time.monotonic()
+        self._suspects = {i: t for i, t in self._suspects.items() if t > now}
+        return frozenset(self._suspects)
 
     async def refresh(self) -> None:
         try:
@@ -55,6 +66,10 @@ class Dispatcher:
     async def acquire(self, role: str, load: float, exclude: frozenset[str] = frozenset()) -> Assignment:
         """The least-loaded live instance of `role` (not in `exclude`), with `load` booked on it."""
         chosen, in_redis = None, False
+        avoided = self._avoided()
+        if not any(i.id not in exclude | avoided for i in self.live(role)):
+            avoided = frozenset()  # better an instance that failed a moment ago than none at all
+        exclude = exclude | avoided
         if not exclude:
             try:
                 chosen, in_redis = await self.registry.pick(role, load), True

@@ -16,7 +16,12 @@ from services.engine.errors import EngineInputError
 from services.engine.sequence import SamplingParams
 from services.router.core import Chunk, RouterCore
 from services.router.dispatch import NoInstance
-from services.router.openai_models import ChatBody, CompletionBody, _Sampling, chat_prompt
+from services.router.openai_models import (
+    ChatBody,
+    CompletionBody,
+    SamplingBody,
+    chat_prompt,
+)
 from services.router.request import RequestBuilder, RouterRequest
 
 
@@ -36,7 +41,7 @@ def _status_of(exc: Exception) -> JSONResponse:
     return _error(500, f"{type(exc).__name__}: {exc}", "internal_error")
 
 
-def _params(body: _Sampling, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
+def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
     if body.n != 1:
         raise EngineInputError("n", "only n=1 is supported")
     if body.stop:
@@ -71,7 +76,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
     async def models() -> dict:
         return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
 
-    async def run(body: _Sampling, prompt: str | list[int], max_tokens: int | None, chat: bool):
+    async def run(body: SamplingBody, prompt: str | list[int], max_tokens: int | None, chat: bool):
         try:
             params = _params(body, max_tokens, default_max_tokens)
             text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)

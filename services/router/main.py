@@ -58,7 +58,8 @@ async def serve_router(settings: RouterSettings) -> None:
         http_task = asyncio.create_task(http_server.serve())
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
-    log.info("router (%s) serving gRPC on %s:%d, HTTP on %d", settings.mode, settings.host, settings.grpc_port, settings.http_port)
+    log.info("router (%s) serving gRPC on %s:%d, HTTP on %d, metrics on %d", settings.mode, settings.host,
+             settings.grpc_port, settings.http_port, settings.metrics_port)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class _Sampling(BaseModel):
+class SamplingBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str = ""
@@ -25,7 +25,7 @@ class _Sampling(BaseModel):
     user: str | None = None
 
 
-class CompletionBody(_Sampling):
+class CompletionBody(SamplingBody):
     prompt: str | list[int]
 
 
@@ -34,7 +34,7 @@ class ChatMessage(BaseModel):
     content: str
 
 
-class ChatBody(_Sampling):
+class ChatBody(SamplingBody):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
 

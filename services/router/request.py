@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -21,6 +22,16 @@ class RouterRequest:
     lifetime: Lifetime = field(default_factory=Lifetime)
     prefill_instance: str = ""
     decode_instance: str = ""
+    deadline: float | None = None  # time.monotonic() by which the client wants the answer
+    attempt: int = 0  # retries after an instance failure; each attempt is a new request downstream
+
+    @property
+    def downstream_id(self) -> str:
+        return self.request_id if self.attempt == 0 else f"{self.request_id}~{self.attempt}"
+
+    def remaining(self) -> float | None:
+        """Seconds left before the client's deadline (passed on to every downstream call)."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +44,7 @@ class RequestBuilder:
     max_prompt_chars: int
 
     def build(self, *, prompt: str, prompt_ids: list[int], params: SamplingParams, model: str = "",
-              request_id: str = "") -> RouterRequest:
+              request_id: str = "", timeout_s: float | None = None) -> RouterRequest:
         if model and model != self.model_name:
             raise EngineInputError("model", f"unknown model {model!r}; this router serves {self.model_name!r}")
         if prompt and prompt_ids:
@@ -42,4 +53,5 @@ class RequestBuilder:
             raise EngineInputError("prompt", f"longer than {self.max_prompt_chars} characters")
         ids = list(prompt_ids) if prompt_ids else (self.tokenizer.encode(prompt) if prompt else [])
         validate_request(self.config, ids, params)
-        return RouterRequest(request_id or uuid.uuid4().hex, ids, params)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        return RouterRequest(request_id or uuid.uuid4().hex, ids, params, deadline=deadline)

@@ -51,7 +51,8 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         try:
             req = self.builder.build(prompt=request.prompt, prompt_ids=list(request.prompt_token_ids),
                                      params=params_from_request(request, self.default_max_tokens),
-                                     model=request.model, request_id=request.request_id)
+                                     model=request.model, request_id=request.request_id,
+                                     timeout_s=context.time_remaining())
             completion = 0
             async for chunk in self.core.generate(req):
                 completion += len(chunk.token_ids)

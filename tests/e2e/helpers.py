@@ -11,7 +11,6 @@ import redis
 
 from distserve.v1 import router_pb2, router_pb2_grpc, worker_pb2, worker_pb2_grpc
 from services.common.net import free_port
-from services.common.registry import Registry
 from services.launcher.stack import Stack, StackConfig
 
 STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.DecodeStub,
@@ -63,4 +62,3 @@ def recorded_requests(redis_url: str) -> list[dict[str, str]]:
     return [fields for _, fields in client.xrange("ds:requests")]
 
 
-__all__ = ["Registry", "running_stack", "generate", "instance_stats", "wait_idle", "recorded_requests"]

@@ -42,3 +42,25 @@ async def test_dispatch_follows_load(stack) -> None:
     assert len(burst) == 2 and min(burst.values()) >= 3  # 4/4 unless a prefill ended between picks
     stats = await wait_idle(stack)
     assert all(s.blocks_used == 0 for s in stats)
+
+
+async def test_decode_instance_killed_mid_stream_loses_and_repeats_no_token(stack, tiny_llama_dir: str) -> None:
+    """Runs last in this module: it kills an instance."""
+    from services.engine.engine import EngineConfig, LLMEngine
+    from services.engine.sequence import SamplingParams
+    from services.engine.tokenizer import load_tokenizer
+
+    prompt, n = "survive this", 600
+    task = asyncio.create_task(generate(stack.router_address, prompt, request_id="victim", max_tokens=n,
+                                        ignore_eos=True, temperature=0.0))
+    book = redis.Redis.from_url(stack.redis_url)
+    while not any(load > 0 for _, load in book.zrange("ds:load:decode", 0, -1, withscores=True)):
+        await asyncio.sleep(0.01)
+    busy = max(book.zrange("ds:load:decode", 0, -1, withscores=True), key=lambda kv: kv[1])[0].decode()
+    next(p for p in stack.procs if p.name == busy).process.kill()
+    responses = await task
+    got = [t for r in responses for t in r.token_ids]
+    engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=256))
+    (want,) = engine.generate([load_tokenizer(tiny_llama_dir).encode(prompt)], SamplingParams(max_tokens=n, ignore_eos=True))
+    engine.close()
+    assert got == want

@@ -114,3 +114,30 @@ async def test_cancelled_requests_free_every_block(stack) -> None:
     stats = await wait_idle(stack)
     assert [s.blocks_used for s in stats] == [0] * len(stats)
     assert all(s.running == 0 and s.waiting == 0 and s.held == 0 for s in stats)
+
+
+def test_router_serves_reflection_and_health(stack) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    with grpc.insecure_channel(stack.router_address) as channel:
+        services = ProtoReflectionDescriptorDatabase(channel).get_services()
+        assert "distserve.v1.Router" in services
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="distserve.v1.Router"))
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_every_service_serves_prometheus_metrics(stack) -> None:
+    import httpx
+
+    asyncio.run(generate(stack.router_address, "metrics please", max_tokens=4, temperature=0.0))
+    texts = {p.name: httpx.get(f"http://{stack.config.host}:{p.metrics_port}/metrics", timeout=10).text
+             for p in stack.procs if p.metrics_port}
+    router = texts.pop("router")
+    for name in ("distserve_ttft_seconds_count", "distserve_tpot_seconds_count", "distserve_e2e_seconds_count",
+                 'distserve_stage_seconds_count{stage="prefill"}'):
+        assert name in router
+    for name, text in texts.items():
+        if name != "kvxfer":
+            assert "distserve_kv_blocks_used" in text and "distserve_kv_blocks_reserved" in text
+            assert "distserve_queue_length" in text

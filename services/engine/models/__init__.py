@@ -23,6 +23,7 @@ def materialize(config: ModelConfig, device: torch.device, dtype: torch.dtype) -
     with torch.device("meta"):
         model = build_model(config)
     model = model.to_empty(device=device).to(dtype)
+    model.tie_weights()
     if config.arch == "llama":
         from services.engine.models.rope import inverse_frequencies
 

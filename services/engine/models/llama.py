@@ -8,7 +8,11 @@ from torch import nn
 
 from services.engine.attention import AttentionMetadata, paged_attention
 from services.engine.model_config import ModelConfig
-from services.engine.models.rope import apply_rotary, inverse_frequencies, rotary_cos_sin
+from services.engine.models.rope import (
+    apply_rotary,
+    inverse_frequencies,
+    rotary_cos_sin,
+)
 
 
 class RMSNorm(nn.Module):
@@ -78,7 +82,11 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.model = LlamaModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_embeddings:
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Shares the embedding with the head when the config ties them (again after `to_empty`, which unties)."""
+        if self.config.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:

@@ -64,6 +64,10 @@ class OPTForCausalLM(nn.Module):
         self.config = config
         self.model = OPTModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """OPT always shares the embedding with the head (again after `to_empty`, which unties)."""
         self.lm_head.weight = self.model.decoder.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:

@@ -11,15 +11,16 @@ from services.engine.model_config import ModelConfig
 
 def inverse_frequencies(config: ModelConfig) -> torch.Tensor:
     dim = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    # float32 throughout, as transformers computes it, so angles (and logits) match bit for bit
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
     scaling = config.rope_scaling or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind == "default":
-        return inv_freq.float()
+        return inv_freq
     if kind == "linear":
-        return (inv_freq / scaling["factor"]).float()
+        return inv_freq / scaling["factor"]
     if kind == "llama3":
-        return _llama3(inv_freq, scaling).float()
+        return _llama3(inv_freq, scaling)
     raise ValueError(f"unsupported rope_scaling type {kind!r}")
 
 

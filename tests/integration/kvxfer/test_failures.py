@@ -16,7 +16,7 @@ from services.kvxfer.lease_keeper import LeaseKeeper
 from services.kvxfer.leases import LeaseState
 from tests.integration.kvxfer.conftest import LAYOUT, block_bytes
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 BIG = KVLayout(num_blocks=256, num_layers=8, block_size=16, num_kv_heads=8, head_dim=128)  # 1 MB blocks
 
 
@@ -117,3 +117,29 @@ async def test_stalled_source_times_out_and_the_retry_succeeds(start_kvxfer, mak
     result = await b.pull(handle, "d0", blocks, checksum=True, timeout_s=20)  # the lease survived the failure
     assert result.nbytes == len(blocks) * LAYOUT.block_bytes
     assert block_bytes(dst, blocks) == block_bytes(src, blocks)
+
+
+async def test_killing_the_destination_mid_pull_leaves_the_lease_pullable(start_kvxfer, make_pool, clients) -> None:
+    host_a, host_b = await start_kvxfer(), await start_kvxfer()
+    a, b = clients(host_a.address), clients(host_b.address)
+    src = make_pool("p0", BIG)
+    await a.register_pool("p0", src)
+    await a.register_pool("d0", make_pool("d0", BIG, fill=False))
+    await b.register_pool("d1", make_pool("d1", BIG, fill=False))
+    warm = await a.create_lease("p0", [0], num_tokens=16)
+    await b.pull(warm, "d1", [0])
+    blocks = list(range(1, 256))
+    handle = await a.create_lease("p0", blocks, num_tokens=4096, ttl_s=60)
+
+    pull = asyncio.create_task(b.pull(handle, "d1", blocks, timeout_s=10))
+    await _wait_in_flight(b)
+    await asyncio.sleep(0.03)
+    host_b.kill()
+    with pytest.raises(PullFailed):
+        await pull
+
+    result = await a.pull(handle, "d0", blocks, checksum=True)  # the lease survived the failed pull
+    assert result.nbytes == len(blocks) * BIG.block_bytes
+    async with asyncio.timeout(5):  # it ends only once the dead pull's pin is gone too: nothing leaked
+        while (await a.stats()).live_leases:
+            await asyncio.sleep(0.01)

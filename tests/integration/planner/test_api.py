@@ -21,6 +21,9 @@ def test_plan_answers_the_placement_and_stores_it(api, rds):
     assert len(gpus) == len(set(gpus)) == plan["num_gpus"]
     assert api.get("/v1/plan").json() == plan
     assert json.loads(rds.get(PLAN_KEY)) == plan
+    metrics = api.get("/metrics").text
+    assert 'distserve_planner_plans_total{source="plan"} 1.0' in metrics
+    assert api.get("/healthz").json() == {"status": "ok"}
 
 
 def test_plan_for_a_rate_replicates(api):

@@ -4,9 +4,11 @@ import asyncio
 import json
 import time
 
-import pytest
+from fastapi.testclient import TestClient
 
 from services.planner.actuator import InstanceSpec, RunningInstance
+from services.planner.api import create_app
+from services.planner.config import PlannerSettings
 from services.planner.records import PLAN_KEY
 from services.planner.replan import Replanner, shift
 from services.planner.schemas import ClusterBody, ReplanRequest
@@ -73,3 +75,13 @@ async def test_background_loop_stores_a_plan_and_stops(rds, record):
     stop.set()
     await asyncio.wait_for(task, 30)
     assert json.loads(rds.get(PLAN_KEY))["workload"]["count"] == 100
+
+
+def test_replan_endpoint_applies_the_plan_through_the_actuator(rds, record):
+    actuator = Recorder()
+    record(rds, 200, rate=2.0, prompt=400, output=60, start=time.time() - 100)
+    with TestClient(create_app(PlannerSettings(workers=1), rds, actuator)) as api:
+        body = {"model": "opt-13b", "cluster": {"nodes": 1, "gpus_per_node": 4}, "num_requests": 300}
+        plan = api.post("/v1/replan", json=body).json()
+    assert len(plan["actuation"]["started"]) == len(plan["instances"]) == len(actuator.instances)
+    assert {spec.role for spec in actuator.instances.values()} == {"prefill", "decode"}

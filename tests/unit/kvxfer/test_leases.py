@@ -82,6 +82,8 @@ def test_release_during_a_pull_waits_for_it(table: LeaseTable) -> None:
 def test_unknown_and_dropped_leases(table: LeaseTable) -> None:
     with pytest.raises(LeaseError, match="unknown"):
         table.pin("nope")
-    table.create("p0", [1], 1, ttl_s=5)
+    pulled = table.create("p0", [1], 1, ttl_s=5)
     table.create("p1", [1], 1, ttl_s=5)
+    table.pin(pulled.lease_id)
     assert table.drop_instance("p0") == 1 and table.live() == 1
+    assert table.unpin(pulled.lease_id, release=True) is None  # the pull ends after its pool left

@@ -1,6 +1,11 @@
 """Applying a placement: keep what matches, start before stopping, never double-book a GPU."""
 
-from services.planner.actuator import InstanceSpec, RunningInstance, apply_placement, specs_of
+from services.planner.actuator import (
+    InstanceSpec,
+    RunningInstance,
+    apply_placement,
+    specs_of,
+)
 from services.planner.placement import Cluster, Parallel, pack
 
 

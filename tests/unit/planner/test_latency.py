@@ -1,10 +1,11 @@
 """The shipped A100 coefficient sets and the model shapes behave as the DistServe authors' data says."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from services.planner.hardware import load_latency_model
+from services.planner.hardware import DATA, load_latency_model
 from services.planner.shapes import PRESETS, load_shape
 
 
@@ -69,3 +70,14 @@ def test_presets_and_hugging_face_config_folders(tmp_path):
         "hidden_size": 5120, "ffn_dim": 20480, "num_hidden_layers": 40, "num_attention_heads": 40,
         "max_position_embeddings": 2048, "vocab_size": 50272}))
     assert load_shape(str(opt)) == PRESETS["opt-13b"].__class__(**{**PRESETS["opt-13b"].as_dict(), "name": "opt"})
+
+
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data"  # CI keeps shared/ beside the clone
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (the project's reference data) is not beside the repo")
+def test_shipped_sets_are_the_authors_data_as_kept_in_shared():
+    shipped = json.loads((DATA / "a100-80gb.json").read_text())
+    authors = json.loads((SHARED / "distserve-profile-a100-80g.json").read_text())
+    assert {k: shipped[k] for k in authors} == authors
+    assert (DATA / "a100-80gb-kv-tokens.csv").read_text() == (SHARED / "distserve-max-num-tokens-a100-80g.csv").read_text()

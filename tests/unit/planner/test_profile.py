@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 
 from services.planner.hardware import load_latency_model
-from services.planner.profile import (DecodePoint, PrefillPoint, ProfileFile, appendix_a_constants,
-                                      fit_profile, write_profile)
+from services.planner.profile import (
+    DecodePoint,
+    PrefillPoint,
+    ProfileFile,
+    appendix_a_constants,
+    fit_profile,
+    write_profile,
+)
 from services.planner.shapes import PRESETS
 
 

@@ -5,8 +5,13 @@ import pytest
 from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
 from services.planner.placement import Cluster, Parallel
-from services.planner.search import (brute_force, high_affinity, high_affinity_layouts, low_affinity,
-                                     low_affinity_layouts)
+from services.planner.search import (
+    brute_force,
+    high_affinity,
+    high_affinity_layouts,
+    low_affinity,
+    low_affinity_layouts,
+)
 from services.planner.shapes import load_shape
 from services.planner.simulator import SLO
 from services.planner.workload import Workload
@@ -15,7 +20,9 @@ OPT13B = load_latency_model("a100-80gb", load_shape("opt-13b"))
 
 
 def _scenario(cluster: Cluster, num_requests: int = 300) -> Scenario:
-    return Scenario(OPT13B, cluster, Workload("chatbot"), SLO(0.2, 0.1, 0.9), num_requests=num_requests)
+    """Runs of at most 1000 requests keep these tests quick."""
+    return Scenario(OPT13B, cluster, Workload("chatbot"), SLO(0.2, 0.1, 0.9), num_requests=num_requests,
+                    max_requests=1000)
 
 
 @pytest.mark.parametrize("cluster", [Cluster(1, 4), Cluster(2, 4, inter_node_gbps=25)])

@@ -3,10 +3,21 @@
 import numpy as np
 import pytest
 
-from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs, TPCoefficients
+from services.planner.latency import (
+    DecodeCoeffs,
+    LatencyModel,
+    PrefillCoeffs,
+    TPCoefficients,
+)
 from services.planner.placement import Cluster, Parallel, pack, pack_units
 from services.planner.shapes import PRESETS
-from services.planner.simulator import SLO, simulate, simulate_decode, simulate_prefill, transfer_seconds
+from services.planner.simulator import (
+    SLO,
+    simulate,
+    simulate_decode,
+    simulate_prefill,
+    transfer_seconds,
+)
 from services.planner.workload import unit_arrivals
 
 D, K, L, N = 0.1, 1.6, 512, 150000  # execution time of one request, intra-op speed-up, prompt length

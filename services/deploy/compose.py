@@ -1,0 +1,162 @@
+"""Compose files for a placement (DESIGN §10): one per host, all sharing the first host's Redis.
+
+A pure function from named instances (role, parallelism, node and GPUs of each stage) to one compose document
+per host, and its inverse (the labels carry each instance's spec back). Every service uses the host network,
+so the addresses written into Redis and into KV handles are the hosts' own, and UCX may open any port it needs.
+Commands say what a service is and where it listens; the environment says what it connects to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from services.planner.actuator import InstanceSpec, specs_of
+from services.planner.placement import Placement, Stage
+
+IMAGE = "${DISTSERVE_IMAGE:-distserve:latest}"
+MODEL_VOLUME = "${DISTSERVE_MODEL_DIR:-./model}:/model:ro"
+REDIS_IMAGE = "redis:7.4-alpine"
+REDIS_PORT = 6379
+ROUTER_GRPC_PORT, ROUTER_HTTP_PORT, ROUTER_METRICS_PORT = 50051, 8000, 9100
+PLANNER_PORT = 8001
+KVXFER_PORT, KVXFER_UCX_PORT, KVXFER_METRICS_PORT = 50061, 50062, 9101
+INSTANCE_PORT, INSTANCE_METRICS_PORT = 50100, 9200  # plus the instance's first GPU: unique on its host, stable
+LABEL = "distserve.instance"  # JSON of the InstanceSpec: the actuator reads running instances back from it
+
+
+def file_name(node: int) -> str:
+    return f"docker-compose.node{node}.yml"
+
+
+def node_addresses(nodes: int, given: str = "") -> tuple[str, ...]:
+    """The comma-separated addresses in `given`, else 127.0.0.1 for one node and node0, node1, ... for more."""
+    if given:
+        addresses = tuple(a.strip() for a in given.split(",") if a.strip())
+        if len(addresses) != nodes:
+            raise ValueError(f"--node-addresses: {len(addresses)} addresses for {nodes} nodes")
+        return addresses
+    return ("127.0.0.1",) if nodes == 1 else tuple(f"node{n}" for n in range(nodes))
+
+
+def named_instances(placement: Placement) -> dict[str, InstanceSpec]:
+    """The placement's instances under their service names, `prefill-0`, `decode-1`, ..."""
+    return {f"{inst.role}-{inst.index}": spec for inst, spec in zip(placement.instances, specs_of(placement))}
+
+
+def _shared_memory() -> dict:
+    """CUDA IPC between the containers of one host needs their IPC and PID namespaces shared (the host's, so a
+    restarted kvxfer finds them again); UCX pins memory, so memlock is unlimited. /dev/shm is then the host's:
+    no shm_size, which Docker ignores under `ipc: host`."""
+    return {"ipc": "host", "pid": "host", "ulimits": {"memlock": {"soft": -1, "hard": -1}}}
+
+
+def _service(command: list[str], health: str, start_period: str = "30s") -> dict:
+    return {"image": IMAGE, "command": command, "network_mode": "host", "restart": "unless-stopped",
+            "healthcheck": {"test": ["CMD", "distserve", "health", health], "interval": "10s", "timeout": "5s",
+                            "retries": 3, "start_period": start_period}}
+
+
+def _gpus(device_ids: list[int] | None) -> dict:
+    device = {"driver": "nvidia", "capabilities": ["gpu"]}
+    device.update({"device_ids": [str(g) for g in device_ids]} if device_ids is not None else {"count": "all"})
+    return {"resources": {"reservations": {"devices": [device]}}}
+
+
+def _healthy(*names: str) -> dict:
+    return {name: {"condition": "service_healthy"} for name in names}
+
+
+def _head_services(address: str, redis_url: str) -> dict:
+    redis = {"image": REDIS_IMAGE, "network_mode": "host", "restart": "unless-stopped",
+             "command": ["redis-server", "--bind", address, "--port", str(REDIS_PORT), "--appendonly", "yes"],
+             "volumes": ["redis-data:/data"],
+             "healthcheck": {"test": ["CMD", "redis-cli", "-h", address, "-p", str(REDIS_PORT), "ping"],
+                             "interval": "5s", "timeout": "3s", "retries": 10}}
+    router = _service(["distserve", "router", "--model", "/model", "--host", "0.0.0.0", "--grpc-port",
+                       str(ROUTER_GRPC_PORT), "--http-port", str(ROUTER_HTTP_PORT), "--metrics-port",
+                       str(ROUTER_METRICS_PORT)], f"127.0.0.1:{ROUTER_GRPC_PORT}")
+    router.update(environment={"DISTSERVE_ROUTER_REDIS_URL": redis_url}, volumes=[MODEL_VOLUME],
+                  depends_on=_healthy("redis"))
+    planner = _service(["distserve", "planner", "--host", "0.0.0.0", "--port", str(PLANNER_PORT), "--redis-url",
+                        redis_url], f"http://127.0.0.1:{PLANNER_PORT}/docs")
+    planner.update(depends_on=_healthy("redis"))
+    return {"redis": redis, "router": router, "planner": planner}
+
+
+def _kvxfer(address: str, node: int) -> dict:
+    kvxfer = _service(["distserve", "kvxfer", "--host", address, "--port", str(KVXFER_PORT), "--ucx-port",
+                       str(KVXFER_UCX_PORT), "--metrics-port", str(KVXFER_METRICS_PORT)], f"{address}:{KVXFER_PORT}")
+    # it maps the KV pools of every GPU of its host; it computes nothing, so it claims none for itself
+    kvxfer.update(environment={"DISTSERVE_KVXFER_HOST_ID": f"node{node}"}, deploy=_gpus(None), **_shared_memory())
+    return kvxfer
+
+
+def _instance(name: str, spec: InstanceSpec, address: str, node: int, redis_url: str) -> dict:
+    gpus = [g for stage in spec.stages for g in stage.gpus]
+    slot = gpus[0]
+    # the reservation exposes only these GPUs, numbered from 0 inside the container
+    service = _service(["distserve", spec.role, "--model", "/model", "--device", "cuda:0", "--host", address,
+                        "--port", str(INSTANCE_PORT + slot), "--metrics-port", str(INSTANCE_METRICS_PORT + slot),
+                        "--instance-id", name], f"{address}:{INSTANCE_PORT + slot}", start_period="10m")
+    spec_json = json.dumps({"role": spec.role, "tp": spec.tp, "pp": spec.pp,
+                            "stages": [[s.node, list(s.gpus)] for s in spec.stages]})
+    service.update(
+        environment={"DISTSERVE_REDIS_URL": redis_url, "DISTSERVE_KVXFER": f"{address}:{KVXFER_PORT}",
+                     "DISTSERVE_NODE": f"node{node}", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+        volumes=[MODEL_VOLUME], deploy=_gpus(gpus), labels={LABEL: spec_json},
+        depends_on={"kvxfer": {"condition": "service_healthy", "restart": True},
+                    **(_healthy("redis") if node == 0 else {})},
+        stop_grace_period="60s", **_shared_memory())
+    return service
+
+
+def compose_files(instances: Mapping[str, InstanceSpec], addresses: tuple[str, ...]) -> dict[str, dict]:
+    """One compose document per host (file name → document): Redis, router and planner on the first host, a
+    kvxfer on every host, and each instance on the host of its stages, pinned to its GPUs."""
+    for name, spec in instances.items():
+        nodes = sorted({stage.node for stage in spec.stages})
+        if len(nodes) > 1:
+            raise ValueError(f"compose: {name} has stages on nodes {nodes}; "
+                             "an instance runs as one process on one host")
+        if nodes[0] >= len(addresses):
+            raise ValueError(f"compose: {name} is on node {nodes[0]}, but there are {len(addresses)} node addresses")
+    redis_url = f"redis://{addresses[0]}:{REDIS_PORT}/0"
+    files = {}
+    for node, address in enumerate(addresses):
+        services = _head_services(address, redis_url) if node == 0 else {}
+        services["kvxfer"] = _kvxfer(address, node)
+        here = sorted((spec.stages[0].gpus[0], name) for name, spec in instances.items() if spec.stages[0].node == node)
+        services.update({name: _instance(name, instances[name], address, node, redis_url) for _, name in here})
+        doc = {"name": "distserve", "services": services}
+        if node == 0:
+            doc["volumes"] = {"redis-data": {}}
+        files[file_name(node)] = doc
+    return files
+
+
+def instances_of(doc: dict) -> dict[str, InstanceSpec]:
+    """The instances a compose document runs, read back from their labels."""
+    found = {}
+    for name, service in doc.get("services", {}).items():
+        label = service.get("labels", {}).get(LABEL)
+        if label is not None:
+            spec = json.loads(label)
+            stages = tuple(Stage(node, tuple(gpus)) for node, gpus in spec["stages"])
+            found[name] = InstanceSpec(spec["role"], spec["tp"], spec["pp"], stages)
+    return found
+
+
+def to_yaml(doc: dict) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120)
+
+
+def write_files(files: Mapping[str, dict], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, doc in files.items():
+        (out / name).write_text("# Written by distserve's compose actuator (`distserve plan --emit compose`, or the\n"
+                                "# planner's replans with --compose-out). On this host:\n"
+                                f"#   docker compose -f {name} up -d --remove-orphans\n" + to_yaml(doc))

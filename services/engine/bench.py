@@ -1,0 +1,204 @@
+"""`distserve bench-engine`: the engine's prefill and decode speed beside the same core's matmul and memcpy rates.
+
+Prefill is compared with plain matmuls of the model's own shapes (how close to compute-bound it runs);
+decode at batch 1 with the bytes a step must read (weights + KV) at memcpy bandwidth (memory-bound).
+Every time is this thread's CPU time, best of several runs, so other processes sharing the core do not
+count against the engine or the references (on an idle core it equals wall time).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from services.engine.device import setup_device
+from services.engine.engine import EngineConfig, LLMEngine
+from services.engine.model_config import ModelConfig
+from services.engine.sequence import SamplingParams
+
+PREFILL_TOKENS = 512
+DECODE_BATCHES = (1, 8, 32)
+DECODE_CONTEXT = 128  # prompt tokens of each decoding request
+DECODE_STEPS = 16
+REPEATS = 3
+MEMCPY_BYTES = 256 << 20  # well past the last-level cache
+GOAL = 0.5
+clock = time.thread_time  # torch runs single-threaded in this thread (setup_device), so this is all the work
+
+
+def _best_seconds(fn: Callable[[], object], repeats: int = REPEATS) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = clock()
+        fn()
+        times.append(clock() - t0)
+    return min(times)
+
+
+def linear_shapes(mc: ModelConfig) -> list[tuple[int, int]]:
+    """(in, out) of one decoder layer's matmuls."""
+    h, q, kv, i = mc.hidden_size, mc.num_heads * mc.head_dim, mc.num_kv_heads * mc.head_dim, mc.intermediate_size
+    if mc.arch == "opt":
+        return [(h, h)] * 4 + [(h, i), (i, h)]
+    return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
+
+
+def prefill_flops(mc: ModelConfig, tokens: int) -> float:
+    """Useful FLOPs of one prompt: the layers' matmuls, causal attention, and the head for the last token."""
+    linear = 2 * tokens * mc.num_layers * sum(a * b for a, b in linear_shapes(mc))
+    attention = 2 * 2 * mc.num_layers * mc.num_heads * mc.head_dim * tokens * (tokens + 1) / 2
+    return linear + attention + 2 * mc.hidden_size * mc.vocab_size
+
+
+def matmul_flops_per_s(mc: ModelConfig, tokens: int, dtype: torch.dtype) -> float:
+    """Plain `F.linear` over one layer's weight shapes at `tokens` rows: the core's attainable matmul rate."""
+    weights = [torch.randn(b, a, dtype=dtype) for a, b in linear_shapes(mc)]
+    inputs = {a: torch.randn(tokens, a, dtype=dtype) for a, _ in linear_shapes(mc)}
+    seconds = _best_seconds(lambda: [F.linear(inputs[w.shape[1]], w) for w in weights])
+    return 2 * tokens * sum(a * b for a, b in linear_shapes(mc)) / seconds
+
+
+def memcpy_bytes_per_s() -> float:
+    """Bytes read plus written per second by one large copy (the STREAM convention)."""
+    src = torch.ones(MEMCPY_BYTES // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    return 2 * MEMCPY_BYTES / _best_seconds(lambda: dst.copy_(src))
+
+
+def gemv_bytes_per_s(engine: LLMEngine) -> float:
+    """Weight bytes per second of plain `F.linear` at batch 1 over the model's own linear layers."""
+    linears = [m for m in engine.runner.model.modules() if isinstance(m, nn.Linear)]
+    inputs = {m.in_features: torch.randn(1, m.in_features, dtype=m.weight.dtype) for m in linears}
+    with torch.inference_mode():
+        seconds = _best_seconds(lambda: [F.linear(inputs[m.in_features], m.weight) for m in linears])
+    return sum(m.weight.numel() * m.weight.element_size() for m in linears) / seconds
+
+
+def weight_bytes(engine: LLMEngine) -> int:
+    """Parameter bytes a decode step reads; an untied embedding table is only looked up, a row per token."""
+    model, mc = engine.runner.model, engine.model_config
+    lookups = {"model.decoder.embed_positions.weight"} | (set() if mc.tie_embeddings else {
+        "model.embed_tokens.weight", "model.decoder.embed_tokens.weight"})
+    return sum(p.numel() * p.element_size() for name, p in model.named_parameters() if name not in lookups)
+
+
+def kv_bytes(engine: LLMEngine, tokens: int) -> int:
+    return engine.layout.block_bytes // engine.layout.block_size * tokens
+
+
+def _prompt(rng: random.Random, n: int, vocab: int) -> list[int]:
+    return [rng.randrange(3, vocab) for _ in range(n)]
+
+
+def bench_prefill(engine: LLMEngine, rng: random.Random) -> float:
+    """Seconds of one step that prefills a PREFILL_TOKENS prompt (and samples its first token)."""
+    vocab = engine.model_config.vocab_size
+
+    def one() -> None:
+        engine.add_request(f"prefill-{rng.getrandbits(32)}", _prompt(rng, PREFILL_TOKENS, vocab), SamplingParams(max_tokens=1))
+        engine.step()
+
+    return _best_seconds(one)
+
+
+def bench_decode(engine: LLMEngine, batch: int, rng: random.Random) -> float:
+    """Seconds of one decode step of `batch` requests at about DECODE_CONTEXT tokens of context."""
+    vocab = engine.model_config.vocab_size
+    rids = [f"decode-{batch}-{i}" for i in range(batch)]
+    for rid in rids:
+        engine.add_request(rid, _prompt(rng, DECODE_CONTEXT, vocab), SamplingParams(max_tokens=DECODE_STEPS + 2, ignore_eos=True))
+    while engine.scheduler.waiting or any(s.num_computed < len(s.prompt_ids) for s in engine.scheduler.running):
+        engine.step()
+    engine.step()  # warm-up decode
+    seconds = float("inf")
+    for _ in range(DECODE_STEPS):  # best step, as the references are best runs: a shared core has bursts
+        t0 = clock()
+        engine.step()
+        seconds = min(seconds, clock() - t0)
+    for rid in rids:
+        engine.abort(rid)
+    return seconds
+
+
+def _engine(model_dir: str, device: str, dev: torch.device) -> LLMEngine:
+    block_size = 16
+    tokens = DECODE_BATCHES[-1] * (DECODE_CONTEXT + DECODE_STEPS + 2) + PREFILL_TOKENS
+    config = EngineConfig(model_dir, device=device, block_size=block_size, num_blocks=tokens // block_size + 64,
+                          max_batch_tokens=PREFILL_TOKENS, max_num_seqs=DECODE_BATCHES[-1])
+    return LLMEngine(config, dev)
+
+
+def measure(model_dir: str, device: str) -> dict:
+    dev = setup_device(device)
+    mc = ModelConfig.from_folder(model_dir)
+    engine = _engine(model_dir, device, dev)
+    rng = random.Random(0)
+
+    def references() -> tuple[float, float, float]:
+        return matmul_flops_per_s(mc, PREFILL_TOKENS, torch.float32), memcpy_bytes_per_s(), gemv_bytes_per_s(engine)
+
+    try:
+        before = references()
+        prefill_s = bench_prefill(engine, rng)
+        decode = []
+        for batch in DECODE_BATCHES:
+            step_s = bench_decode(engine, batch, rng)
+            read = weight_bytes(engine) + batch * kv_bytes(engine, DECODE_CONTEXT + DECODE_STEPS // 2)
+            decode.append({"batch": batch, "step_ms": 1e3 * step_s, "tokens_per_s": batch / step_s,
+                           "bytes_per_step": read, "gb_per_s": read / step_s / 1e9})
+        # references before and after the engine, the best kept: a burst of other load cannot flatter a ratio
+        matmul, memcpy, gemv = (max(a, b) for a, b in zip(before, references()))
+    finally:
+        engine.close()
+    for d in decode:
+        d["bandwidth_ratio"] = d["gb_per_s"] * 1e9 / memcpy
+    prefill_rate = prefill_flops(mc, PREFILL_TOKENS) / prefill_s
+    return {
+        "model": model_dir, "device": device, "threads": torch.get_num_threads(), "clock": "thread CPU time",
+        "matmul_gflops": matmul / 1e9, "memcpy_gb_per_s": memcpy / 1e9, "gemv_gb_per_s": gemv / 1e9,
+        "prefill": {"tokens": PREFILL_TOKENS, "seconds": prefill_s, "tokens_per_s": PREFILL_TOKENS / prefill_s,
+                    "gflops": prefill_rate / 1e9},
+        "decode": decode,
+        "prefill_flops_ratio": prefill_rate / matmul,
+        "decode_bandwidth_ratio": decode[0]["bandwidth_ratio"],
+        "decode_vs_gemv": decode[0]["gb_per_s"] * 1e9 / gemv,  # what plain torch reaches on these weights
+        "goal": GOAL,
+    }
+
+
+def _table(r: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"bench-engine {r['model']} on {r['device']} ({r['threads']} thread)")
+    for col in ("phase", "time", "tokens/s", "achieved", "core reference", "ratio"):
+        table.add_column(col, justify="right" if col != "phase" else "left")
+    p = r["prefill"]
+    table.add_row(f"prefill {p['tokens']} tokens", f"{p['seconds'] * 1e3:.1f} ms", f"{p['tokens_per_s']:.0f}",
+                  f"{p['gflops']:.1f} GFLOP/s", f"matmul {r['matmul_gflops']:.1f} GFLOP/s", f"{r['prefill_flops_ratio']:.2f}")
+    for d in r["decode"]:
+        table.add_row(f"decode batch {d['batch']}", f"{d['step_ms']:.1f} ms/step", f"{d['tokens_per_s']:.0f}",
+                      f"{d['gb_per_s']:.2f} GB/s read", f"memcpy {r['memcpy_gb_per_s']:.2f} GB/s", f"{d['bandwidth_ratio']:.2f}")
+    table.add_row("plain F.linear, batch 1", "", "", f"{r['gemv_gb_per_s']:.2f} GB/s read",
+                  f"memcpy {r['memcpy_gb_per_s']:.2f} GB/s", f"{r['gemv_gb_per_s'] / r['memcpy_gb_per_s']:.2f}")
+    console = Console()
+    console.print(table)
+    console.print(f"goals (>= {r['goal']:.0%}): prefill of matmul {r['prefill_flops_ratio']:.0%}, "
+                  f"decode batch 1 of memory bandwidth {r['decode_bandwidth_ratio']:.0%} "
+                  f"({r['decode_vs_gemv']:.0%} of plain F.linear on the same weights)")
+
+
+def run_bench_engine(model_dir: str, device: str, as_json: bool) -> int:
+    result = measure(model_dir, device)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        _table(result)
+    return 0

@@ -1,0 +1,37 @@
+"""The planner's placement applied to a local stack: instances start, drain and stop, and serving goes on."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.launcher.actuator import StackActuator
+from services.planner.actuator import apply_placement
+from services.planner.placement import Instance, Parallel, Placement, Stage
+from tests.e2e.helpers import generate, instance_stats, running_stack
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def _placement(n_prefill: int, n_decode: int) -> Placement:
+    one = Parallel(1, 1)
+    instances = tuple(Instance("prefill", i, (Stage(0, (i,)),)) for i in range(n_prefill))
+    instances += tuple(Instance("decode", i, (Stage(0, (n_prefill + i,)),)) for i in range(n_decode))
+    return Placement(one, one, n_prefill, n_decode, instances)
+
+
+def test_apply_placement_scales_the_stack(tiny_llama_dir: str, redis_url: str) -> None:
+    with running_stack(tiny_llama_dir, redis_url, mode="disagg") as stack:
+        actuator = StackActuator(stack)
+        before = {r.id for r in actuator.running()}
+        done = apply_placement(actuator, _placement(1, 2))  # one more decode instance
+        assert len(done.started) == 1 and not done.stopped and set(done.kept) == before
+        assert sorted(s.role for s in instance_stats(stack)) == ["decode", "decode", "prefill"]
+        assert asyncio.run(generate(stack.router_address, "after scale-up", max_tokens=4, temperature=0.0))
+
+        done = apply_placement(actuator, _placement(1, 1))  # and back
+        assert len(done.stopped) == 1
+        assert sorted(r.spec.role for r in actuator.running()) == ["decode", "prefill"]
+        responses = asyncio.run(generate(stack.router_address, "after scale-down", max_tokens=4, temperature=0.0, ignore_eos=True))
+        assert sum(len(r.token_ids) for r in responses) == 4

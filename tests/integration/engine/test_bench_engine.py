@@ -1,0 +1,20 @@
+"""`distserve bench-engine --json` prints one JSON object with the figures and ratios the README quotes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from services.cli import build_parser
+
+
+def test_bench_engine_json(tiny_llama_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["bench-engine", "--model", tiny_llama_dir, "--device", "cpu", "--json"])
+    assert args.func(args) == 0  # --device cpu, not cpu:N: the test must not pin pytest to one core
+    result = json.loads(capsys.readouterr().out)
+    assert result["prefill"]["tokens"] == 512 and result["prefill"]["tokens_per_s"] > 0
+    assert [d["batch"] for d in result["decode"]] == [1, 8, 32]
+    assert all(d["tokens_per_s"] > 0 and d["bytes_per_step"] > 0 for d in result["decode"])
+    assert result["matmul_gflops"] > 0 and result["memcpy_gb_per_s"] > 0
+    assert result["prefill_flops_ratio"] > 0 and result["decode_bandwidth_ratio"] == result["decode"][0]["bandwidth_ratio"]

@@ -1,0 +1,124 @@
+"""Every compose document (deploy/docker-compose.yml and emitted ones, one per host) is one a user can bring up:
+valid Compose, commands the CLI accepts, no GPU or port claimed twice, health checks that ask the right port."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from urllib.parse import urlsplit
+
+import jsonschema
+import pytest
+
+from services.cli import build_parser
+from services.common.instance_cli import ROLES
+from services.common.instance_config import InstanceSettings
+from services.common.settings_cli import settings_values
+from services.kvxfer.config import KVXferConfig
+from services.router.config import RouterSettings
+
+SETTINGS = {"router": RouterSettings, "kvxfer": KVXferConfig, **{role: InstanceSettings for role in ROLES}}
+PORT_FLAGS = ("port", "grpc_port", "http_port", "metrics_port", "ucx_port")
+
+
+def distserve_services(doc: dict) -> dict:
+    return {name: s for name, s in doc["services"].items() if s.get("command", [None])[0] == "distserve"}
+
+
+def parse(command: list[str]):
+    assert command[0] == "distserve"
+    return build_parser().parse_args(command[1:])
+
+
+def ports_of(service: dict) -> set[int]:
+    command = service["command"]
+    if command[0] == "redis-server":
+        return {int(command[command.index("--port") + 1])}
+    args = parse(command)
+    return {getattr(args, flag) for flag in PORT_FLAGS if getattr(args, flag, None)}
+
+
+def test_validates_against_the_compose_specification(host_doc: dict, compose_schema: dict) -> None:
+    jsonschema.Draft7Validator(compose_schema).validate(host_doc)  # the schema is draft-07
+
+
+def test_every_command_parses_and_with_its_environment_makes_valid_settings(
+        host_doc: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, service in distserve_services(host_doc).items():
+        args = parse(service["command"])
+        parse(service["healthcheck"]["test"][1:])
+        settings = SETTINGS.get(args.command)
+        if settings is None:  # the planner takes flags only
+            continue
+        for key in [k for k in os.environ if k.startswith("DISTSERVE_")]:
+            monkeypatch.delenv(key)
+        prefix = settings.model_config["env_prefix"]
+        for key, value in service.get("environment", {}).items():
+            if key.startswith("DISTSERVE_"):
+                assert key.startswith(prefix) and key[len(prefix):].lower() in settings.model_fields, \
+                    f"{name}: {key} is no setting of `distserve {args.command}`; it would be ignored"
+            monkeypatch.setenv(key, value)
+        values = settings_values(args, settings)
+        made = settings(role=args.command, **values) if settings is InstanceSettings else settings(**values)
+        if settings is InstanceSettings:
+            assert made.redis_url and made.kvxfer and made.instance_id == name
+        if settings is RouterSettings:
+            assert made.redis_url
+
+
+def test_no_two_instances_claim_the_same_gpu(host_doc: dict) -> None:
+    claimed: dict[str, str] = {}
+    for name, service in host_doc["services"].items():
+        devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+        command = service.get("command", [])
+        if len(command) > 1 and command[1] in ROLES:
+            (device,) = devices
+            ids = device["device_ids"]
+            assert ids, name
+            for gpu in ids:
+                assert gpu not in claimed, f"GPU {gpu} claimed by {claimed.get(gpu)} and {name}"
+                claimed[gpu] = name
+            index = int(parse(command).device.removeprefix("cuda:"))
+            assert index < len(ids), f"{name} computes on a GPU outside its reservation"
+        elif devices:  # kvxfer maps the pools of every GPU of its host and claims none for computing
+            assert name == "kvxfer" and devices == [{"driver": "nvidia", "capabilities": ["gpu"], "count": "all"}]
+    assert claimed
+
+
+def test_no_two_services_listen_on_the_same_port(host_doc: dict) -> None:
+    seen: dict[int, str] = {}
+    for name, service in host_doc["services"].items():
+        for port in ports_of(service):
+            assert port not in seen, f"port {port} used by {seen.get(port)} and {name}"
+            seen[port] = name
+    assert all(s["network_mode"] == "host" for s in host_doc["services"].values())
+
+
+def test_health_checks_ask_where_each_service_listens(host_doc: dict) -> None:
+    for name, service in host_doc["services"].items():
+        test = service["healthcheck"]["test"]
+        if test[1] == "redis-cli":
+            host, port = test[test.index("-h") + 1], int(test[test.index("-p") + 1])
+            bound = service["command"][service["command"].index("--bind") + 1]
+        else:
+            target = urlsplit(test[3] if "://" in test[3] else f"grpc://{test[3]}")
+            host, port = target.hostname, target.port
+            bound = parse(service["command"]).host
+        assert port in ports_of(service), f"{name} is checked on port {port}"
+        assert host == bound or (bound == "0.0.0.0" and host == "127.0.0.1"), f"{name} binds {bound}, checked at {host}"
+
+
+def test_services_wait_for_what_they_depend_on_to_be_healthy(host_doc: dict) -> None:
+    services = host_doc["services"]
+    for name, service in services.items():
+        for dependency, how in service.get("depends_on", {}).items():
+            assert how["condition"] == "service_healthy", name
+            assert "healthcheck" in services[dependency], dependency
+        assert service["restart"] == "unless-stopped"
+
+
+def test_compose_variables_are_the_documented_ones_with_defaults(host_doc: dict) -> None:
+    text = json.dumps(host_doc)
+    assert set(re.findall(r"\$\{(\w+):-[^}]+\}", text)) <= {"DISTSERVE_IMAGE", "DISTSERVE_MODEL_DIR"}
+    assert text.count("$") == len(re.findall(r"\$\{\w+:-[^}]+\}", text)), "a variable without a default"

@@ -1,0 +1,27 @@
+"""Decode admission: block reservations wait FCFS, a cancelled waiter holds up no one, nothing leaks."""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.engine.async_engine import AsyncEngine
+
+
+async def test_reservations_are_fcfs_and_cancellation_frees_the_queue(make_engine) -> None:
+    engine = AsyncEngine(make_engine(num_blocks=4, block_size=16))
+    try:
+        first = await engine.reserve_blocks(64)  # the whole pool
+        assert len(first) == 4
+        second = asyncio.create_task(engine.reserve_blocks(48))
+        third = asyncio.create_task(engine.reserve_blocks(16))
+        await asyncio.sleep(0.05)
+        assert not second.done() and not third.done()  # FCFS: the small one does not overtake
+        second.cancel()
+        await asyncio.sleep(0.05)
+        assert not third.done()  # still no free block
+        await engine.free_blocks(first)
+        assert len(await asyncio.wait_for(third, 5)) == 1
+        await engine.free_blocks(third.result())
+        assert await engine.call(lambda e: e.blocks.num_used) == 0
+    finally:
+        engine.stop()

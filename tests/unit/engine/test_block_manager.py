@@ -1,0 +1,71 @@
+"""Block manager properties: no block handed out twice, every free returns it, nothing leaks."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from services.engine.block_manager import BlockManager
+
+NUM_BLOCKS = 16
+
+
+class BlockManagerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = BlockManager(NUM_BLOCKS, block_size=4)
+        self.held: list[list[int]] = []
+
+    @rule(n=st.integers(0, NUM_BLOCKS + 2))
+    def allocate(self, n: int) -> None:
+        free_before = self.blocks.num_free
+        if n > free_before:
+            with pytest.raises(MemoryError):
+                self.blocks.allocate(n)
+            assert self.blocks.num_free == free_before  # a refused allocation takes nothing
+            return
+        got = self.blocks.allocate(n)
+        assert len(got) == n
+        assert not set(got) & {b for held in self.held for b in held}
+        self.held.append(got)
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def free(self, data: st.DataObject) -> None:
+        group = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
+        free_before = self.blocks.num_free
+        self.blocks.free(group)
+        assert self.blocks.num_free == free_before + len(group)
+
+    @precondition(lambda self: self.held and self.held[-1])
+    @rule()
+    def double_free_is_refused(self) -> None:
+        group = self.held.pop()
+        self.blocks.free(group)
+        with pytest.raises(ValueError):
+            self.blocks.free(group[:1])
+
+    @invariant()
+    def accounting(self) -> None:
+        held = [b for group in self.held for b in group]
+        assert len(held) == len(set(held)) == self.blocks.num_used
+        assert self.blocks.num_free + self.blocks.num_used == NUM_BLOCKS
+        assert all(0 <= b < NUM_BLOCKS for b in held)
+
+    def teardown(self) -> None:
+        for group in self.held:
+            self.blocks.free(group)
+        assert self.blocks.num_free == NUM_BLOCKS and self.blocks.num_used == 0
+
+
+TestBlockManager = BlockManagerMachine.TestCase
+TestBlockManager.settings = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # shared cores
+
+
+@settings(deadline=None)
+@given(st.integers(0, 100), st.integers(1, 32))
+def test_blocks_for_covers_tokens_exactly(tokens: int, block_size: int) -> None:
+    n = BlockManager(1, block_size).blocks_for(tokens)
+    assert (n - 1) * block_size < tokens <= n * block_size if tokens else n == 0

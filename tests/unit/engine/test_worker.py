@@ -1,0 +1,61 @@
+"""The engine thread: commands run between steps, outputs reach the callback, errors reach the caller."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from services.engine.engine import StepOutput
+from services.engine.errors import EngineInputError
+from services.engine.sequence import SamplingParams
+from services.engine.worker import EngineWorker
+
+
+def test_worker_streams_tokens_and_reports_bad_input(make_engine) -> None:
+    engine = make_engine(num_blocks=32)
+    expected = engine.generate([[1, 50, 51]], SamplingParams(max_tokens=6, ignore_eos=True))[0]
+    tokens: list[int] = []
+    finished = threading.Event()
+
+    def on_outputs(outputs: list[StepOutput]) -> None:
+        for out in outputs:
+            tokens.extend(out.new_token_ids)
+            if out.finished:
+                finished.set()
+
+    worker = EngineWorker(engine, on_outputs)
+    worker.start()
+    try:
+        bad = worker.call(lambda e: e.add_request("bad", [], SamplingParams()))
+        with pytest.raises(EngineInputError):
+            bad.result(timeout=10)
+        worker.call(lambda e: e.add_request("r", [1, 50, 51], SamplingParams(max_tokens=6, ignore_eos=True))).result(timeout=10)
+        assert finished.wait(timeout=30)
+        assert tokens == expected
+        assert worker.call(lambda e: e.blocks.num_used).result(timeout=10) == 0
+    finally:
+        worker.stop()
+
+
+def test_a_failing_step_stops_the_worker_and_fails_every_command(make_engine) -> None:
+    from services.engine.worker import EngineFailed
+
+    engine = make_engine(num_blocks=32)
+
+    def broken_execute(batch):
+        raise RuntimeError("device lost")
+
+    engine.runner.execute = broken_execute  # fault injection: the device fails mid-step
+    errors: list[BaseException] = []
+    failed = threading.Event()
+    worker = EngineWorker(engine, lambda outputs: None, lambda exc: (errors.append(exc), failed.set()))
+    worker.start()
+    try:
+        worker.call(lambda e: e.add_request("r", [1, 50, 51], SamplingParams(max_tokens=4))).result(timeout=10)
+        assert failed.wait(timeout=10)
+        assert "device lost" in str(errors[0])
+        with pytest.raises(EngineFailed):
+            worker.call(lambda e: e.blocks.num_used).result(timeout=10)
+    finally:
+        worker.stop()

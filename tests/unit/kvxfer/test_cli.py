@@ -1,0 +1,19 @@
+"""`distserve kvxfer` flags become the service's config; unset flags leave env and defaults alone."""
+
+import pytest
+
+from services.cli import build_parser
+from services.kvxfer.cli import config_from_args
+
+
+def test_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTSERVE_KVXFER_LEASE_TTL_S", "7.5")
+    args = build_parser().parse_args(["kvxfer", "--port", "0", "--ucx-port", "51000", "--metrics-port", "9100"])
+    config = config_from_args(args)
+    assert (config.port, config.ucx_port, config.metrics_port, config.lease_ttl_s) == (0, 51000, 9100, 7.5)
+    assert config.host == "127.0.0.1"
+
+
+def test_bench_flags() -> None:
+    args = build_parser().parse_args(["bench-xfer", "--json", "--quick"])
+    assert args.json and args.quick and callable(args.func)
