@@ -5,8 +5,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from services.planner.profile import DecodePoint, PrefillPoint, ProfileFile, write_profile
 from services.planner.shapes import load_shape
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def _profile(model_dir: str, path) -> str:
