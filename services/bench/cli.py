@@ -59,8 +59,7 @@ def _config(args: argparse.Namespace):
     return BenchConfig(
         model=model, modes=modes, workloads=_names(args.workload, WORKLOADS, "--workload"), devices=devices,
         start=args.start, router=args.router or "", redis_url=args.redis_url or "", prompt_scale=args.prompt_scale,
-        output_scale=args.output_scale,
-        cv=args.cv, seed=args.seed, ttft=args.ttft, tpot=args.tpot, ttft_scale=args.ttft_scale,
+        output_scale=args.output_scale, cv=args.cv, seed=args.seed, ttft=args.ttft, tpot=args.tpot, ttft_scale=args.ttft_scale,
         tpot_scale=args.tpot_scale, slo_scale=args.slo_scale, target=args.attainment, rate=args.rate,
         start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
         num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, **fields)
