@@ -86,7 +86,10 @@ class AsyncEngine:
         try:
             return await waiter[1]
         except asyncio.CancelledError:
-            if waiter in self._block_waiters:  # leave the queue; a grant under way frees what it reserved for it
+            future = waiter[1]
+            if future.done() and not future.cancelled():  # granted just as the cancel came
+                asyncio.ensure_future(self.free_blocks(future.result()))
+            elif waiter in self._block_waiters:  # leave the queue; a grant under way frees what it reserved for it
                 self._block_waiters.remove(waiter)
                 self._grant_blocks()
             raise

@@ -104,8 +104,14 @@ class LLMEngine:
 
     def add_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int, params: SamplingParams,
                       block_ids: list[int]) -> None:
-        """Decode: admit a request whose prompt K/V already sits in `block_ids` (reserved, then pulled)."""
-        seq = self._new_sequence(request_id, prompt_ids, params)
+        """Decode: admit a request whose prompt K/V already sits in `block_ids` (reserved, then pulled).
+
+        The engine owns the blocks from here on: refused, they go back to the pool."""
+        try:
+            seq = self._new_sequence(request_id, prompt_ids, params)
+        except EngineInputError:
+            self.blocks.free(block_ids)
+            raise
         seq.output_ids = [first_token]
         seq.block_table = list(block_ids)
         seq.num_computed = len(prompt_ids)
