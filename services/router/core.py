@@ -112,11 +112,11 @@ class RouterCore:
     async def _disagg_once(self, req: RouterRequest, prompt_ids: list[int],
                            params: SamplingParams) -> AsyncIterator[tuple[list[int], str]]:
         prefilled = await self._with_retries("prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a))
-        yield [prefilled.first_token], prefilled.finish_reason
-        if prefilled.finish_reason:
-            return
         streamed = False
         try:
+            yield [prefilled.first_token], prefilled.finish_reason
+            if prefilled.finish_reason:
+                return
             load = len(prompt_ids) + params.max_tokens
             failed: set[str] = set()
             for attempt in range(self.retries + 1):
@@ -137,7 +137,9 @@ class RouterCore:
                     log.warning("decode on %s failed (%s); retrying", assignment.info.id, exc, extra={"request_id": req.request_id})
                     failed.add(assignment.info.id)
         finally:
-            if not streamed and self.release_lease is not None:
+            # Closed before decode streamed anything (cancelled, even at the first token): end the lease now
+            # rather than leave the prefill's blocks held until it expires.
+            if not streamed and not prefilled.finish_reason and self.release_lease is not None:
                 await self.release_lease(prefilled.kv)
 
     async def _with_retries(self, role: str, load: float, call):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import aclosing
+
 import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
@@ -54,12 +56,13 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                                      model=request.model, request_id=request.request_id,
                                      timeout_s=context.time_remaining())
             completion = 0
-            async for chunk in self.core.generate(req):
-                completion += len(chunk.token_ids)
-                last = bool(chunk.finish_reason)
-                yield router_pb2.GenerateResponse(
-                    token_ids=chunk.token_ids, text=chunk.text, finish_reason=chunk.finish_reason,
-                    request_id=req.request_id, prompt_tokens=len(req.prompt_ids) if last else 0,
-                    completion_tokens=completion if last else 0)
+            async with aclosing(self.core.generate(req)) as stream:  # a cancelled client closes it at once
+                async for chunk in stream:
+                    completion += len(chunk.token_ids)
+                    last = bool(chunk.finish_reason)
+                    yield router_pb2.GenerateResponse(
+                        token_ids=chunk.token_ids, text=chunk.text, finish_reason=chunk.finish_reason,
+                        request_id=req.request_id, prompt_tokens=len(req.prompt_ids) if last else 0,
+                        completion_tokens=completion if last else 0)
         except Exception as exc:
             await abort_router(context, exc)

@@ -19,9 +19,10 @@ STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.Decod
 
 @contextmanager
 def running_stack(model: str, redis_url: str, **overrides) -> Iterator[Stack]:
-    config = StackConfig(model=model, grpc_port=free_port(), http_port=free_port(), redis_url=redis_url,
-                         devices=("cpu:0", "cpu:1"), num_blocks=256, max_batch_tokens=128, log_level="WARNING",
-                         **overrides)
+    # Leases outlive wait_idle's bound, so a lease nobody released shows up as blocks in use.
+    settings = {"devices": ("cpu:0", "cpu:1"), "num_blocks": 256, "max_batch_tokens": 128, "lease_ttl_s": 120.0,
+                "log_level": "WARNING", **overrides}
+    config = StackConfig(model=model, grpc_port=free_port(), http_port=free_port(), redis_url=redis_url, **settings)
     redis.Redis.from_url(redis_url).flushdb()
     stack = Stack(config)
     stack.start()
