@@ -56,6 +56,10 @@ async def serve_router(settings: RouterSettings) -> None:
         http_server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.http_port,
                                                     log_level="warning", lifespan="off"))
         http_task = asyncio.create_task(http_server.serve())
+        while not http_server.started:  # fail now, not silently, when the HTTP port cannot be bound
+            if http_task.done():
+                raise SystemExit(f"router: HTTP server could not start on {settings.host}:{settings.http_port}")
+            await asyncio.sleep(0.05)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
     log.info("router (%s) serving gRPC on %s:%d, HTTP on %d, metrics on %d", settings.mode, settings.host,
