@@ -57,18 +57,24 @@ def load_tokenizer(folder: str | Path) -> Tokenizer:
 
 
 class IncrementalDecoder:
-    """Turns a growing list of ids into text deltas, holding back incomplete UTF-8 sequences."""
+    """Turns a growing list of ids into text deltas, holding back incomplete UTF-8 sequences.
+
+    Each push decodes only the ids since the last emitted text (plus the window before it, for context),
+    so streaming a long output costs linear, not quadratic, time.
+    """
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
-        self.emitted = 0
+        self.prefix = 0  # start of the window decoded for context
+        self.read = 0    # ids up to here have had their text emitted
 
     def push(self, new_ids: list[int], final: bool = False) -> str:
         """Text added by `new_ids`; on the final push, whatever is left, complete or not."""
         self.ids.extend(new_ids)
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd") and not final:
+        seen = self.tokenizer.decode(self.ids[self.prefix : self.read])
+        text = self.tokenizer.decode(self.ids[self.prefix :])
+        if len(text) <= len(seen) or (text.endswith("\ufffd") and not final):
             return ""
-        delta, self.emitted = text[self.emitted :], len(text)
-        return delta
+        self.prefix, self.read = self.read, len(self.ids)
+        return text[len(seen) :]
