@@ -100,11 +100,31 @@ class ColocatedRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ...) -> None: ...
 
 class InstanceStatsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("steps_since",)
+    STEPS_SINCE_FIELD_NUMBER: _ClassVar[int]
+    steps_since: float
+    def __init__(self, steps_since: _Optional[float] = ...) -> None: ...
+
+class StepStat(_message.Message):
+    __slots__ = ("kind", "seqs", "tokens", "sum_sq", "context", "start", "seconds")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SEQS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SUM_SQ_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    seqs: int
+    tokens: int
+    sum_sq: int
+    context: int
+    start: float
+    seconds: float
+    def __init__(self, kind: _Optional[str] = ..., seqs: _Optional[int] = ..., tokens: _Optional[int] = ..., sum_sq: _Optional[int] = ..., context: _Optional[int] = ..., start: _Optional[float] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class InstanceStatsResponse(_message.Message):
-    __slots__ = ("instance_id", "role", "blocks_total", "blocks_used", "waiting", "running", "held", "steps")
+    __slots__ = ("instance_id", "role", "blocks_total", "blocks_used", "waiting", "running", "held", "steps", "step_log")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +133,7 @@ class InstanceStatsResponse(_message.Message):
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
+    STEP_LOG_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     role: str
     blocks_total: int
@@ -121,4 +142,5 @@ class InstanceStatsResponse(_message.Message):
     running: int
     held: int
     steps: int
-    def __init__(self, instance_id: _Optional[str] = ..., role: _Optional[str] = ..., blocks_total: _Optional[int] = ..., blocks_used: _Optional[int] = ..., waiting: _Optional[int] = ..., running: _Optional[int] = ..., held: _Optional[int] = ..., steps: _Optional[int] = ...) -> None: ...
+    step_log: _containers.RepeatedCompositeFieldContainer[StepStat]
+    def __init__(self, instance_id: _Optional[str] = ..., role: _Optional[str] = ..., blocks_total: _Optional[int] = ..., blocks_used: _Optional[int] = ..., waiting: _Optional[int] = ..., running: _Optional[int] = ..., held: _Optional[int] = ..., steps: _Optional[int] = ..., step_log: _Optional[_Iterable[_Union[StepStat, _Mapping]]] = ...) -> None: ...

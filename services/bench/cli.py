@@ -15,7 +15,8 @@ from services.bench.workload import WORKLOADS
 
 MODES = ("disagg", "colocated", "chunked")
 PROFILE_CACHE = Path.home() / ".cache" / "distserve" / "profiles"
-QUICK = {"num_requests": 30, "min_requests": 12, "window_s": 10.0, "bisect_steps": 1, "max_steps": 3, "warmup": 4}
+QUICK = {"num_requests": 30, "min_requests": 12, "window_s": 10.0, "bisect_steps": 1, "max_steps": 3, "warmup": 4,
+         "calibration": 20}
 
 
 def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
@@ -55,14 +56,15 @@ def _config(args: argparse.Namespace):
     profile = ensure_profile(model, devices[0], args.profile) if (args.simulate or not seconds or args.profile) else ""
     fields = {**(QUICK if args.quick else {}),
               **{k: v for k, v in (("num_requests", args.num_requests), ("bisect_steps", args.bisect_steps),
-                                       ("max_steps", args.max_steps)) if v is not None}}
+                                       ("max_steps", args.max_steps), ("calibration", args.calibration)) if v is not None}}
     return BenchConfig(
         model=model, modes=modes, workloads=_names(args.workload, WORKLOADS, "--workload"), devices=devices,
         start=args.start, router=args.router or "", redis_url=args.redis_url or "", prompt_scale=args.prompt_scale,
         output_scale=args.output_scale, cv=args.cv, seed=args.seed, ttft=args.ttft, tpot=args.tpot, ttft_scale=args.ttft_scale,
         tpot_scale=args.tpot_scale, slo_scale=args.slo_scale, target=args.attainment, rate=args.rate,
         start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
-        num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, **fields)
+        num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, calibration_rate=args.calibration_rate,
+        **fields)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -128,6 +130,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pred = p.add_argument_group("prediction")
     pred.add_argument("--simulate", action="store_true", help="the planner's simulated attainment beside each point")
     pred.add_argument("--profile", default=None, help="profile file (default: recorded once per device and cached)")
+    pred.add_argument("--calibration", type=int, default=None,
+                      help="requests of the calibration load whose served steps the model is fitted to (default 40; quick 20)")
+    pred.add_argument("--calibration-rate", type=float, default=None,
+                      help="its rate in req/s (default: the first workload's start rate)")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     out.add_argument("--out", default="bench-out", help="folder for results.json and the PNGs")

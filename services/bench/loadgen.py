@@ -38,6 +38,7 @@ class RequestResult:
     done: float = 0.0
     error: str = ""
     stages: dict[str, float] = field(default_factory=dict)
+    lifetime: Lifetime | None = None  # the router's record of it
 
     @property
     def ok(self) -> bool:
@@ -112,6 +113,7 @@ def attach_stages(redis_url: str, results: list[RequestResult], after: str, time
             cursor = entry_id
             result = wanted.pop(fields.get("request_id", ""), None)
             if result is not None:
-                result.stages = Lifetime(**{k: float(v) for k, v in fields.items() if k in STAMP_FIELDS}).stages()
+                result.lifetime = Lifetime(**{k: float(v) for k, v in fields.items() if k in STAMP_FIELDS})
+                result.stages = result.lifetime.stages()
         if wanted and not entries:
             time.sleep(0.1)

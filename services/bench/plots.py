@@ -20,7 +20,8 @@ def attainment_plot(results: list[ModeResult], path: Path, title: str) -> None:
         color = COLORS.get(r.mode)
         ax.plot([p.rate / r.devices for p in r.points], [100 * p.attainment for p in r.points], marker="o",
                 color=color, label=f"{r.mode} measured")
-        for curve, style, name in ((r.simulated_curve, "--", "simulated"), (r.calibrated_curve, ":", "calibrated")):
+        for curve, style, name in ((r.simulated_curve, "--", "simulated"), (r.calibrated_curve, ":", "calibrated"),
+                                   (r.fitted_curve, "-.", "fitted")):
             if curve:
                 ax.plot([x / r.devices for x, _ in curve], [100 * a for _, a in curve], linestyle=style, color=color,
                         label=f"{r.mode} {name}")

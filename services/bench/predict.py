@@ -4,7 +4,9 @@ requests and arrival times the benchmark sends.
 
 `calibrated` rescales the fitted model to what lone requests take through the served stack (gRPC hops, the
 router, the step loop's own work, and whatever else shares the cores): prefill terms by the ratio of served to
-predicted lone TTFT, decode terms by that of lone TPOT.
+predicted lone TTFT, decode terms by that of lone TPOT. `fitted` describes the served system itself: the latency
+model refitted to the steps the instances served during a calibration load, and the request path's overheads
+measured on lone requests (`served.py`).
 
 The simulator models disaggregated placements only; colocated and chunked instances (prefill and decode sharing
 a step loop) have no model in the planner, so they get no prediction.
@@ -23,6 +25,7 @@ from services.planner.goodput import max_rate
 from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs, TPCoefficients
 from services.planner.placement import Cluster, Parallel, pack
 from services.planner.profile import fit_profile, read_profile
+from services.planner.serving import ServingOverheads
 
 PREDICTED_MODES = ("disagg",)
 
@@ -32,6 +35,7 @@ class Predictor:
     model: LatencyModel
     cluster: Cluster
     max_batch_tokens: int
+    serving: ServingOverheads | None = None  # the served path's overheads; None: the planner's ideal path
 
     @classmethod
     def from_profile(cls, path: str, kv_tokens: int, max_batch_tokens: int, link_gbps: float) -> "Predictor":
@@ -49,11 +53,15 @@ class Predictor:
         model = replace(self.model, by_tp={1: _scaled(c, prefill, decode)})
         return replace(self, model=model), {"prefill_factor": prefill, "decode_factor": decode}
 
+    def fitted(self, coeffs: TPCoefficients, serving: ServingOverheads) -> "Predictor":
+        """This predictor with coefficients fitted to served steps and the served path's overheads."""
+        return replace(self, model=replace(self.model, by_tp={1: coeffs}), serving=serving)
+
     def attainment(self, sample: Sample, rate: float, slo: SLO) -> float:
         """Simulated share of the sample's requests meeting both objectives at `rate`."""
         placement = pack(self.cluster, Parallel(), 1, Parallel(), 1)
         result = simulator.simulate(self.model, placement, self.cluster, sample.prompts, sample.outputs,
-                                    sample.arrivals(rate), self.max_batch_tokens)
+                                    sample.arrivals(rate), self.max_batch_tokens, self.serving)
         limits = simulator.SLO(ttft=slo.ttft_limit, tpot=slo.tpot_limit, attainment=slo.target)
         return result.attainment(limits)
 

@@ -37,7 +37,8 @@ def ratios(results: list[ModeResult]) -> dict[str, dict[str, float | None]]:
 
 def simulator_errors(results: list[ModeResult]) -> list[dict[str, float | str | None]]:
     """Predicted minus measured attainment in percentage points at every measured rate that has a prediction:
-    `error_points` for the model as profiled, `calibrated_error_points` for it rescaled to served lone requests."""
+    `error_points` for the model as profiled, `calibrated_error_points` for it rescaled to served lone requests,
+    `fitted_error_points` for it fitted to served steps with the path's overheads."""
 
     def diff(predicted: float | None, measured: float) -> float | None:
         return None if predicted is None else 100 * (predicted - measured)
@@ -45,7 +46,8 @@ def simulator_errors(results: list[ModeResult]) -> list[dict[str, float | str | 
     return [{"mode": r.mode, "workload": r.workload, "rate": p.rate, "measured": p.attainment,
              "simulated": p.simulated_attainment, "error_points": diff(p.simulated_attainment, p.attainment),
              "calibrated": p.calibrated_attainment,
-             "calibrated_error_points": diff(p.calibrated_attainment, p.attainment)}
+             "calibrated_error_points": diff(p.calibrated_attainment, p.attainment),
+             "fitted": p.fitted_attainment, "fitted_error_points": diff(p.fitted_attainment, p.attainment)}
             for r in results for p in r.points if p.simulated_attainment is not None]
 
 
@@ -87,26 +89,29 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
     """Goodput per mode and workload, the points of each, and the comparisons."""
     summary = Table(title="goodput per device (req/s per device; attainment target met)")
     for col in ("workload", "mode", "devices", "TTFT SLO ms", "TPOT SLO ms", "goodput/device", "simulated",
-                "calibrated", "lone TTFT ms", "lone TPOT ms"):
+                "calibrated", "fitted", "lone TTFT ms", "lone TPOT ms"):
         summary.add_column(col, justify="right" if col not in ("workload", "mode") else "left")
     for r in results:
         summary.add_row(r.workload, r.mode, str(r.devices), _ms(r.slo["ttft_s"]), _ms(r.slo["tpot_s"]),
                         f"{r.goodput_per_device:.2f}", _num(r.simulated_goodput_per_device),
-                        _num(r.calibrated_goodput_per_device), _ms(r.lone.get("ttft_s")), _ms(r.lone.get("tpot_s")))
+                        _num(r.calibrated_goodput_per_device), _num(r.fitted_goodput_per_device),
+                        _ms(r.lone.get("ttft_s")), _ms(r.lone.get("tpot_s")))
     console.print(summary)
 
     points = Table(title="points (latencies in ms; stages are means of the router's records)")
-    cols = ("workload", "mode", "rate", "attain", "sim", "err pp", "cal", "cal err", "TTFT p90", "TPOT p90", "min scale",
+    cols = ("workload", "mode", "rate", "attain", "sim", "err pp", "cal", "cal err", "fit", "fit err", "TTFT p90",
+            "TPOT p90", "min scale",
             *STAGES, "xfer share")
     for col in cols:
         points.add_column(col, justify="left" if col in ("workload", "mode") else "right")
     for r in results:
         for p in r.points:
-            sim, cal = p.simulated_attainment, p.calibrated_attainment
+            sim, cal, fit = p.simulated_attainment, p.calibrated_attainment, p.fitted_attainment
             scale = "-" if not math.isfinite(p.tightest_slo_scale) else f"{p.tightest_slo_scale:.2f}"
             mark = "*" if p.rate == r.goodput else ""
             points.add_row(r.workload, r.mode, f"{p.rate:.3g}{mark}", _pct(p.attainment), _pct(sim),
-                           _points(sim, p.attainment), _pct(cal), _points(cal, p.attainment),
+                           _points(sim, p.attainment), _pct(cal), _points(cal, p.attainment), _pct(fit),
+                           _points(fit, p.attainment),
                            _ms(p.ttft.get("p90")), _ms(p.tpot.get("p90")), scale,
                            *(_ms(p.stages.get(s)) for s in STAGES),
                            "-" if p.transfer_share is None else f"{100 * p.transfer_share:.2f}%")
@@ -115,7 +120,8 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
         console.print(f"{workload}: " + ", ".join(f"{k} = {'undefined (no goodput)' if v is None else f'{v:.2f}x'}"
                                                   for k, v in by.items()))
     errors = simulator_errors(results)
-    for key, name in (("error_points", "as profiled"), ("calibrated_error_points", "calibrated")):
+    for key, name in (("error_points", "as profiled"), ("calibrated_error_points", "calibrated"),
+                      ("fitted_error_points", "fitted to served steps")):
         values = [abs(e[key]) for e in errors if e[key] is not None]
         if values:
             console.print(f"simulator ({name}) vs measured attainment: mean |error| {sum(values) / len(values):.1f} "

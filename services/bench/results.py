@@ -30,6 +30,8 @@ class Point:
     per_request: list[tuple[int, int, float | None, float | None]]  # (prompt, output, TTFT s, TPOT s); None: failed
     simulated_attainment: float | None = None  # the planner's simulator, latency model as profiled
     calibrated_attainment: float | None = None  # ... with the model rescaled to served lone requests
+    fitted_attainment: float | None = None  # ... with the model fitted to served steps, plus the path's overheads
+    served_fit: dict[str, float] = field(default_factory=dict)  # the latency model fitted to this point's steps
 
 
 @dataclass(slots=True)
@@ -45,9 +47,11 @@ class ModeResult:
     lone: dict[str, float] = field(default_factory=dict)  # served lone-request TTFT/TPOT from the warm-up
     simulated_goodput_per_device: float | None = None
     calibrated_goodput_per_device: float | None = None
-    calibration: dict[str, float] = field(default_factory=dict)  # prefill/decode factors, link Gbit/s
+    fitted_goodput_per_device: float | None = None
+    calibration: dict = field(default_factory=dict)  # prefill/decode factors, link Gbit/s, served fit, overheads
     simulated_curve: list[tuple[float, float]] = field(default_factory=list)  # (rate, attainment)
     calibrated_curve: list[tuple[float, float]] = field(default_factory=list)
+    fitted_curve: list[tuple[float, float]] = field(default_factory=list)
 
     def point_at(self, rate: float) -> Point | None:
         return next((p for p in self.points if p.rate == rate), None)

@@ -17,12 +17,15 @@ from rich.progress import Progress
 from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
+from services.bench.served import ServedFit, fit_steps, path_overheads, served_steps
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import goodput_search
 from services.bench.workload import BenchWorkload, Sample
 from services.common.net import free_port
 from services.launcher.stack import Stack, StackConfig
+from services.planner.latency import TPCoefficients
 from services.planner.profile import fit_profile, read_profile
+from services.planner.serving import ServingOverheads
 from services.planner.shapes import load_shape
 
 BLOCK_SIZE = 16  # tokens per KV block, the instances' default
@@ -61,6 +64,8 @@ class BenchConfig:
     num_blocks: int = 1024
     max_batch_tokens: int = 512
     warmup: int = 6  # lone requests (then a burst of as many) before measuring
+    calibration: int = 40  # requests of the calibration load (--simulate), from a sample of another seed
+    calibration_rate: float | None = None  # req/s of it; None: the first workload's start rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +106,8 @@ def run_requests(served: Served, requests: list[BenchRequest], progress: Progres
 class WarmUp:
     lone: list[RequestResult]  # requests served one at a time
     link_gbps: float  # measured KV transfer rate (disaggregated), else the default
+    began: float  # unix seconds: the lone requests ran from then ...
+    lone_end: float  # ... to then
 
     def served_lone(self) -> dict[str, float]:
         ok = [r for r in self.lone if r.ok]
@@ -118,13 +125,31 @@ def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, pro
     run = uuid.uuid4().hex[:6]
     n = max(cfg.warmup, 1)
     lone = []
+    began = time.time()
     for i in range(n):
         lone += run_requests(served, [BenchRequest(f"warm-{run}-{i}", sample.prompt_ids[i], 16, 0.0)], None, "")
+    lone_end = time.time()
     burst = [BenchRequest(f"warm-{run}-b{i}", sample.prompt_ids[i], 16, 0.0) for i in range(n)]
     run_requests(served, burst, progress, f"{served.mode}: warm-up")
     moved = [(r.prompt_tokens * kv_bytes * 8, r.stages["transfer"]) for r in lone if r.stages.get("transfer", 0) > 0]
     gbps = sum(b for b, _ in moved) / sum(s for _, s in moved) / 1e9 if moved else DEFAULT_LINK_GBPS
-    return WarmUp(lone, gbps)
+    return WarmUp(lone, gbps, began, lone_end)
+
+
+def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profiled: TPCoefficients,
+              progress: Progress | None) -> tuple[ServedFit, ServingOverheads]:
+    """Serves `sample` at `rate` and fits the latency model to the steps served meanwhile; the path's overheads
+    come from the warm-up's lone requests."""
+    lone_steps = [s for s in served_steps(served.redis_url, warm.began).get("decode", []) if s.start < warm.lone_end]
+    overheads = path_overheads(warm.lone, lone_steps)
+    run = uuid.uuid4().hex[:6]
+    arrivals = sample.arrivals(rate)
+    reqs = [BenchRequest(f"calib-{run}-{i}", sample.prompt_ids[i], int(sample.outputs[i]), float(arrivals[i]))
+            for i in range(len(sample))]
+    began = time.time()
+    run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
+    steps = served_steps(served.redis_url, began)
+    return fit_steps(steps.get("prefill", []), steps.get("decode", []), profiled), overheads
 
 
 def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
@@ -152,6 +177,10 @@ class Bench:
         self.slos = {wl: make_slo(cfg, s, cfg.profile) for wl, s in self.samples.items()}
         self.kv_tokens = cfg.num_blocks * BLOCK_SIZE
         self.start_rates = {wl: self._start_rate(wl) for wl in cfg.workloads}
+        first = cfg.workloads[0]
+        self.calibration = BenchWorkload(first, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv,
+                                         cfg.seed + 1).sample(cfg.calibration, shape.vocab)
+        self.calibration_rate = cfg.calibration_rate or self.start_rates[first]
 
     def _predictor(self, link_gbps: float) -> Predictor:
         return Predictor.from_profile(self.cfg.profile, self.kv_tokens, self.cfg.max_batch_tokens, link_gbps)
@@ -183,6 +212,11 @@ class Bench:
                     if warm.lone_points():
                         predictors["calibrated"], calibration = predictors["simulated"].calibrated(warm.lone_points())
                     calibration["link_gbps"] = warm.link_gbps
+                    fit, overheads = calibrate(served, warm, self.calibration, self.calibration_rate,
+                                               predictors["simulated"].model.at(1), self.progress)
+                    predictors["fitted"] = predictors["simulated"].fitted(fit.coeffs, overheads)
+                    calibration |= {"calibration_rate": self.calibration_rate, "served_fit": fit.as_dict(),
+                                    "overheads": overheads.as_dict()}
                 for wl in self.cfg.workloads:
                     result = self.measure(served, wl, predictors)
                     result.lone, result.calibration = warm.served_lone(), calibration
@@ -200,11 +234,15 @@ class Bench:
             arrivals = part.arrivals(rate)
             reqs = [BenchRequest(f"bench-{run}-{len(points)}-{i}", part.prompt_ids[i], int(part.outputs[i]),
                                  float(arrivals[i])) for i in range(len(part))]
-            began = time.monotonic()
+            began, wall = time.time(), time.monotonic()
             results = run_requests(served, reqs, self.progress, f"{served.mode} {workload} {rate:.3g} req/s")
-            point = summarize(rate, results, slo, time.monotonic() - began)
+            point = summarize(rate, results, slo, time.monotonic() - wall)
             for kind, predictor in predictors.items():
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
+            if "fitted" in predictors:  # what the point's own steps cost, beside the calibration's fit
+                steps = served_steps(served.redis_url, began)
+                point.served_fit = fit_steps(steps.get("prefill", []), steps.get("decode", []),
+                                             predictors["simulated"].model.at(1)).as_dict()
             points.append(point)
             return point.attainment
 

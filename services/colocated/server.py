@@ -49,7 +49,7 @@ class ColocatedServicer(worker_pb2_grpc.ColocatedServicer):
             await abort_for(context, exc)
 
     async def Stats(self, request: worker_pb2.InstanceStatsRequest, context: grpc.aio.ServicerContext) -> worker_pb2.InstanceStatsResponse:
-        return await stats_of(self.engine, self.instance_id, self.role)
+        return await stats_of(self.engine, self.instance_id, self.role, request)
 
 
 async def add_colocated(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,

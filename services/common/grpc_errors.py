@@ -28,11 +28,15 @@ async def abort_for(context: grpc.aio.ServicerContext, exc: Exception) -> None:
     raise exc
 
 
-async def stats_of(engine: AsyncEngine, instance_id: str, role: str) -> worker_pb2.InstanceStatsResponse:
+async def stats_of(engine: AsyncEngine, instance_id: str, role: str,
+                   request: worker_pb2.InstanceStatsRequest) -> worker_pb2.InstanceStatsResponse:
     def snapshot(e: LLMEngine) -> worker_pb2.InstanceStatsResponse:
+        steps = e.step_log.since(request.steps_since) if request.steps_since else []
         return worker_pb2.InstanceStatsResponse(
             instance_id=instance_id, role=role, blocks_total=e.blocks.num_blocks, blocks_used=e.blocks.num_used,
-            waiting=len(e.scheduler.waiting), running=len(e.scheduler.running), held=len(e.prefilled))
+            waiting=len(e.scheduler.waiting), running=len(e.scheduler.running), held=len(e.prefilled),
+            step_log=[worker_pb2.StepStat(kind=r.kind, seqs=r.seqs, tokens=r.tokens, sum_sq=r.sum_sq,
+                                          context=r.context, start=r.start, seconds=r.seconds) for r in steps])
 
     response = await engine.call(snapshot)
     response.steps = engine.worker.steps

@@ -27,7 +27,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeServicer):
             await abort_for(context, exc)
 
     async def Stats(self, request: worker_pb2.InstanceStatsRequest, context: grpc.aio.ServicerContext) -> worker_pb2.InstanceStatsResponse:
-        return await stats_of(self.core.engine, self.core.instance_id, "decode")
+        return await stats_of(self.core.engine, self.core.instance_id, "decode", request)
 
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,

@@ -19,6 +19,7 @@ from services.engine.model_config import ModelConfig
 from services.engine.model_runner import ModelRunner
 from services.engine.scheduler import SCHEDULERS, Policy, SchedulerConfig
 from services.engine.sequence import FinishReason, SamplingParams, SeqStatus, Sequence
+from services.engine.step_log import StepLog, StepRecord
 from services.engine.validation import validate_request
 
 
@@ -71,6 +72,8 @@ class LLMEngine:
             self.blocks, SchedulerConfig(config.max_batch_tokens, config.max_num_seqs, mc.max_position))
         self.prefilled: dict[str, Prefilled] = {}
         self._ids: set[str] = set()
+        self.last_step: StepRecord | None = None  # the shape of the latest step (seconds: its forward pass)
+        self.step_log = StepLog()  # served steps, with their periods (EngineWorker writes it)
 
     # ---- admission -------------------------------------------------------------------------------
 
@@ -140,10 +143,12 @@ class LLMEngine:
     def step(self) -> list[StepOutput]:
         batch = self.scheduler.schedule()
         if not batch.items:
+            self.last_step = None
             return []
         step_start = time.time()
         tokens = self.runner.execute(batch)
         step_end = time.time()
+        self.last_step = StepRecord.of(batch, step_start, step_end - step_start)
         outputs: list[StepOutput] = []
         sampled = iter(tokens)
         for it in batch.items:

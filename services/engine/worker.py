@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from services.engine.engine import LLMEngine, StepOutput
@@ -72,16 +74,31 @@ class EngineWorker:
 
     def _run(self) -> None:
         running = True
+        began: float | None = None  # perf_counter at the start of the step whose period is still open
         while running:
-            running = self._drain(block=not self.engine.has_work() or self.error is not None)
+            idle = not self.engine.has_work() or self.error is not None
+            if idle and began is not None:
+                self._log_step(began)
+                began = None
+            running = self._drain(block=idle)
             if running and self.error is None and self.engine.has_work():
+                if began is not None:
+                    self._log_step(began)
+                began = time.perf_counter()
                 try:
                     outputs = self.engine.step()
                 except Exception as exc:
                     log.exception("engine step failed; the engine stops serving")
                     self.error = exc
                     self._on_error(exc)
+                    began = None
                     continue
                 self.steps += 1
                 if outputs:
                     self._on_outputs(outputs)
+
+    def _log_step(self, began: float) -> None:
+        """Logs the latest step with its period in service, which ends now."""
+        step = self.engine.last_step
+        if step is not None:
+            self.engine.step_log.add(replace(step, seconds=time.perf_counter() - began))

@@ -60,14 +60,25 @@ def nonneg_lstsq(features: np.ndarray, target: np.ndarray) -> np.ndarray:
         active.pop(int(np.argmin(coef)))
 
 
+def fit_prefill(points: list[tuple[int, int, float]]) -> PrefillCoeffs:
+    """Prefill coefficients from (tokens in the batch, Σ squared prompt lengths, seconds) by non-negative least
+    squares on (1, t, t2)."""
+    rows = np.array(points, dtype=float)
+    return PrefillCoeffs(*map(float, nonneg_lstsq(np.column_stack([np.ones(len(rows)), rows[:, :2]]), rows[:, 2])))
+
+
+def fit_decode(points: list[tuple[int, int, float]]) -> DecodeCoeffs:
+    """Decode coefficients from (context tokens in the batch, requests, seconds) by non-negative least squares
+    on (1, context tokens, requests)."""
+    rows = np.array(points, dtype=float)
+    return DecodeCoeffs(*map(float, nonneg_lstsq(np.column_stack([np.ones(len(rows)), rows[:, :2]]), rows[:, 2])))
+
+
 def fit_coefficients(profile: ProfileFile) -> TPCoefficients:
     """Fit prefill (1, t, t2) and decode (1, context tokens, batch) by non-negative least squares."""
-    pre = np.array([[1.0, sum(p.prompt_lens), sum(x * x for x in p.prompt_lens)] for p in profile.prefill])
-    pre_coef = nonneg_lstsq(pre, np.array([p.seconds for p in profile.prefill]))
-    dec = np.array([[1.0, sum(p.context_lens), len(p.context_lens)] for p in profile.decode])
-    dec_coef = nonneg_lstsq(dec, np.array([p.seconds for p in profile.decode]))
-    decode = DecodeCoeffs(*map(float, dec_coef))
-    return TPCoefficients(prefill=PrefillCoeffs(*map(float, pre_coef)), decode_small=decode, decode_large=decode)
+    prefill = fit_prefill([(sum(p.prompt_lens), sum(x * x for x in p.prompt_lens), p.seconds) for p in profile.prefill])
+    decode = fit_decode([(sum(p.context_lens), len(p.context_lens), p.seconds) for p in profile.decode])
+    return TPCoefficients(prefill=prefill, decode_small=decode, decode_large=decode)
 
 
 def fit_profile(profile: ProfileFile, shape: ModelShape | None = None, gpu_memory_gb: float = 80.0) -> LatencyModel:

@@ -4,6 +4,8 @@ Requests go to the prefill instance with the fewest pending prompt tokens; at th
 moves (prompt tokens × KV bytes per token over NVLink when both instances share their nodes, else over the
 inter-node link, stages in parallel) to the decode instance with the fewest reserved KV tokens.
 TTFT = prefill end − arrival; TPOT = (finish − first token) / (output − 1), 0 for single-token outputs.
+With `serving` (the overheads of a served stack, `serving.py`) the hops are added where they fall, and a pulled
+request first reserves its blocks at a decode step boundary, as the served decode instance does.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from services.planner.instances import INF, DecodeInstance, PrefillInstance
 from services.planner.latency import LatencyModel, TPCoefficients
 from services.planner.placement import Cluster, Instance, Placement
+from services.planner.serving import ServingOverheads
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +95,10 @@ def transfer_seconds(tokens: int, kv_bytes_per_token: int, src: Instance, dst: I
 
 
 def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompts: np.ndarray,
-             outputs: np.ndarray, arrivals: np.ndarray, max_batch_tokens: int | None = None) -> SimResult:
+             outputs: np.ndarray, arrivals: np.ndarray, max_batch_tokens: int | None = None,
+             serving: ServingOverheads | None = None) -> SimResult:
     """Run the whole placement on one request sequence (arrivals ascending)."""
+    hop = serving or ServingOverheads()
     n = len(prompts)
     prompt, output = prompts.tolist(), outputs.tolist()
     p_coeffs, d_coeffs = model.at(placement.prefill.tp), model.at(placement.decode.tp)
@@ -103,7 +108,7 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
 
     prefills = [PrefillInstance(p_coeffs, placement.prefill.pp, lm, prompt, first)
                 for _ in range(placement.n_prefill)]
-    for rid, t in enumerate(arrivals.tolist()):
+    for rid, t in enumerate((arrivals + hop.to_prefill).tolist()):
         for inst in prefills:
             inst.advance(t)
         owner[rid] = min(range(len(prefills)), key=lambda i: (prefills[i].load(t), i))
@@ -116,7 +121,7 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
     p_inst, d_inst = placement.of_role("prefill"), placement.of_role("decode")
     kv_bytes = model.shape.kv_bytes_per_token()
     in_flight = [0] * len(decodes)  # KV tokens on their way to each decode instance
-    events = [(first[rid], 0, rid, -1) for rid in range(n)]  # (time, kind 0 dispatch / 1 arrival, rid, target)
+    events = [(first[rid] + hop.to_decode, 0, rid, -1) for rid in range(n)]  # (time, 0 dispatch / 1 arrival, rid, target)
     heapq.heapify(events)
     while events:
         t, kind, rid, target = heapq.heappop(events)
@@ -127,6 +132,9 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
             need = prompt[rid] + output[rid]
             in_flight[target] += need
             delay = transfer_seconds(prompt[rid], kv_bytes, p_inst[owner[rid]], d_inst[target], cluster)
+            if serving is not None:
+                t = decodes[target].next_boundary(t) + hop.reserve
+                delay += hop.admit
             heapq.heappush(events, (t + delay, 1, rid, target))
         else:
             in_flight[target] -= prompt[rid] + output[rid]
@@ -134,5 +142,5 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
     for inst in decodes:
         inst.advance(INF)
 
-    first_token = np.array(first)
-    return SimResult(ttft=first_token - arrivals, tpot=_tpot(np.array(finish) - first_token, outputs))
+    first_token = np.array(first) + hop.first_token  # at the client
+    return SimResult(ttft=first_token - arrivals, tpot=_tpot(np.array(finish) + hop.token - first_token, outputs))

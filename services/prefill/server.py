@@ -27,7 +27,7 @@ class PrefillServicer(worker_pb2_grpc.PrefillServicer):
                                           kv=result.handle, stamps=result.stamps.to_proto())
 
     async def Stats(self, request: worker_pb2.InstanceStatsRequest, context: grpc.aio.ServicerContext) -> worker_pb2.InstanceStatsResponse:
-        return await stats_of(self.core.engine, self.core.instance_id, "prefill")
+        return await stats_of(self.core.engine, self.core.instance_id, "prefill", request)
 
 
 async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,

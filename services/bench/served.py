@@ -1,0 +1,99 @@
+"""The latency model and the request path's overheads as the served stack shows them.
+
+The profile (`distserve profile`) times forward passes on an idle engine; a served step also pays for the step
+loop, streaming its tokens over gRPC, and whatever else shares its core (the router, the load generator, Redis,
+kvxfer). Every instance logs each step's batch shape and period (`services/engine/step_log.py`); the bench reads
+those logs through the Stats RPC and fits the latency model's coefficients to them with the profiler's own
+least squares. The fixed costs of the request path (hops, step-boundary waits, relays) come from the router's
+records of lone requests (DESIGN §3 timestamps) and the client's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from dataclasses import dataclass
+
+import grpc
+
+from distserve.v1 import worker_pb2, worker_pb2_grpc
+from services.bench.loadgen import RequestResult
+from services.common.registry import Registry
+from services.engine.step_log import StepRecord
+from services.planner.latency import TPCoefficients
+from services.planner.profile import fit_decode, fit_prefill
+from services.planner.serving import ServingOverheads
+
+STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.DecodeStub}
+MIN_SHAPES = 4  # distinct batch shapes a phase needs before its coefficients are fitted from served steps
+
+
+async def _steps(redis_url: str, since: float) -> dict[str, list[StepRecord]]:
+    registry = Registry.from_url(redis_url)
+    try:
+        instances = await registry.instances()
+    finally:
+        await registry.close()
+    out: dict[str, list[StepRecord]] = {}
+    for info in instances:
+        async with grpc.aio.insecure_channel(info.address) as channel:
+            stub = STUBS.get(info.role, worker_pb2_grpc.ColocatedStub)(channel)
+            reply = await stub.Stats(worker_pb2.InstanceStatsRequest(steps_since=since), timeout=10)
+        out.setdefault(info.role, []).extend(
+            StepRecord(s.kind, s.seqs, s.tokens, s.sum_sq, s.context, s.start, s.seconds) for s in reply.step_log)
+    return out
+
+
+def served_steps(redis_url: str, since: float) -> dict[str, list[StepRecord]]:
+    """Per role, the steps every registered instance served from `since` (unix seconds) on."""
+    return asyncio.run(_steps(redis_url, since))
+
+
+@dataclass(frozen=True, slots=True)
+class ServedFit:
+    coeffs: TPCoefficients
+    prefill_steps: int  # steps the prefill terms were fitted to (0: kept as profiled)
+    decode_steps: int
+
+    def as_dict(self) -> dict[str, float]:
+        p, d = self.coeffs.prefill, self.coeffs.decode_small
+        return {"prefill_c0": p.c0, "prefill_per_token": p.per_token, "prefill_per_sq": p.per_sq,
+                "decode_c0": d.c0, "decode_per_ctx": d.per_ctx, "decode_per_req": d.per_req,
+                "prefill_steps": self.prefill_steps, "decode_steps": self.decode_steps}
+
+
+def fit_steps(prefill: list[StepRecord], decode: list[StepRecord], profiled: TPCoefficients) -> ServedFit:
+    """The latency model fitted to served prefill and decode steps; a phase with fewer than MIN_SHAPES distinct
+    batch shapes keeps its profiled terms."""
+    pre = [r for r in prefill if r.kind == "prefill"]
+    dec = [r for r in decode if r.kind == "decode"]
+    fit_pre = len({(r.tokens, r.sum_sq) for r in pre}) >= MIN_SHAPES
+    fit_dec = len({(r.context, r.seqs) for r in dec}) >= MIN_SHAPES
+    p = fit_prefill([(r.tokens, r.sum_sq, r.seconds) for r in pre]) if fit_pre else profiled.prefill
+    d = fit_decode([(r.context, r.seqs, r.seconds) for r in dec]) if fit_dec else profiled.decode_small
+    coeffs = TPCoefficients(prefill=p, decode_small=d, decode_large=d)
+    return ServedFit(coeffs, len(pre) if fit_pre else 0, len(dec) if fit_dec else 0)
+
+
+def path_overheads(lone: list[RequestResult], decode_steps: list[StepRecord]) -> ServingOverheads:
+    """Medians over lone disaggregated requests (served one at a time, so no wait is queueing) of each hop of
+    the request path; `decode_steps`: the decode instance's steps meanwhile, for when each token's step ended."""
+    runs = [r for r in lone if r.ok and r.lifetime is not None and r.lifetime.decode_start and r.output_tokens > 1]
+    if not runs:
+        return ServingOverheads()
+
+    def median(values) -> float:
+        return max(0.0, statistics.median(values))
+
+    def token(r: RequestResult) -> float:
+        last = max((s for s in decode_steps if s.start < r.done), key=lambda s: s.start, default=None)
+        return r.done - (last.start + last.seconds) if last is not None else 0.0
+
+    life = [(r, r.lifetime) for r in runs]
+    return ServingOverheads(
+        to_prefill=median(t.prefill_queued - r.sent for r, t in life),
+        first_token=median(r.first - t.prefill_end for r, t in life),
+        to_decode=median(t.decode_queued - t.prefill_end for _, t in life),
+        reserve=median(t.xfer_start - t.decode_queued for _, t in life),
+        admit=median(t.decode_start - t.xfer_end for _, t in life),
+        token=median(token(r) for r in runs))

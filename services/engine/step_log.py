@@ -1,0 +1,49 @@
+"""What each served step cost: its batch shape and wall seconds, kept in a bounded log that the Stats RPC reads.
+
+The seconds of a step are its period in service, not only its forward pass: from the step's start to the next
+step's start (scheduling, the forward pass, handing the outputs to the event loop, the commands that ran
+between the two), or to the hand-off of its outputs when the engine then idles. The planner's latency model is
+fitted to these records to describe the served engine (`services.bench.served`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+from services.engine.scheduler import SchedulerOutput
+
+StepKind = Literal["prefill", "decode", "mixed"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    kind: StepKind  # prefill: prompt tokens only; decode: one new token per sequence; mixed: both
+    seqs: int  # sequences in the batch
+    tokens: int  # tokens computed
+    sum_sq: int  # Σ squared tokens computed per sequence (a whole prompt: its length²)
+    context: int  # Σ tokens attended per sequence (cached + computed)
+    start: float  # unix seconds, as the step's outputs are stamped
+    seconds: float  # the step's period in service (module docstring)
+
+    @classmethod
+    def of(cls, batch: SchedulerOutput, start: float, seconds: float) -> StepRecord:
+        decodes = sum(1 for it in batch.items if it.num_new == 1 and it.seq.num_computed > 0)
+        kind: StepKind = "decode" if decodes == len(batch.items) else "prefill" if not decodes else "mixed"
+        return cls(kind, len(batch.items), batch.num_tokens, sum(it.num_new ** 2 for it in batch.items),
+                   sum(it.seq.num_computed + it.num_new for it in batch.items), start, seconds)
+
+
+class StepLog:
+    """The last `maxlen` step records; written and read on the engine thread only."""
+
+    def __init__(self, maxlen: int = 20_000) -> None:
+        self._records: deque[StepRecord] = deque(maxlen=maxlen)
+
+    def add(self, record: StepRecord) -> None:
+        self._records.append(record)
+
+    def since(self, start: float) -> list[StepRecord]:
+        """Records of the steps that started at or after `start` (unix seconds)."""
+        return [r for r in self._records if r.start >= start]
