@@ -38,7 +38,9 @@ def ratios(results: list[ModeResult]) -> dict[str, dict[str, float | None]]:
 def simulator_errors(results: list[ModeResult]) -> list[dict[str, float | str | None]]:
     """Predicted minus measured attainment in percentage points at every measured rate that has a prediction:
     `error_points` for the model as profiled, `calibrated_error_points` for it rescaled to served lone requests,
-    `fitted_error_points` for it fitted to served steps with the path's overheads."""
+    `fitted_error_points` for it fitted to a calibration load's served steps with the path's overheads, and
+    `replayed_error_points` for the same simulator on the point's own served step costs (no prediction: it
+    separates the simulator's error from that of predicting step costs)."""
 
     def diff(predicted: float | None, measured: float) -> float | None:
         return None if predicted is None else 100 * (predicted - measured)
@@ -47,7 +49,8 @@ def simulator_errors(results: list[ModeResult]) -> list[dict[str, float | str | 
              "simulated": p.simulated_attainment, "error_points": diff(p.simulated_attainment, p.attainment),
              "calibrated": p.calibrated_attainment,
              "calibrated_error_points": diff(p.calibrated_attainment, p.attainment),
-             "fitted": p.fitted_attainment, "fitted_error_points": diff(p.fitted_attainment, p.attainment)}
+             "fitted": p.fitted_attainment, "fitted_error_points": diff(p.fitted_attainment, p.attainment),
+             "replayed": p.replayed_attainment, "replayed_error_points": diff(p.replayed_attainment, p.attainment)}
             for r in results for p in r.points if p.simulated_attainment is not None]
 
 
@@ -99,8 +102,8 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
     console.print(summary)
 
     points = Table(title="points (latencies in ms; stages are means of the router's records)")
-    cols = ("workload", "mode", "rate", "attain", "sim", "err pp", "cal", "cal err", "fit", "fit err", "TTFT p90",
-            "TPOT p90", "min scale",
+    cols = ("workload", "mode", "rate", "attain", "sim", "err pp", "cal", "cal err", "fit", "fit err", "replay err",
+            "TTFT p90", "TPOT p90", "min scale",
             *STAGES, "xfer share")
     for col in cols:
         points.add_column(col, justify="left" if col in ("workload", "mode") else "right")
@@ -111,7 +114,7 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
             mark = "*" if p.rate == r.goodput else ""
             points.add_row(r.workload, r.mode, f"{p.rate:.3g}{mark}", _pct(p.attainment), _pct(sim),
                            _points(sim, p.attainment), _pct(cal), _points(cal, p.attainment), _pct(fit),
-                           _points(fit, p.attainment),
+                           _points(fit, p.attainment), _points(p.replayed_attainment, p.attainment),
                            _ms(p.ttft.get("p90")), _ms(p.tpot.get("p90")), scale,
                            *(_ms(p.stages.get(s)) for s in STAGES),
                            "-" if p.transfer_share is None else f"{100 * p.transfer_share:.2f}%")
@@ -121,7 +124,8 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
                                                   for k, v in by.items()))
     errors = simulator_errors(results)
     for key, name in (("error_points", "as profiled"), ("calibrated_error_points", "calibrated"),
-                      ("fitted_error_points", "fitted to served steps")):
+                      ("fitted_error_points", "fitted to served steps"),
+                      ("replayed_error_points", "on each point's own served steps")):
         values = [abs(e[key]) for e in errors if e[key] is not None]
         if values:
             console.print(f"simulator ({name}) vs measured attainment: mean |error| {sum(values) / len(values):.1f} "

@@ -31,6 +31,7 @@ class Point:
     simulated_attainment: float | None = None  # the planner's simulator, latency model as profiled
     calibrated_attainment: float | None = None  # ... with the model rescaled to served lone requests
     fitted_attainment: float | None = None  # ... with the model fitted to served steps, plus the path's overheads
+    replayed_attainment: float | None = None  # ... as fitted, but to this point's own served steps (not a prediction)
     served_fit: dict[str, float] = field(default_factory=dict)  # the latency model fitted to this point's steps
 
 

@@ -239,10 +239,12 @@ class Bench:
             point = summarize(rate, results, slo, time.monotonic() - wall)
             for kind, predictor in predictors.items():
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
-            if "fitted" in predictors:  # what the point's own steps cost, beside the calibration's fit
+            if "fitted" in predictors:  # the simulator on the point's own served step costs (a diagnostic)
                 steps = served_steps(served.redis_url, began)
-                point.served_fit = fit_steps(steps.get("prefill", []), steps.get("decode", []),
-                                             predictors["simulated"].model.at(1)).as_dict()
+                own = fit_steps(steps.get("prefill", []), steps.get("decode", []), predictors["simulated"].model.at(1))
+                point.served_fit = own.as_dict()
+                fitted = predictors["fitted"]
+                point.replayed_attainment = fitted.fitted(own.coeffs, fitted.serving).attainment(part, rate, slo)
             points.append(point)
             return point.attainment
 

@@ -25,7 +25,8 @@ from services.planner.profile import fit_decode, fit_prefill
 from services.planner.serving import ServingOverheads
 
 STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.DecodeStub}
-MIN_SHAPES = 4  # distinct batch shapes a phase needs before its coefficients are fitted from served steps
+MIN_PROMPT_SHAPES = 4  # distinct prefill token counts before the prefill terms are fitted to served steps
+MIN_BATCH_SIZES = 2  # distinct decode batch sizes before the decode terms are
 
 
 async def _steps(redis_url: str, since: float) -> dict[str, list[StepRecord]]:
@@ -63,14 +64,19 @@ class ServedFit:
 
 
 def fit_steps(prefill: list[StepRecord], decode: list[StepRecord], profiled: TPCoefficients) -> ServedFit:
-    """The latency model fitted to served prefill and decode steps; a phase with fewer than MIN_SHAPES distinct
-    batch shapes keeps its profiled terms."""
+    """The latency model fitted to served prefill and decode steps, by the profiler's least squares.
+
+    Decode keeps the profiled cost per context token (the attention's, well measured by the profile over long
+    contexts, which served batches rarely reach) and fits the fixed and per-request terms, which carry what
+    serving adds per step and per streamed token. A phase whose steps show too few distinct shapes
+    (prefill: MIN_PROMPT_SHAPES token counts; decode: MIN_BATCH_SIZES batch sizes) keeps its profiled terms."""
     pre = [r for r in prefill if r.kind == "prefill"]
     dec = [r for r in decode if r.kind == "decode"]
-    fit_pre = len({(r.tokens, r.sum_sq) for r in pre}) >= MIN_SHAPES
-    fit_dec = len({(r.context, r.seqs) for r in dec}) >= MIN_SHAPES
+    fit_pre = len({r.tokens for r in pre}) >= MIN_PROMPT_SHAPES
+    fit_dec = len({r.seqs for r in dec}) >= MIN_BATCH_SIZES
     p = fit_prefill([(r.tokens, r.sum_sq, r.seconds) for r in pre]) if fit_pre else profiled.prefill
-    d = fit_decode([(r.context, r.seqs, r.seconds) for r in dec]) if fit_dec else profiled.decode_small
+    d = (fit_decode([(r.context, r.seqs, r.seconds) for r in dec], profiled.decode_small.per_ctx) if fit_dec
+         else profiled.decode_small)
     coeffs = TPCoefficients(prefill=p, decode_small=d, decode_large=d)
     return ServedFit(coeffs, len(pre) if fit_pre else 0, len(dec) if fit_dec else 0)
 

@@ -67,11 +67,14 @@ def fit_prefill(points: list[tuple[int, int, float]]) -> PrefillCoeffs:
     return PrefillCoeffs(*map(float, nonneg_lstsq(np.column_stack([np.ones(len(rows)), rows[:, :2]]), rows[:, 2])))
 
 
-def fit_decode(points: list[tuple[int, int, float]]) -> DecodeCoeffs:
+def fit_decode(points: list[tuple[int, int, float]], per_ctx: float | None = None) -> DecodeCoeffs:
     """Decode coefficients from (context tokens in the batch, requests, seconds) by non-negative least squares
-    on (1, context tokens, requests)."""
+    on (1, context tokens, requests); with `per_ctx` given, that term is kept and the other two are fitted."""
     rows = np.array(points, dtype=float)
-    return DecodeCoeffs(*map(float, nonneg_lstsq(np.column_stack([np.ones(len(rows)), rows[:, :2]]), rows[:, 2])))
+    if per_ctx is None:
+        return DecodeCoeffs(*map(float, nonneg_lstsq(np.column_stack([np.ones(len(rows)), rows[:, :2]]), rows[:, 2])))
+    c0, per_req = nonneg_lstsq(np.column_stack([np.ones(len(rows)), rows[:, 1]]), rows[:, 2] - per_ctx * rows[:, 0])
+    return DecodeCoeffs(float(c0), per_ctx, float(per_req))
 
 
 def fit_coefficients(profile: ProfileFile) -> TPCoefficients:
