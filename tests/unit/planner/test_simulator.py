@@ -10,6 +10,7 @@ from services.planner.latency import (
     TPCoefficients,
 )
 from services.planner.placement import Cluster, Parallel, pack, pack_units
+from services.planner.serving import ServingOverheads
 from services.planner.shapes import PRESETS
 from services.planner.simulator import (
     SLO,
@@ -98,3 +99,34 @@ def test_more_instances_serve_more_and_summary_reports_percentiles():
     summary = three.summary(slo)
     assert set(summary["ttft"]) == {"mean", "p50", "p90", "p99"}
     assert summary["ttft"]["p50"] <= summary["ttft"]["p90"] <= summary["ttft"]["p99"]
+
+
+def _constant_model(prefill: float, step: float) -> LatencyModel:
+    coeffs = TPCoefficients(PrefillCoeffs(prefill, 0.0, 0.0), DecodeCoeffs(step, 0.0, 0.0), DecodeCoeffs(step, 0.0, 0.0))
+    return LatencyModel(PRESETS["opt-13b"], {1: coeffs}, source="test", kv_tokens={(1, 1): 100000})
+
+
+def test_serving_overheads_fall_where_the_served_path_pays_them():
+    model, cluster = _constant_model(0.1, 0.05), Cluster(1, 2)
+    placement = pack(cluster, Parallel(1, 1), 1, Parallel(1, 1), 1)
+    x = transfer_seconds(100, model.shape.kv_bytes_per_token(), *placement.instances, cluster)
+    hop = ServingOverheads(to_prefill=0.003, first_token=0.004, to_decode=0.005, reserve=0.001, admit=0.002,
+                           token=0.006)
+    lone = simulate(model, placement, cluster, np.array([100]), np.array([3]), np.zeros(1), serving=hop)
+    assert lone.ttft == pytest.approx([0.003 + 0.1 + 0.004])
+    # decode joins (idle engine) after dispatch, reservation, pull and admission; two steps; the relay
+    assert lone.tpot == pytest.approx([(0.005 + 0.001 + x + 0.002 + 2 * 0.05 + 0.006 - 0.004) / 2])
+
+
+def test_a_pulled_request_reserves_its_blocks_at_the_step_boundary_of_a_busy_decode():
+    model, cluster = _constant_model(0.1, 0.05), Cluster(1, 2)
+    placement = pack(cluster, Parallel(1, 1), 1, Parallel(1, 1), 1)
+    x = transfer_seconds(100, model.shape.kv_bytes_per_token(), *placement.instances, cluster)
+    prompts, outputs, arrivals = np.array([100, 100]), np.array([10, 2]), np.array([0.0, 0.12])
+    ideal = simulate(model, placement, cluster, prompts, outputs, arrivals)
+    served = simulate(model, placement, cluster, prompts, outputs, arrivals, serving=ServingOverheads(reserve=0.001))
+    # A decodes from 0.1 + x (steps of 50 ms). B's first token at 0.22: ideally it is pulled at once and joins
+    # at A's boundary 0.25 + x; served, its reservation waits for that boundary, so it joins at 0.301 + x.
+    assert ideal.tpot[1] == pytest.approx(0.25 + x + 0.05 - 0.22)
+    assert served.tpot[1] == pytest.approx(0.301 + x + 0.05 - 0.22)
+    assert served.ttft == pytest.approx(ideal.ttft)

@@ -1,0 +1,57 @@
+"""The latency model fitted to served steps, and the request path's overheads measured on lone requests."""
+
+import pytest
+
+from services.bench.loadgen import RequestResult
+from services.bench.served import fit_steps, path_overheads
+from services.common.stamps import Lifetime
+from services.engine.step_log import StepRecord
+from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
+
+PROFILED = TPCoefficients(PrefillCoeffs(3e-3, 8e-4, 1e-7), DecodeCoeffs(0.011, 3e-6, 8e-4), DecodeCoeffs(0.011, 3e-6, 8e-4))
+
+
+def _prefill(prompts: list[int], seconds: float) -> StepRecord:
+    return StepRecord("prefill", len(prompts), sum(prompts), sum(p * p for p in prompts), sum(prompts), 0.0, seconds)
+
+
+def _decode(contexts: list[int], seconds: float) -> StepRecord:
+    return StepRecord("decode", len(contexts), len(contexts), len(contexts), sum(contexts), 0.0, seconds)
+
+
+def test_fit_recovers_the_coefficients_of_served_steps():
+    served = TPCoefficients(PrefillCoeffs(0.015, 9e-4, 3e-7), DecodeCoeffs(0.007, 3e-6, 3.5e-3),
+                            DecodeCoeffs(0.007, 3e-6, 3.5e-3))
+    batches = [[40], [120], [300], [480], [200, 150], [60, 60, 60]]
+    prefill = [_prefill(b, served.prefill_time(sum(b), sum(p * p for p in b))) for b in batches]
+    decode = [_decode([c] * n, served.decode_time(c * n, n)) for c in (50, 200, 400) for n in (1, 2, 3, 5)]
+    decode.append(StepRecord("mixed", 2, 9, 65, 70, 0.0, 1.0))  # a step that mixes phases fits neither
+    fit = fit_steps(prefill, decode, PROFILED)
+    assert (fit.prefill_steps, fit.decode_steps) == (6, 12)
+    for got, want in ((fit.coeffs.prefill, served.prefill), (fit.coeffs.decode_small, served.decode_small)):
+        for name in want.__slots__:
+            assert getattr(got, name) == pytest.approx(getattr(want, name), rel=1e-6, abs=1e-12)
+
+
+def test_decode_keeps_the_profiled_context_term_and_too_few_shapes_keep_the_profile():
+    # served steps of one context cannot tell a per-context term from a per-request one: the profile's stays
+    decode = [_decode([100] * n, 0.006 + 100 * n * PROFILED.decode_small.per_ctx + 4e-3 * n) for n in (1, 2, 4)]
+    fit = fit_steps([_prefill([100], 0.1)] * 3, decode, PROFILED)
+    d = fit.coeffs.decode_small
+    assert (d.c0, d.per_ctx, d.per_req) == pytest.approx((0.006, PROFILED.decode_small.per_ctx, 4e-3))
+    assert fit.coeffs.prefill == PROFILED.prefill and fit.prefill_steps == 0
+    assert fit_steps([], [_decode([100], 0.02)], PROFILED).coeffs.decode_small == PROFILED.decode_small
+
+
+def test_path_overheads_are_the_medians_of_each_hop_of_lone_requests():
+    lone, steps = [], []
+    for i, base in enumerate((100.0, 200.0, 300.0)):
+        life = Lifetime(arrival=base + 0.001, prefill_queued=base + 0.003, prefill_start=base + 0.003,
+                        prefill_end=base + 0.2, decode_queued=base + 0.205, xfer_start=base + 0.2052,
+                        xfer_end=base + 0.2072, decode_start=base + 0.2076)
+        steps += [StepRecord("decode", 1, 1, 1, 10, base + 0.2076 + 0.012 * k, 0.012) for k in range(3)]
+        done = base + 0.2076 + 0.036 + 0.002 + 0.001 * i  # the last step's end, then the relay
+        lone.append(RequestResult(f"r{i}", 100, 4, sent=base, first=base + 0.204, done=done, lifetime=life))
+    got = path_overheads(lone, steps)
+    assert got.as_dict() == pytest.approx({"to_prefill": 0.003, "first_token": 0.004, "to_decode": 0.005,
+                                          "reserve": 0.0002, "admit": 0.0004, "token": 0.003}, abs=1e-9)
