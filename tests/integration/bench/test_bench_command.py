@@ -47,6 +47,12 @@ def test_quick_comparison_reports_consistent_points(tiny_llama_dir, tmp_path):
         assert result["goodput_per_device"] == result["goodput"] / 2
         predicted = result["mode"] == "disagg"
         assert all((p["simulated_attainment"] is not None) == predicted for p in points)
+        assert all((p["fitted_attainment"] is not None) == predicted for p in points)
+        if predicted:  # fitted to the steps the instances served during the calibration load
+            fit = result["calibration"]["served_fit"]
+            assert fit["decode_steps"] > 0 and fit["decode_per_req"] >= 0
+            assert set(result["calibration"]["overheads"]) == {"to_prefill", "first_token", "to_decode", "reserve",
+                                                              "admit", "token"}
         assert all(set(p["stages"]) >= ({"prefill", "transfer", "decode"} if predicted else {"prefill", "decode"}) for p in points)
     assert set(doc["ratios"]["chatbot"]) == {"disagg/colocated", "disagg/chunked"}
     assert len(doc["simulator_error"]) == len(doc["results"][0]["points"])
