@@ -53,7 +53,7 @@ class Predictor:
         model = replace(self.model, by_tp={1: _scaled(c, prefill, decode)})
         return replace(self, model=model), {"prefill_factor": prefill, "decode_factor": decode}
 
-    def fitted(self, coeffs: TPCoefficients, serving: ServingOverheads) -> "Predictor":
+    def fitted(self, coeffs: TPCoefficients, serving: ServingOverheads) -> Predictor:
         """This predictor with coefficients fitted to served steps and the served path's overheads."""
         return replace(self, model=replace(self.model, by_tp={1: coeffs}), serving=serving)
 

@@ -177,9 +177,9 @@ class Bench:
         self.slos = {wl: make_slo(cfg, s, cfg.profile) for wl, s in self.samples.items()}
         self.kv_tokens = cfg.num_blocks * BLOCK_SIZE
         self.start_rates = {wl: self._start_rate(wl) for wl in cfg.workloads}
-        first = cfg.workloads[0]
-        self.calibration = BenchWorkload(first, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv,
-                                         cfg.seed + 1).sample(cfg.calibration, shape.vocab)
+        first = cfg.workloads[0]  # the calibration load: its lengths, not the measured requests
+        self.calibration_sample = BenchWorkload(first, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv,
+                                                cfg.seed + 1).sample(max(cfg.calibration, 1), shape.vocab)
         self.calibration_rate = cfg.calibration_rate or self.start_rates[first]
 
     def _predictor(self, link_gbps: float) -> Predictor:
@@ -212,7 +212,7 @@ class Bench:
                     if warm.lone_points():
                         predictors["calibrated"], calibration = predictors["simulated"].calibrated(warm.lone_points())
                     calibration["link_gbps"] = warm.link_gbps
-                    fit, overheads = calibrate(served, warm, self.calibration, self.calibration_rate,
+                    fit, overheads = calibrate(served, warm, self.calibration_sample, self.calibration_rate,
                                                predictors["simulated"].model.at(1), self.progress)
                     predictors["fitted"] = predictors["simulated"].fitted(fit.coeffs, overheads)
                     calibration |= {"calibration_rate": self.calibration_rate, "served_fit": fit.as_dict(),

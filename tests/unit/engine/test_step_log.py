@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -59,4 +60,4 @@ def test_worker_logs_every_step_with_a_period_covering_its_forward_pass(make_eng
     assert [r.kind for r in records] == ["prefill"] + ["decode"] * 4
     assert [r.context for r in records] == [3, 4, 5, 6, 7]
     assert all(r.seconds >= f for r, f in zip(records, forward, strict=True))
-    assert all(b.start > a.start for a, b in zip(records, records[1:]))
+    assert all(b.start > a.start for a, b in itertools.pairwise(records))
