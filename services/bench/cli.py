@@ -131,7 +131,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pred.add_argument("--simulate", action="store_true", help="the planner's simulated attainment beside each point")
     pred.add_argument("--profile", default=None, help="profile file (default: recorded once per device and cached)")
     pred.add_argument("--calibration", type=int, default=None,
-                      help="requests of the calibration load whose served steps the model is fitted to (default 40; quick 20)")
+                      help="requests of the calibration load whose served steps the model is fitted to, at least (default 40; "
+                           "quick 20; more when the window at its rate holds more)")
     pred.add_argument("--calibration-rate", type=float, default=None,
                       help="its rate in req/s (default: the first workload's start rate)")
     out = p.add_argument_group("output")

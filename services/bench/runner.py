@@ -4,6 +4,7 @@ workload sweep the rate to the goodput (or measure one fixed rate), beside the p
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 import time
 import uuid
@@ -64,7 +65,7 @@ class BenchConfig:
     num_blocks: int = 1024
     max_batch_tokens: int = 512
     warmup: int = 6  # lone requests (then a burst of as many) before measuring
-    calibration: int = 40  # requests of the calibration load (--simulate), from a sample of another seed
+    calibration: int = 40  # requests of the calibration load (--simulate) at least, from a sample of another seed
     calibration_rate: float | None = None  # req/s of it; None: the first workload's start rate
 
 
@@ -177,10 +178,13 @@ class Bench:
         self.slos = {wl: make_slo(cfg, s, cfg.profile) for wl, s in self.samples.items()}
         self.kv_tokens = cfg.num_blocks * BLOCK_SIZE
         self.start_rates = {wl: self._start_rate(wl) for wl in cfg.workloads}
-        first = cfg.workloads[0]  # the calibration load: its lengths, not the measured requests
-        self.calibration_sample = BenchWorkload(first, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv,
-                                                cfg.seed + 1).sample(max(cfg.calibration, 1), shape.vocab)
+        # The calibration load: the first workload's lengths, not its measured requests; as many as arrive within
+        # a point's window (at least `calibration`), so that a high rate still serves steps for that long.
+        first = cfg.workloads[0]
         self.calibration_rate = cfg.calibration_rate or self.start_rates[first]
+        count = max(cfg.calibration, math.ceil(self.calibration_rate * cfg.window_s), 1)
+        self.calibration_sample = BenchWorkload(first, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv,
+                                                cfg.seed + 1).sample(count, shape.vocab)
 
     def _predictor(self, link_gbps: float) -> Predictor:
         return Predictor.from_profile(self.cfg.profile, self.kv_tokens, self.cfg.max_batch_tokens, link_gbps)
