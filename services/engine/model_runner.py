@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from services.engine.attention import AttentionMetadata
-from services.engine.cpu.linear import use_cpu_linears
+from services.engine.models.linear import use_small_gemm
 from services.engine.device import keep_freed_memory
 from services.engine.kv_pool import KVLayout, KVPool
 from services.engine.model_config import ModelConfig
@@ -32,7 +32,7 @@ class ModelRunner:
         model = materialize(config, device, getattr(torch, layout.dtype))
         load_weights(model, model_dir)
         if device.type == "cpu":
-            use_cpu_linears(model)
+            use_small_gemm(model)
         self.model = model.eval()
         self.pool = KVPool(layout, device, pool_path)
 

@@ -25,11 +25,11 @@ def _function() -> ctypes._CFuncPtr | None:
 
 
 def takes(q: torch.Tensor, cache: torch.Tensor) -> bool:
-    """Whether the kernel takes this call: fp32 on CPU, q contiguous, each block of the layer laid out densely."""
+    """Whether the kernel takes this call: fp32 on CPU, each block of the layer laid out densely."""
     if _function() is None or q.dtype != torch.float32 or cache.dtype != torch.float32 or q.device.type != "cpu":
         return False
     _, two, bs, kvh, d = cache.shape
-    return q.is_contiguous() and cache.stride()[1:] == (bs * kvh * d, kvh * d, d, 1)
+    return cache.stride()[1:] == (bs * kvh * d, kvh * d, d, 1)
 
 
 def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, table: torch.Tensor, lens: torch.Tensor,
@@ -38,7 +38,7 @@ def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, table: torch.Te
     (context after this step) → [B, H, D]. Check `takes` first."""
     batch, heads, d = q.shape
     _, _, bs, kvh, _ = cache.shape
-    table, lens = table.contiguous(), lens.contiguous()
+    q, table, lens = q.contiguous(), table.contiguous(), lens.contiguous()
     out = torch.empty_like(q)
     rc = _function()(q.data_ptr(), cache.data_ptr(), table.data_ptr(), lens.data_ptr(), out.data_ptr(),
                      batch, heads, kvh, d, bs, table.shape[1], cache.stride(0), scale)
