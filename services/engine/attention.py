@@ -1,7 +1,8 @@
 """Attention over the paged KV pool: store the new tokens' K/V, then attend over each sequence's blocks.
 
-Two paths: a batched one when every sequence adds one token (decode), and a per-sequence one for
-prompts and prompt chunks (which may continue after already-cached tokens, as chunked prefill does).
+Two paths: a batched one when every sequence adds one token (decode; on CPU a C kernel that reads the
+blocks where they lie), and a per-sequence one for prompts and prompt chunks (which may continue after
+already-cached tokens, as chunked prefill does).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from services.engine.cpu import paged_attention as cpu_attention
 
 
 @dataclass(slots=True)
@@ -60,6 +63,14 @@ def paged_attention(
 
 
 def _decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    table, lens = meta.decode_table, meta.decode_lens  # [B, nb], [B]
+    if cpu_attention.takes(q, cache):
+        return cpu_attention.paged_decode_attention(q, cache, table, lens, scale)
+    return gathered_decode_attention(q, cache, meta, scale)
+
+
+def gathered_decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """Decode attention in torch ops (any device and dtype): gathers the batch's blocks, then one SDPA."""
     table, lens = meta.decode_table, meta.decode_lens  # [B, nb], [B]
     batch, nb = table.shape
     _, _, bs, kvh, d = cache.shape

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 
 from services.engine.model_config import ModelConfig
 from services.engine.models import build_model
+from services.engine.models.packed import checkpoint_shapes
 from services.engine.presets import PRESETS
 from services.engine.tokenizer import BYTE_OFFSET, SPECIALS
 
@@ -71,7 +72,7 @@ def make_model(preset: str, out: str | Path, seed: int = 0, overrides: dict | No
     config = ModelConfig.from_dict(raw)
     dtype = getattr(torch, raw.get("torch_dtype", "float32"))
     with torch.device("meta"):
-        shapes = [(name, p.shape) for name, p in build_model(config).named_parameters()]
+        shapes = list(checkpoint_shapes(build_model(config)))
     shard: dict[str, torch.Tensor] = {}
     weight_map: dict[str, str] = {}
     size = 0

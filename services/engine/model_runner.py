@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from services.engine.attention import AttentionMetadata
+from services.engine.models.linear import use_small_gemm
 from services.engine.device import keep_freed_memory
 from services.engine.kv_pool import KVLayout, KVPool
 from services.engine.model_config import ModelConfig
@@ -18,18 +19,6 @@ from services.engine.models import materialize
 from services.engine.sampler import sample
 from services.engine.scheduler import SchedulerOutput
 from services.engine.weights import load_weights
-
-
-def _column_major_linears(model: nn.Module) -> None:
-    """Stores each Linear weight [out, in] transposed in memory (same shape, same values).
-
-    `F.linear` then hands MKL `x @ W.T` with W.T contiguous, whose batch-1 GEMV reads the weights about a
-    quarter faster on CPU; decode at small batch is bound by that read. Embedding-tied heads keep rows.
-    """
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    for module in model.modules():
-        if isinstance(module, nn.Linear) and id(module.weight) not in embeddings:
-            module.weight.data = module.weight.data.t().contiguous().t()
 
 
 class ModelRunner:
@@ -43,7 +32,7 @@ class ModelRunner:
         model = materialize(config, device, getattr(torch, layout.dtype))
         load_weights(model, model_dir)
         if device.type == "cpu":
-            _column_major_linears(model)
+            use_small_gemm(model)
         self.model = model.eval()
         self.pool = KVPool(layout, device, pool_path)
 

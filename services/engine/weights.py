@@ -9,6 +9,8 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from services.engine.models.packed import checkpoint_shapes, checkpoint_slices
+
 
 def checkpoint_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
@@ -27,23 +29,29 @@ def _canonical(name: str) -> str:
 
 
 def load_weights(model: nn.Module, folder: str | Path) -> None:
-    """Copies every tensor of the checkpoint into the model's parameter of the same name; all must be present."""
+    """Copies every tensor of the checkpoint into the model's parameter of the same name, or into its rows of a
+    packed parameter (`PackedLinear`); every parameter row must be covered."""
     params = dict(model.named_parameters())
-    missing = set(params)
+    slices = checkpoint_slices(model)
+    missing = {name for name, _ in checkpoint_shapes(model)}
     for path in checkpoint_files(Path(folder)):
         with safe_open(str(path), framework="pt") as f:
             for key in f.keys():
                 name = _canonical(key)
-                if name not in params:
-                    if name == "lm_head.weight":  # tied head saved anyway
-                        continue
+                if name in slices:
+                    packed, start, rows = slices[name]
+                    target = params[packed][start : start + rows]
+                elif name in params:
+                    target = params[name]
+                elif name == "lm_head.weight":  # tied head saved anyway
+                    continue
+                else:
                     raise KeyError(f"checkpoint tensor {key!r} has no place in the model")
-                param = params[name]
                 tensor = f.get_tensor(key)
-                if tensor.shape != param.shape:
-                    raise ValueError(f"{key}: checkpoint shape {tuple(tensor.shape)} != model {tuple(param.shape)}")
+                if tensor.shape != target.shape:
+                    raise ValueError(f"{key}: checkpoint shape {tuple(tensor.shape)} != model {tuple(target.shape)}")
                 with torch.no_grad():
-                    param.copy_(tensor.to(param.dtype))
+                    target.copy_(tensor.to(target.dtype))
                 missing.discard(name)
     if missing:
         raise KeyError(f"checkpoint lacks {sorted(missing)[:5]}")

@@ -8,6 +8,8 @@ from torch import nn
 
 from services.engine.attention import AttentionMetadata, paged_attention
 from services.engine.model_config import ModelConfig
+from services.engine.models.linear import Linear
+from services.engine.models.packed import PackedLinear
 from services.engine.models.rope import (
     apply_rotary,
     inverse_frequencies,
@@ -29,16 +31,16 @@ class LlamaAttention(nn.Module):
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
-        self.q_proj = nn.Linear(c.hidden_size, c.num_heads * c.head_dim, bias=c.qkv_bias)
-        self.k_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.qkv_bias)
-        self.v_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.qkv_bias)
-        self.o_proj = nn.Linear(c.num_heads * c.head_dim, c.hidden_size, bias=c.o_bias)
+        q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        self.qkv_proj = PackedLinear(c.hidden_size, {"q_proj": q, "k_proj": kv, "v_proj": kv}, bias=c.qkv_bias)
+        self.o_proj = Linear(c.num_heads * c.head_dim, c.hidden_size, bias=c.o_bias)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         tokens = x.shape[0]  # x: [T, hidden]
-        q = apply_rotary(self.q_proj(x).view(tokens, self.num_heads, self.head_dim), cos, sin)
-        k = apply_rotary(self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
-        v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        qk, v = self.qkv_proj(x).split([(self.num_heads + self.num_kv_heads) * self.head_dim, self.num_kv_heads * self.head_dim], -1)
+        qk = apply_rotary(qk.view(tokens, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)  # Q and K at once
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        v = v.view(tokens, self.num_kv_heads, self.head_dim)
         out = paged_attention(q, k, v, cache, meta, self.head_dim**-0.5)
         return self.o_proj(out.reshape(tokens, -1))
 
@@ -46,12 +48,12 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+        self.gate_up_proj = PackedLinear(c.hidden_size, {"gate_proj": c.intermediate_size, "up_proj": c.intermediate_size}, bias=False)
+        self.down_proj = Linear(c.intermediate_size, c.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
+        return self.down_proj(F.silu(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -81,7 +83,7 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = LlamaModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
 
     def tie_weights(self) -> None:

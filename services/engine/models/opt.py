@@ -8,6 +8,8 @@ from torch import nn
 
 from services.engine.attention import AttentionMetadata, paged_attention
 from services.engine.model_config import ModelConfig
+from services.engine.models.linear import Linear
+from services.engine.models.packed import PackedLinear
 
 POSITION_OFFSET = 2  # OPT's learned position table reserves its first two rows
 
@@ -16,15 +18,13 @@ class OPTAttention(nn.Module):
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
         self.num_heads, self.head_dim = c.num_heads, c.head_dim
-        self.q_proj = nn.Linear(c.hidden_size, c.hidden_size)
-        self.k_proj = nn.Linear(c.hidden_size, c.hidden_size)
-        self.v_proj = nn.Linear(c.hidden_size, c.hidden_size)
-        self.out_proj = nn.Linear(c.hidden_size, c.hidden_size)
+        self.qkv_proj = PackedLinear(c.hidden_size, {"q_proj": c.hidden_size, "k_proj": c.hidden_size, "v_proj": c.hidden_size}, bias=True)
+        self.out_proj = Linear(c.hidden_size, c.hidden_size)
 
     def forward(self, x: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         tokens = x.shape[0]  # x: [T, hidden]
         shape = (tokens, self.num_heads, self.head_dim)
-        q, k, v = self.q_proj(x).view(shape), self.k_proj(x).view(shape), self.v_proj(x).view(shape)
+        q, k, v = (part.view(shape) for part in self.qkv_proj.split(self.qkv_proj(x)))
         out = paged_attention(q, k, v, cache, meta, self.head_dim**-0.5)
         return self.out_proj(out.reshape(tokens, -1))
 
@@ -35,8 +35,8 @@ class OPTDecoderLayer(nn.Module):
         self.self_attn_layer_norm = nn.LayerNorm(c.hidden_size)
         self.self_attn = OPTAttention(c)
         self.final_layer_norm = nn.LayerNorm(c.hidden_size)
-        self.fc1 = nn.Linear(c.hidden_size, c.intermediate_size)
-        self.fc2 = nn.Linear(c.intermediate_size, c.hidden_size)
+        self.fc1 = Linear(c.hidden_size, c.intermediate_size)
+        self.fc2 = Linear(c.intermediate_size, c.hidden_size)
 
     def forward(self, x: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         x = x + self.self_attn(self.self_attn_layer_norm(x), cache, meta)
@@ -63,7 +63,7 @@ class OPTForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = OPTModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
 
     def tie_weights(self) -> None:

@@ -1,0 +1,59 @@
+"""Compiles a C kernel of this package for this host on first use, cached by source, compiler flags and CPU."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CACHE_DIR = Path(os.environ.get("DISTSERVE_KERNEL_CACHE", Path.home() / ".cache" / "distserve" / "kernels"))
+FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC")  # simd: vectorised reductions (`#pragma omp simd`)
+
+
+def _cpu_signature() -> str:
+    """The host's CPU flags (what -march=native compiles for), so a shared cache never serves another CPU's build."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_kernel(name: str) -> ctypes.CDLL | None:
+    """The compiled `name`.c of this folder, or None (logged once) where no C compiler can build it."""
+    source = Path(__file__).with_name(f"{name}.c")
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        log.warning("no C compiler: %s falls back to torch", name)
+        return None
+    key = hashlib.sha256("\0".join([source.read_text(), compiler, *FLAGS, _cpu_signature()]).encode()).hexdigest()[:16]
+    target = CACHE_DIR / f"{name}-{key}.so"
+    if not target.exists():
+        try:
+            _compile(compiler, source, target)
+        except (OSError, subprocess.SubprocessError) as exc:
+            stderr = getattr(exc, "stderr", b"") or b""
+            log.warning("building %s failed (%s %s): falling back to torch", name, exc, stderr.decode()[-500:])
+            return None
+    return ctypes.CDLL(str(target))
+
+
+def _compile(compiler: str, source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
+        partial = Path(tmp.name)
+    try:
+        subprocess.run([compiler, *FLAGS, str(source), "-o", str(partial)], check=True, capture_output=True, timeout=120)
+        os.replace(partial, target)  # atomic: processes building at once each install a complete file
+    finally:
+        partial.unlink(missing_ok=True)

@@ -1,0 +1,91 @@
+/* Decode attention straight over the paged K/V pool: one new query token per sequence.
+ *
+ * Reads each sequence's K and V once, block by block in address order, where they lie in the pool (no
+ * gather into a contiguous copy); on a CPU that read is what a decode step's attention costs. Layout of one
+ * block of one layer: [2, bs, KVH, D], K then V; blocks `block_stride` floats apart. Query head h attends
+ * with K/V head h / (H / KVH).
+ */
+
+#include <math.h>
+#include <stdlib.h>
+
+#define MIN_EXP_ARG -87.f /* expf(-87) ≈ FLT_MIN: below it a weight is subnormal dust, and expf slow */
+
+static float dot(const float *restrict a, const float *restrict b, long d) {
+    float s = 0.f;
+#pragma omp simd reduction(+ : s)
+    for (long i = 0; i < d; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* Asks for the row `ahead` (one token of the next block) while this block is read: blocks lie anywhere in
+ * the pool, and the hardware prefetchers do not follow a jump, so without this every block starts cold. */
+static void prefetch_row(const float *ahead, long floats) {
+    for (long i = 0; i < floats; i += 16) /* a 64-byte line holds 16 floats */
+        __builtin_prefetch(ahead + i);
+}
+
+static void softmax(float *s, long len) {
+    float top = s[0], total = 0.f;
+    for (long t = 1; t < len; t++)
+        top = s[t] > top ? s[t] : top;
+    for (long t = 0; t < len; t++) {
+        const float x = s[t] - top;
+        s[t] = x < MIN_EXP_ARG ? 0.f : expf(x);
+        total += s[t];
+    }
+    for (long t = 0; t < len; t++)
+        s[t] /= total;
+}
+
+/* q, out: [B, H, D]; table: [B, max_blocks] block ids; lens: [B] context tokens (the new one included).
+ * Returns 0, or -1 when the score buffer cannot be allocated. */
+int paged_decode_attention(const float *restrict q, const float *restrict cache, const long *restrict table,
+                           const long *restrict lens, float *restrict out, long B, long H, long KVH, long D,
+                           long bs, long max_blocks, long block_stride, float scale) {
+    const long group = H / KVH, token_stride = KVH * D, v_offset = bs * KVH * D;
+    long max_len = 1;
+    for (long b = 0; b < B; b++)
+        if (lens[b] > max_len)
+            max_len = lens[b];
+    float *scores = malloc(sizeof(float) * H * max_len); /* [H, len] of the sequence at hand */
+    if (!scores)
+        return -1;
+    for (long b = 0; b < B; b++) {
+        const long len = lens[b];
+        const long *blocks = table + b * max_blocks;
+        const float *qb = q + b * H * D;
+        float *ob = out + b * H * D;
+        for (long start = 0; start < len; start += bs) {
+            const float *k = cache + blocks[start / bs] * block_stride;
+            const float *next = start + bs < len ? cache + blocks[start / bs + 1] * block_stride : cache + blocks[0] * block_stride + v_offset;
+            const long end = start + bs < len ? start + bs : len;
+            for (long t = start; t < end; t++, k += token_stride, next += token_stride) {
+                prefetch_row(next, token_stride);
+                for (long h = 0; h < H; h++)
+                    scores[h * len + t] = dot(qb + h * D, k + (h / group) * D, D) * scale;
+            }
+        }
+        for (long h = 0; h < H; h++)
+            softmax(scores + h * len, len);
+        for (long i = 0; i < H * D; i++)
+            ob[i] = 0.f;
+        for (long start = 0; start < len; start += bs) {
+            const float *v = cache + blocks[start / bs] * block_stride + v_offset;
+            const float *next = start + bs < len ? cache + blocks[start / bs + 1] * block_stride + v_offset : v;
+            const long end = start + bs < len ? start + bs : len;
+            for (long t = start; t < end; t++, v += token_stride, next += token_stride) {
+                prefetch_row(next, token_stride);
+                for (long h = 0; h < H; h++) {
+                    const float w = scores[h * len + t], *vh = v + (h / group) * D;
+                    float *o = ob + h * D;
+                    for (long i = 0; i < D; i++)
+                        o[i] += w * vh[i];
+                }
+            }
+        }
+    }
+    free(scores);
+    return 0;
+}

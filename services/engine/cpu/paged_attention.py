@@ -1,0 +1,47 @@
+"""`paged_decode_attention`: decode attention over the paged K/V pool without gathering it (CPU, fp32)."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import torch
+
+from services.engine.cpu.build import load_kernel
+
+
+@functools.cache
+def _function() -> ctypes._CFuncPtr | None:
+    if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
+        return None
+    lib = load_kernel("paged_attention")
+    if lib is None:
+        return None
+    fn = lib.paged_decode_attention
+    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 7 + [ctypes.c_float]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def takes(q: torch.Tensor, cache: torch.Tensor) -> bool:
+    """Whether the kernel takes this call: fp32 on CPU, each block of the layer laid out densely."""
+    if _function() is None or q.dtype != torch.float32 or cache.dtype != torch.float32 or q.device.type != "cpu":
+        return False
+    _, two, bs, kvh, d = cache.shape
+    return cache.stride()[1:] == (bs * kvh * d, kvh * d, d, 1)
+
+
+def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, table: torch.Tensor, lens: torch.Tensor,
+                           scale: float) -> torch.Tensor:
+    """q: [B, H, D]; cache: one layer of the pool [N, 2, bs, KVH, D]; table: [B, nb] int64; lens: [B] int64
+    (context after this step) → [B, H, D]. Check `takes` first."""
+    batch, heads, d = q.shape
+    _, _, bs, kvh, _ = cache.shape
+    q, table, lens = q.contiguous(), table.contiguous(), lens.contiguous()
+    out = torch.empty_like(q)
+    rc = _function()(q.data_ptr(), cache.data_ptr(), table.data_ptr(), lens.data_ptr(), out.data_ptr(),
+                     batch, heads, kvh, d, bs, table.shape[1], cache.stride(0), scale)
+    if rc != 0:
+        raise MemoryError("paged_decode_attention: no memory for the score buffer")
+    return out

@@ -1,0 +1,36 @@
+"""`Linear`: nn.Linear whose small-batch products on CPU go through `small_gemm` once prepared for it."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from services.engine.cpu import small_gemm
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters, same names); after `use_small_gemm`, decode-sized batches on CPU run
+    `small_gemm` over the weight stored transposed in memory (same shape [out, in], same values)."""
+
+    small = False
+    weight_t: torch.Tensor | None = None  # a contiguous [in, out] view of the weight, once transposed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.small and small_gemm.takes_input(x):
+            return small_gemm.small_gemm(x, self.weight_t, self.bias)
+        return F.linear(x, self.weight, self.bias)
+
+    def use_small_gemm(self) -> None:
+        # Transposed storage also suits MKL, which runs its faster no-transpose GEMM for the larger batches.
+        self.weight.data = self.weight.data.t().contiguous().t()
+        self.weight_t = self.weight.t()
+        self.small = small_gemm.available() and small_gemm.takes_weight(self.weight_t)
+
+
+def use_small_gemm(model: nn.Module) -> None:
+    """Prepares every Linear of `model` for `small_gemm`, except heads that share an embedding's rows."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    for module in model.modules():
+        if isinstance(module, Linear) and id(module.weight) not in embeddings:
+            module.use_small_gemm()

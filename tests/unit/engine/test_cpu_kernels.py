@@ -1,0 +1,80 @@
+"""The C kernels (small_gemm, paged decode attention) against torch on the same inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from services.engine.attention import AttentionMetadata, gathered_decode_attention
+from services.engine.cpu import paged_attention, small_gemm
+from services.engine.models.linear import Linear, use_small_gemm
+
+pytestmark = pytest.mark.skipif(not small_gemm.available(), reason="no C compiler on this host")
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 512, 1408), (3, 13, 7), (32, 1408, 512), (5, 8, 1), (2, 7, 100)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_small_gemm_equals_torch(m: int, k: int, n: int, bias: bool) -> None:
+    gen = torch.Generator().manual_seed(m * 1000 + k + n)
+    x, w = torch.randn(m, k, generator=gen), torch.randn(n, k, generator=gen)
+    b = torch.randn(n, generator=gen) if bias else None
+    got = small_gemm.small_gemm(x, w.t().contiguous(), b)
+    torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+
+
+def test_small_gemm_takes_only_what_it_computes() -> None:
+    w_t = torch.randn(16, 8)
+    assert small_gemm.takes_weight(w_t) and not small_gemm.takes_weight(w_t.t())
+    assert not small_gemm.takes_weight(w_t.double())
+    assert small_gemm.takes_input(torch.randn(small_gemm.MAX_ROWS, 16))
+    assert not small_gemm.takes_input(torch.randn(small_gemm.MAX_ROWS + 1, 16))
+    assert not small_gemm.takes_input(torch.randn(16, 2).t())  # not contiguous
+    assert not small_gemm.takes_input(torch.randn(1, 2, 16))
+
+
+def test_linear_equals_torch_at_every_batch() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(Linear(24, 40), nn.ReLU(), Linear(40, 9, bias=False))
+    x = torch.randn(70, 24)
+    expected = model(x)
+    use_small_gemm(model)
+    assert model[0].small and model[2].small
+    for rows in (1, 2, small_gemm.MAX_ROWS, 70):  # the kernel up to MAX_ROWS, MKL above
+        torch.testing.assert_close(model(x[:rows]), expected[:rows], rtol=1e-5, atol=1e-5)
+
+
+def _decode_case(batch: int, heads: int, kv_heads: int, lens: list[int], seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    bs, d, layers = 16, 64, 3
+    width = max(-(-n // bs) for n in lens)
+    pool = torch.randn(batch * width + 7, layers, 2, bs, kv_heads, d, generator=gen)
+    table = torch.randperm(pool.shape[0], generator=gen)[: batch * width].view(batch, width)
+    q = torch.randn(batch, heads, d, generator=gen)
+    meta = AttentionMetadata([1] * batch, [n - 1 for n in lens], table.tolist(), torch.zeros(batch), torch.zeros(batch),
+                             decode_table=table, decode_lens=torch.tensor(lens))
+    return q, pool[:, 1], meta  # a middle layer: its blocks are strided in the pool
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(8, 4), (4, 4), (8, 1)])
+@pytest.mark.parametrize("lens", [[1], [16], [17, 3, 160, 48], [1, 33] * 8])
+def test_paged_decode_attention_equals_gathered(heads: int, kv_heads: int, lens: list[int]) -> None:
+    q, cache, meta = _decode_case(len(lens), heads, kv_heads, lens, seed=heads + kv_heads + len(lens))
+    assert paged_attention.takes(q, cache)
+    got = paged_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, 0.125)
+    torch.testing.assert_close(got, gathered_decode_attention(q, cache, meta, 0.125), rtol=1e-5, atol=1e-5)
+
+
+def test_paged_decode_attention_ignores_peaked_scores() -> None:
+    """Scores far below the maximum give zero weight (not subnormal ones), as softmax in torch does."""
+    q, cache, meta = _decode_case(2, 8, 4, [40, 70], seed=7)
+    q = q * 200  # logits spread over thousands: most weights underflow
+    got = paged_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, 0.125)
+    torch.testing.assert_close(got, gathered_decode_attention(q, cache, meta, 0.125), rtol=1e-4, atol=1e-4)
+
+
+def test_paged_decode_attention_declines_other_dtypes_and_layouts() -> None:
+    q, cache, _ = _decode_case(2, 8, 4, [5, 9], seed=1)
+    assert not paged_attention.takes(q.double(), cache.double())
+    assert not paged_attention.takes(q, cache.transpose(2, 3))
