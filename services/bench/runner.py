@@ -137,10 +137,10 @@ def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, pro
     return WarmUp(lone, gbps, began, lone_end)
 
 
-def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profiled: TPCoefficients,
-              progress: Progress | None) -> tuple[ServedFit, ServingOverheads]:
-    """Serves `sample` at `rate` and fits the latency model to the steps served meanwhile; the path's overheads
-    come from the warm-up's lone requests."""
+def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float,
+              progress: Progress | None) -> tuple[ServingOverheads, float]:
+    """The path's overheads from the warm-up's lone requests; then serves `sample` at `rate` so that the model
+    can be fitted to the steps served from the returned time (unix seconds) on."""
     lone_steps = [s for s in served_steps(served.redis_url, warm.began).get("decode", []) if s.start < warm.lone_end]
     overheads = path_overheads(warm.lone, lone_steps)
     run = uuid.uuid4().hex[:6]
@@ -149,8 +149,13 @@ def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profile
             for i in range(len(sample))]
     began = time.time()
     run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
-    steps = served_steps(served.redis_url, began)
-    return fit_steps(steps.get("prefill", []), steps.get("decode", []), profiled), overheads
+    return overheads, began
+
+
+def served_fit(served: Served, since: float, profiled: TPCoefficients) -> ServedFit:
+    """The latency model fitted to every step the stack served from `since` (unix seconds) on."""
+    steps = served_steps(served.redis_url, since)
+    return fit_steps(steps.get("prefill", []), steps.get("decode", []), profiled)
 
 
 def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
@@ -211,33 +216,43 @@ class Bench:
                 warm = warm_up(self.cfg, served, first, self.kv_bytes, self.progress)
                 predictors: dict[str, Predictor] = {}
                 calibration = {}
+                fit_since = 0.0  # unix seconds: the fitted model learns from the steps served since then
                 if self.cfg.simulate and mode in PREDICTED_MODES:
                     predictors["simulated"] = self._predictor(warm.link_gbps)
                     if warm.lone_points():
                         predictors["calibrated"], calibration = predictors["simulated"].calibrated(warm.lone_points())
                     calibration["link_gbps"] = warm.link_gbps
-                    fit, overheads = calibrate(served, warm, self.calibration_sample, self.calibration_rate,
-                                               predictors["simulated"].model.at(1), self.progress)
+                    overheads, fit_since = calibrate(served, warm, self.calibration_sample, self.calibration_rate,
+                                                     self.progress)
+                    fit = served_fit(served, fit_since, predictors["simulated"].model.at(1))
                     predictors["fitted"] = predictors["simulated"].fitted(fit.coeffs, overheads)
                     calibration |= {"calibration_rate": self.calibration_rate, "served_fit": fit.as_dict(),
                                     "overheads": overheads.as_dict()}
                 for wl in self.cfg.workloads:
-                    result = self.measure(served, wl, predictors)
+                    result = self.measure(served, wl, predictors, fit_since)
                     result.lone, result.calibration = warm.served_lone(), calibration
                     out.append(result)
         return out
 
-    def measure(self, served: Served, workload: str, predictors: dict[str, Predictor]) -> ModeResult:
-        """The sweep (or the fixed rate) of one workload on one served mode."""
+    def measure(self, served: Served, workload: str, predictors: dict[str, Predictor], fit_since: float) -> ModeResult:
+        """The sweep (or the fixed rate) of one workload on one served mode. The fitted prediction of a point is
+        made from the steps served before it (the calibration load's and the earlier points')."""
         sample, slo, points = self.samples[workload], self.slos[workload], []
         sample_at = self.sample_at(workload)
         run = uuid.uuid4().hex[:6]
+        profiled = predictors["simulated"].model.at(1) if predictors else None
+
+        def refit() -> None:
+            if "fitted" in predictors:
+                fitted = predictors["fitted"]
+                predictors["fitted"] = fitted.fitted(served_fit(served, fit_since, profiled).coeffs, fitted.serving)
 
         def at(rate: float) -> float:
             part = sample_at(rate)
             arrivals = part.arrivals(rate)
             reqs = [BenchRequest(f"bench-{run}-{len(points)}-{i}", part.prompt_ids[i], int(part.outputs[i]),
                                  float(arrivals[i])) for i in range(len(part))]
+            refit()
             began, wall = time.time(), time.monotonic()
             results = run_requests(served, reqs, self.progress, f"{served.mode} {workload} {rate:.3g} req/s")
             point = summarize(rate, results, slo, time.monotonic() - wall)
@@ -245,7 +260,7 @@ class Bench:
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
             if "fitted" in predictors:  # the simulator on the point's own served step costs (a diagnostic)
                 steps = served_steps(served.redis_url, began)
-                own = fit_steps(steps.get("prefill", []), steps.get("decode", []), predictors["simulated"].model.at(1))
+                own = fit_steps(steps.get("prefill", []), steps.get("decode", []), profiled)
                 point.served_fit = own.as_dict()
                 fitted = predictors["fitted"]
                 point.replayed_attainment = fitted.fitted(own.coeffs, fitted.serving).attainment(part, rate, slo)
@@ -258,6 +273,7 @@ class Bench:
         else:
             goodput = goodput_search(at, self.start_rates[workload], slo.target, self.cfg.factor,
                                      self.cfg.bisect_steps, self.cfg.max_steps)
+        refit()  # the goodput and curve of the fitted model: every step served
         devices = len(self.cfg.devices)
         result = ModeResult(served.mode, workload, devices, slo.as_dict(), goodput, goodput / devices,
                             sorted(points, key=lambda p: p.rate), sample.stats())
