@@ -25,7 +25,7 @@ from services.planner.profile import fit_decode, fit_prefill
 from services.planner.serving import ServingOverheads
 
 STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.DecodeStub}
-MIN_PROMPT_SHAPES = 4  # distinct prefill token counts before the prefill terms are fitted to served steps
+MIN_TOKEN_COUNTS = 3  # distinct prefill batch token counts before the prefill terms are fitted to served steps
 MIN_BATCH_SIZES = 2  # distinct decode batch sizes before the decode terms are
 
 
@@ -66,15 +66,18 @@ class ServedFit:
 def fit_steps(prefill: list[StepRecord], decode: list[StepRecord], profiled: TPCoefficients) -> ServedFit:
     """The latency model fitted to served prefill and decode steps, by the profiler's least squares.
 
-    Decode keeps the profiled cost per context token (the attention's, well measured by the profile over long
-    contexts, which served batches rarely reach) and fits the fixed and per-request terms, which carry what
-    serving adds per step and per streamed token. A phase whose steps show too few distinct shapes
-    (prefill: MIN_PROMPT_SHAPES token counts; decode: MIN_BATCH_SIZES batch sizes) keeps its profiled terms."""
+    The attention terms stay as profiled (prefill's per squared prompt token, decode's per context token: the
+    profile measures them over prompts and contexts up to thousands of tokens, which one workload's served
+    batches do not span, so fitted they extrapolate badly); the fixed, per-token and per-request terms, which
+    carry what serving adds per step and per streamed token, are fitted. A phase whose steps show too few
+    distinct shapes (prefill: MIN_TOKEN_COUNTS token counts; decode: MIN_BATCH_SIZES batch sizes) keeps its
+    profiled terms."""
     pre = [r for r in prefill if r.kind == "prefill"]
     dec = [r for r in decode if r.kind == "decode"]
-    fit_pre = len({r.tokens for r in pre}) >= MIN_PROMPT_SHAPES
+    fit_pre = len({r.tokens for r in pre}) >= MIN_TOKEN_COUNTS
     fit_dec = len({r.seqs for r in dec}) >= MIN_BATCH_SIZES
-    p = fit_prefill([(r.tokens, r.sum_sq, r.seconds) for r in pre]) if fit_pre else profiled.prefill
+    p = (fit_prefill([(r.tokens, r.sum_sq, r.seconds) for r in pre], profiled.prefill.per_sq) if fit_pre
+         else profiled.prefill)
     d = (fit_decode([(r.context, r.seqs, r.seconds) for r in dec], profiled.decode_small.per_ctx) if fit_dec
          else profiled.decode_small)
     coeffs = TPCoefficients(prefill=p, decode_small=d, decode_large=d)

@@ -60,11 +60,14 @@ def nonneg_lstsq(features: np.ndarray, target: np.ndarray) -> np.ndarray:
         active.pop(int(np.argmin(coef)))
 
 
-def fit_prefill(points: list[tuple[int, int, float]]) -> PrefillCoeffs:
+def fit_prefill(points: list[tuple[int, int, float]], per_sq: float | None = None) -> PrefillCoeffs:
     """Prefill coefficients from (tokens in the batch, Σ squared prompt lengths, seconds) by non-negative least
-    squares on (1, t, t2)."""
+    squares on (1, t, t2); with `per_sq` given, that term is kept and the other two are fitted."""
     rows = np.array(points, dtype=float)
-    return PrefillCoeffs(*map(float, nonneg_lstsq(np.column_stack([np.ones(len(rows)), rows[:, :2]]), rows[:, 2])))
+    if per_sq is None:
+        return PrefillCoeffs(*map(float, nonneg_lstsq(np.column_stack([np.ones(len(rows)), rows[:, :2]]), rows[:, 2])))
+    c0, per_token = nonneg_lstsq(np.column_stack([np.ones(len(rows)), rows[:, 0]]), rows[:, 2] - per_sq * rows[:, 1])
+    return PrefillCoeffs(float(c0), float(per_token), per_sq)
 
 
 def fit_decode(points: list[tuple[int, int, float]], per_ctx: float | None = None) -> DecodeCoeffs:

@@ -20,7 +20,8 @@ def _decode(contexts: list[int], seconds: float) -> StepRecord:
 
 
 def test_fit_recovers_the_coefficients_of_served_steps():
-    served = TPCoefficients(PrefillCoeffs(0.015, 9e-4, 3e-7), DecodeCoeffs(0.007, 3e-6, 3.5e-3),
+    # serving adds to the fixed, per-token and per-request terms; the attention terms are the profile's
+    served = TPCoefficients(PrefillCoeffs(0.015, 9e-4, PROFILED.prefill.per_sq), DecodeCoeffs(0.007, 3e-6, 3.5e-3),
                             DecodeCoeffs(0.007, 3e-6, 3.5e-3))
     batches = [[40], [120], [300], [480], [200, 150], [60, 60, 60]]
     prefill = [_prefill(b, served.prefill_time(sum(b), sum(p * p for p in b))) for b in batches]
@@ -33,7 +34,7 @@ def test_fit_recovers_the_coefficients_of_served_steps():
             assert getattr(got, name) == pytest.approx(getattr(want, name), rel=1e-6, abs=1e-12)
 
 
-def test_decode_keeps_the_profiled_context_term_and_too_few_shapes_keep_the_profile():
+def test_attention_terms_stay_as_profiled_and_too_few_shapes_keep_the_profile():
     # served steps of one context cannot tell a per-context term from a per-request one: the profile's stays
     decode = [_decode([100] * n, 0.006 + 100 * n * PROFILED.decode_small.per_ctx + 4e-3 * n) for n in (1, 2, 4)]
     fit = fit_steps([_prefill([100], 0.1)] * 3, decode, PROFILED)
@@ -41,6 +42,9 @@ def test_decode_keeps_the_profiled_context_term_and_too_few_shapes_keep_the_prof
     assert (d.c0, d.per_ctx, d.per_req) == pytest.approx((0.006, PROFILED.decode_small.per_ctx, 4e-3))
     assert fit.coeffs.prefill == PROFILED.prefill and fit.prefill_steps == 0
     assert fit_steps([], [_decode([100], 0.02)], PROFILED).coeffs.decode_small == PROFILED.decode_small
+    # short prompts only (a code workload) must not teach the fit a quadratic term for long ones
+    short = [_prefill([n] * 4, 0.01 + 1e-3 * 4 * n + 5e-6 * 4 * n * n) for n in (10, 20, 30, 40)]
+    assert fit_steps(short, [], PROFILED).coeffs.prefill.per_sq == PROFILED.prefill.per_sq
 
 
 def test_path_overheads_are_the_medians_of_each_hop_of_lone_requests():
