@@ -5,8 +5,8 @@ requests and arrival times the benchmark sends.
 `calibrated` rescales the fitted model to what lone requests take through the served stack (gRPC hops, the
 router, the step loop's own work, and whatever else shares the cores): prefill terms by the ratio of served to
 predicted lone TTFT, decode terms by that of lone TPOT. `fitted` describes the served system itself: the latency
-model refitted to the steps the instances served during a calibration load, and the request path's overheads
-measured on lone requests (`served.py`).
+model refitted to the steps the instances served (a calibration load, then the points before the one
+predicted), and the request path's overheads measured on lone requests (`served.py`).
 
 The simulator models disaggregated placements only; colocated and chunked instances (prefill and decode sharing
 a step loop) have no model in the planner, so they get no prediction.
