@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from services.bench.workload import WORKLOADS
+from services.engine.fingerprint import engine_fingerprint
 
 MODES = ("disagg", "colocated", "chunked")
 PROFILE_CACHE = Path.home() / ".cache" / "distserve" / "profiles"
@@ -28,10 +29,11 @@ def _names(text: str, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
 
 
 def ensure_profile(model_dir: str, device: str, given: str | None) -> str:
-    """The given profile file, else this device's cached one, recorded by `distserve profile` on first use."""
+    """The given profile file, else this device's cached one, recorded by `distserve profile` on first use
+    (again whenever the engine's code changes)."""
     if given:
         return given
-    path = PROFILE_CACHE / f"{Path(model_dir).name}-{device.replace(':', '')}.json"
+    path = PROFILE_CACHE / f"{Path(model_dir).name}-{device.replace(':', '')}-{engine_fingerprint()}.json"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         print(f"profiling {model_dir} on {device} (once; cached in {path})", file=sys.stderr)

@@ -1,0 +1,20 @@
+"""A digest of the engine's code and torch version: what a recorded latency profile is only valid for."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+import torch
+
+ENGINE_DIR = Path(__file__).parent
+
+
+@functools.cache
+def engine_fingerprint() -> str:
+    digest = hashlib.sha256(torch.__version__.encode())
+    for path in sorted(p for p in ENGINE_DIR.rglob("*") if p.suffix in (".py", ".c")):
+        digest.update(path.relative_to(ENGINE_DIR).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
