@@ -32,12 +32,12 @@ class VethPair:
     def delete(self) -> None:
         """Delete both namespaces (the veth pair goes with them); a missing one is not an error."""
         for host in (self.a, self.b):
-            subprocess.run(["ip", "netns", "delete", host.netns], capture_output=True, timeout=10)
+            subprocess.run(["ip", "netns", "delete", host.netns], check=False, capture_output=True, timeout=10)
 
 
 def _ip(*args: str) -> None:
     try:
-        done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10)
+        done = subprocess.run(["ip", *args], check=False, capture_output=True, text=True, timeout=10)
     except FileNotFoundError as e:
         raise NetnsUnavailable("the `ip` command (iproute2) is not installed") from e
     if done.returncode != 0:
