@@ -14,7 +14,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
 
 import numpy as np
 import ucxx
@@ -138,7 +137,8 @@ class UcxPuller:
     async def _exchange(self, ep: ucxx.Endpoint, order: PullOrder, dst: PoolRanges,
                         verify: Callable[[int | None], Awaitable[None]]) -> None:
         frames = plan_frames(dst.lengths, order.pack)
-        sent = asyncio.ensure_future(_send_msg(ep, ORDER_TAG, asdict(order)))  # done once the reply is in
+        message = {name: getattr(order, name) for name in PullOrder.__slots__}  # asdict copies every block id
+        sent = asyncio.ensure_future(_send_msg(ep, ORDER_TAG, message))  # done once the reply is in
         reply = asyncio.ensure_future(_recv_msg(ep, REPLY_TAG, REPLY_BYTES))
         slots = asyncio.Semaphore(2 * STAGED_IN_FLIGHT)  # both sides take slots in frame order: no deadlock
         received = asyncio.ensure_future(asyncio.gather(
