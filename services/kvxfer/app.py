@@ -24,7 +24,7 @@ SERVICE = "distserve.v1.KVXfer"
 
 async def serve(config: KVXferConfig) -> None:
     """Serve until SIGTERM or SIGINT."""
-    apply_ucx_env(config.ucx_tls, config.ucx_rndv_scheme)
+    apply_ucx_env(config)
     from services.kvxfer.transport import UcxPuller, UcxServer, stop_ucx  # after the UCX environment is set
 
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])

@@ -15,8 +15,7 @@ from services.kvxfer.ucx_env import apply_ucx_env
 
 
 def _ucxx():
-    defaults = KVXferConfig()  # the same UCX settings as the kvxfer services
-    apply_ucx_env(defaults.ucx_tls, defaults.ucx_rndv_scheme)
+    apply_ucx_env(KVXferConfig())  # the same UCX settings as the kvxfer services
     import ucxx
 
     return ucxx

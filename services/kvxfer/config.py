@@ -23,3 +23,6 @@ class KVXferConfig(BaseSettings):
     ucx_tls: str = Field("", description="UCX_TLS for this process when unset in the environment ('': UCX's choice)")
     ucx_rndv_scheme: str = Field("put_zcopy", description="UCX_RNDV_SCHEME when unset in the environment; "
                                                           "put_zcopy doubles TCP throughput over auto")
+    ucx_rndv_thresh: str = Field("256k", description="UCX_RNDV_THRESH when unset in the environment: smaller "
+                                                     "messages go eagerly, saving the rendezvous round trip "
+                                                     "(~0.3 ms of a 64 KB pull); frames of MBs stay zero-copy")

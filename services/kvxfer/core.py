@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from services.engine.kv_pool import KVLayout
 from services.kvxfer.checksum import crc32
@@ -19,16 +19,18 @@ from services.kvxfer.leases import LeaseEnd, LeaseError, LeaseState, LeaseTable
 from services.kvxfer.metrics import XferMetrics
 from services.kvxfer.orders import PeerDirectory, Puller, PullOrder, SourceGrant
 from services.kvxfer.pools import CudaIpc, MappedPool, copy_ranges, map_cuda, map_host
-from services.kvxfer.ranges import ByteRange, block_ranges, check_blocks
+from services.kvxfer.ranges import Ranges, block_ranges, check_blocks
 from services.kvxfer.records import PullResult, SourceRef, Stats
 
 log = logging.getLogger(__name__)
-INLINE_COPY_BYTES = 4 << 20  # smaller same-host copies run on the loop (under ~0.5 ms): a thread hop costs more
+# Same-host copies run on the loop in pieces of this size (~0.5 ms each), yielding between pieces:
+# a copy in a thread cost 4-15% more at 16-64 MB here (the hop, and a core another process may hold).
+COPY_PIECE_BYTES = 8 << 20
 
 
 def same_shape(a: KVLayout, b: KVLayout) -> bool:
     """Blocks of a and b hold the same bytes (only the pool sizes may differ)."""
-    return dataclasses.replace(a, num_blocks=0) == dataclasses.replace(b, num_blocks=0)
+    return a == dataclasses.replace(b, num_blocks=a.num_blocks)
 
 
 class KVXferCore:
@@ -150,13 +152,13 @@ class KVXferCore:
             if lease.instance_id != source.instance_id:
                 raise XferError(Failure.BAD_REQUEST, f"lease {lease.lease_id} is not of {source.instance_id}")
             dst, ranges = self._destination(dst_instance_id, dst_block_ids, src.layout, lease.block_ids)
-            await _blocking(copy_ranges, src, dst, ranges, inline=_nbytes(ranges) <= INLINE_COPY_BYTES)
+            await _copy(src, dst, ranges)
             crc = None
             if checksum:
-                crc = await _blocking(crc32, src.views(ranges, "src"))
+                crc = await _blocking(crc32, src.ranges(ranges, "src").views())
                 await _verify_crc(crc, dst, ranges)
             ok = True
-            return _nbytes(ranges), crc
+            return ranges.nbytes, crc
         finally:
             self._emit(self.leases.unpin(lease.lease_id, release=ok))
 
@@ -178,14 +180,14 @@ class KVXferCore:
         try:
             async with asyncio.timeout(timeout_s):
                 peer = await self._peers.ucx_address(source.kvxfer_address)
-                await self._puller.pull(peer, order, dst.views(ranges, "dst"), verify)
+                await self._puller.pull(peer, order, dst.ranges(ranges, "dst"), verify)
         except TimeoutError as e:
             raise XferError(Failure.TIMEOUT, f"pull from {source.kvxfer_address} took over {timeout_s} s") from e
         except XferError as e:
             if e.failure is Failure.UNAVAILABLE:
                 self._peers.forget(source.kvxfer_address)
             raise
-        return _nbytes(ranges), got[0]
+        return ranges.nbytes, got[0]
 
     # pulls (source side, for the UCX server)
 
@@ -200,8 +202,8 @@ class KVXferCore:
             if pool.layout.block_bytes != order.block_bytes:
                 raise XferError(Failure.BAD_REQUEST, f"block size {order.block_bytes} != {pool.layout.block_bytes}")
             ranges = block_ranges(lease.block_ids, order.dst_blocks, pool.layout.block_bytes)
-            views = pool.views(ranges, "src")
-            return SourceGrant(views, await _blocking(crc32, views) if order.checksum else None)
+            src = pool.ranges(ranges, "src")
+            return SourceGrant(src, await _blocking(crc32, src.views()) if order.checksum else None)
         except BaseException:
             self._emit(self.leases.unpin(lease.lease_id, release=False))
             raise
@@ -229,7 +231,7 @@ class KVXferCore:
             raise XferError(Failure.LEASE_GONE, str(e)) from e
 
     def _destination(self, dst_instance_id: str, dst_block_ids: list[int], src_layout: KVLayout,
-                     src_block_ids: list[int]) -> tuple[MappedPool, list[ByteRange]]:
+                     src_block_ids: list[int]) -> tuple[MappedPool, Ranges]:
         dst = self._pool(dst_instance_id)
         if not same_shape(src_layout, dst.layout):
             raise XferError(Failure.BAD_REQUEST, f"source layout {src_layout} and destination layout "
@@ -257,14 +259,18 @@ class KVXferCore:
             self._backlog.setdefault(end.instance_id, []).append(end)
 
 
-def _nbytes(ranges: Sequence[ByteRange]) -> int:
-    return sum(r.length for r in ranges)
+async def _copy(src: MappedPool, dst: MappedPool, ranges: Ranges) -> None:
+    """Copy piece by piece, letting other tasks run in between; a cancelled copy stops between
+    pieces, so nothing writes into the destination once the pull has ended."""
+    pieces = ranges.pieces(COPY_PIECE_BYTES)
+    for i, piece in enumerate(pieces):
+        if i:
+            await asyncio.sleep(0)
+        copy_ranges(src, dst, piece)
 
 
-async def _blocking(fn, *args, inline: bool = False):
-    """Run a blocking copy off the loop; if cancelled, wait for it: it writes into a pool."""
-    if inline:
-        return fn(*args)
+async def _blocking(fn, *args):
+    """Run fn off the loop; if cancelled, wait for it to end."""
     task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
     try:
         return await asyncio.shield(task)
@@ -273,7 +279,7 @@ async def _blocking(fn, *args, inline: bool = False):
         raise
 
 
-async def _verify_crc(src_crc: int | None, dst: MappedPool, ranges: Sequence[ByteRange]) -> None:
-    dst_crc = await _blocking(crc32, dst.views(ranges, "dst"))
+async def _verify_crc(src_crc: int | None, dst: MappedPool, ranges: Ranges) -> None:
+    dst_crc = await _blocking(crc32, dst.ranges(ranges, "dst").views())
     if src_crc != dst_crc:
         raise XferError(Failure.DATA_LOSS, f"checksum mismatch: source {src_crc}, destination {dst_crc}")

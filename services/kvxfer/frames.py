@@ -46,15 +46,6 @@ def plan_frames(lengths: Sequence[int], pack: bool) -> list[Frame]:
     return frames
 
 
-def slices(buf: np.ndarray, lengths: Sequence[int]) -> list[np.ndarray]:
-    """Consecutive slices of buf with the given lengths."""
-    out, offset = [], 0
-    for length in lengths:
-        out.append(buf[offset:offset + length])
-        offset += length
-    return out
-
-
 class Staging:
     """Host buffers of FRAME_BYTES, reused so packing does not fault fresh pages in for each frame."""
 

@@ -1,4 +1,5 @@
-"""Starts kvxfer processes on loopback, each standing in for one host (bench-xfer and the tests)."""
+"""Starts kvxfer processes, each standing in for one host (bench-xfer and the tests): on loopback,
+or inside a network namespace (tests/integration/kvxfer/netns.py)."""
 
 from __future__ import annotations
 
@@ -32,12 +33,20 @@ class LocalKVXfer:
             self.kill()
 
 
+def spawn_kvxfer(*flags: str, host: str = "127.0.0.1", netns: str | None = None,
+                 quiet: bool = False) -> LocalKVXfer:
+    """A `distserve kvxfer` process serving on host (inside network namespace netns if given), not
+    yet ready. The port is free on loopback here, and so in a fresh namespace too."""
+    port = free_port()
+    prefix = ["ip", "netns", "exec", netns] if netns else []  # ip execs the command: proc is kvxfer itself
+    cmd = [*prefix, sys.executable, "-m", "services.kvxfer", "--host", host, "--port", str(port), *flags]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.DEVNULL if quiet else None)
+    return LocalKVXfer(f"{host}:{port}", proc)
+
+
 async def start_local_kvxfer(*flags: str, quiet: bool = False) -> LocalKVXfer:
     """A `distserve kvxfer` process on 127.0.0.1 and a free port, returned once it serves."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "services.kvxfer", "--host", "127.0.0.1", "--port", str(port), *flags]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.DEVNULL if quiet else None)
-    kvxfer = LocalKVXfer(f"127.0.0.1:{port}", proc)
+    kvxfer = spawn_kvxfer(*flags, quiet=quiet)
     client = KVXferClient(kvxfer.address)
     try:
         await client.wait_ready()

@@ -3,9 +3,11 @@ cross-host pull (implemented over gRPC and UCX; the core depends only on these).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+from services.kvxfer.pools import PoolRanges
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +25,7 @@ class PullOrder:
 
 @dataclass(slots=True)
 class SourceGrant:
-    views: list  # source pool slices, in range order
+    ranges: PoolRanges  # what the source pool sends
     crc: int | None
 
 
@@ -44,6 +46,6 @@ class PeerDirectory(Protocol):
 
 
 class Puller(Protocol):
-    async def pull(self, peer: tuple[str, int], order: PullOrder, dst_views: Sequence,
+    async def pull(self, peer: tuple[str, int], order: PullOrder, dst: PoolRanges,
                    verify: Callable[[int | None], Awaitable[None]]) -> None:
-        """Receive the order's ranges from the peer into dst_views."""
+        """Receive the order's ranges from the peer into dst."""

@@ -7,15 +7,16 @@ allocations opened with cupy (services.kvxfer.gpu, imported only for them).
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from services.engine.kv_pool import KVLayout, map_pool
-from services.kvxfer.ranges import ByteRange
+from services.kvxfer.ranges import Ranges
 
 PAGE = 4096
 
@@ -38,9 +39,49 @@ class MappedPool:
     def on_gpu(self) -> bool:
         return self.device.startswith("cuda")
 
-    def views(self, ranges: Sequence[ByteRange], side: str) -> list:
-        """The pool's slices for the ranges' `src` or `dst` offsets (no copy)."""
-        return [self.data[getattr(r, side):getattr(r, side) + r.length] for r in ranges]
+    def ranges(self, ranges: Ranges, side: str) -> PoolRanges:
+        """The pool's side ("src" or "dst") of a pull's ranges."""
+        return PoolRanges(self, getattr(ranges, side), ranges.length)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRanges:
+    """The byte ranges a pull reads from (or writes into) one pool, in range order."""
+
+    pool: MappedPool
+    offsets: list[int]
+    lengths: list[int]
+
+    def view(self, i: int) -> object:
+        """The pool's slice of range i (no copy)."""
+        return self.pool.data[self.offsets[i]:self.offsets[i] + self.lengths[i]]
+
+    def views(self) -> list:
+        """The pool's slices of all ranges (no copy)."""
+        return self._views(0, len(self.offsets))
+
+    def pack(self, first: int, count: int, buf: np.ndarray) -> None:
+        """Copy ranges first..first+count-1 into buf, back to back."""
+        lengths = self.lengths[first:first + count]
+        if self.pool.on_gpu:
+            copy_views(_slices(buf, lengths), self._views(first, count))
+        else:
+            memmove_all(itertools.accumulate(lengths, initial=buf.ctypes.data), self._addresses(first, count), lengths)
+
+    def unpack(self, first: int, count: int, buf: np.ndarray) -> None:
+        """Copy buf, back to back, into ranges first..first+count-1."""
+        lengths = self.lengths[first:first + count]
+        if self.pool.on_gpu:
+            copy_views(self._views(first, count), _slices(buf, lengths))
+        else:
+            memmove_all(self._addresses(first, count), itertools.accumulate(lengths, initial=buf.ctypes.data), lengths)
+
+    def _views(self, first: int, count: int) -> list:
+        return [self.view(i) for i in range(first, first + count)]
+
+    def _addresses(self, first: int, count: int) -> list[int]:
+        base = self.pool.data.ctypes.data
+        return [base + offset for offset in self.offsets[first:first + count]]
 
 
 def map_host(instance_id: str, layout: KVLayout, path: str) -> MappedPool:
@@ -78,12 +119,24 @@ def copy_views(dst_views: Sequence, src_views: Sequence) -> None:
     gpu.copy_views(dst_views, src_views)
 
 
-def copy_ranges(src: MappedPool, dst: MappedPool, ranges: Sequence[ByteRange]) -> None:
+def memmove_all(dst: Iterable[int], src: Iterable[int], lengths: Iterable[int]) -> None:
+    """memmove each length from address src to address dst (host memory).
+
+    ctypes.memmove on raw addresses: ~0.3 µs a call (GIL released), where a numpy slice and copyto
+    per 64 KB range cost ~1.5 µs, a third or more of the copy itself."""
+    for d, s, n in zip(dst, src, lengths):
+        ctypes.memmove(d, s, n)
+
+
+def copy_ranges(src: MappedPool, dst: MappedPool, ranges: Ranges) -> None:
     """Copy each range from the src pool to the dst pool."""
     if src.on_gpu or dst.on_gpu:
-        copy_views(dst.views(ranges, "dst"), src.views(ranges, "src"))
+        copy_views(dst.ranges(ranges, "dst").views(), src.ranges(ranges, "src").views())
         return
-    # memmove on raw addresses: a numpy slice and copyto per 64 KB block cost 30% of the copy's time
     src_base, dst_base = src.data.ctypes.data, dst.data.ctypes.data
-    for r in ranges:
-        ctypes.memmove(dst_base + r.dst, src_base + r.src, r.length)
+    memmove_all([dst_base + o for o in ranges.dst], [src_base + o for o in ranges.src], ranges.length)
+
+
+def _slices(buf: np.ndarray, lengths: Sequence[int]) -> list[np.ndarray]:
+    """Consecutive slices of buf with the given lengths."""
+    return [buf[start:start + n] for start, n in zip(itertools.accumulate(lengths, initial=0), lengths)]

@@ -2,15 +2,42 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class ByteRange:
-    src: int  # byte offset in the source pool
-    dst: int  # byte offset in the destination pool
-    length: int
+class Ranges:
+    """A pull's byte ranges in order: length[i] bytes at offset src[i] of the source pool go to
+    offset dst[i] of the destination pool."""
+
+    src: list[int]
+    dst: list[int]
+    length: list[int]
+
+    def __len__(self) -> int:
+        return len(self.length)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.length)
+
+    def pieces(self, max_bytes: int) -> list[Ranges]:
+        """The same ranges in consecutive groups of at most max_bytes; a longer range is cut alone."""
+        ends = list(itertools.accumulate(self.length))
+        pieces, i = [], 0
+        while i < len(self.length):
+            s, d, n = self.src[i], self.dst[i], self.length[i]
+            if n > max_bytes:
+                pieces += [Ranges([s + k], [d + k], [min(max_bytes, n - k)]) for k in range(0, n, max_bytes)]
+                i += 1
+                continue
+            j = bisect.bisect_right(ends, ends[i] - n + max_bytes, lo=i)  # ranges i..j-1 fit
+            pieces.append(Ranges(self.src[i:j], self.dst[i:j], self.length[i:j]))
+            i = j
+        return pieces
 
 
 def check_blocks(block_ids: Sequence[int], num_blocks: int, what: str) -> None:
@@ -19,24 +46,28 @@ def check_blocks(block_ids: Sequence[int], num_blocks: int, what: str) -> None:
         raise ValueError(f"{what}: no blocks")
     if len(set(block_ids)) != len(block_ids):
         raise ValueError(f"{what}: repeated block ids")
-    bad = [b for b in block_ids if not 0 <= b < num_blocks]
-    if bad:
+    if min(block_ids) < 0 or max(block_ids) >= num_blocks:
+        bad = [b for b in block_ids if not 0 <= b < num_blocks]
         raise ValueError(f"{what}: block ids {bad[:4]} outside the pool of {num_blocks} blocks")
 
 
-def block_ranges(src_blocks: Sequence[int], dst_blocks: Sequence[int], block_bytes: int) -> list[ByteRange]:
-    """Pair src_blocks[i] with dst_blocks[i]; merge runs that are consecutive in both pools."""
+def block_ranges(src_blocks: Sequence[int], dst_blocks: Sequence[int], block_bytes: int) -> Ranges:
+    """Pair src_blocks[i] with dst_blocks[i]; merge runs that are consecutive in both pools.
+
+    No object per block: a ByteRange per block cost ~0.4 µs, a tenth of a 64 KB block's memcpy
+    (numpy was slower up to ~500 blocks, ~10 µs for one)."""
     if len(src_blocks) != len(dst_blocks):
         raise ValueError(f"{len(src_blocks)} source blocks but {len(dst_blocks)} destination blocks")
-    ranges: list[ByteRange] = []
-    run_src = run_dst = run_len = 0
-    for src, dst in zip(src_blocks, dst_blocks):
-        if run_len and src == run_src + run_len and dst == run_dst + run_len:
-            run_len += 1
-            continue
-        if run_len:
-            ranges.append(ByteRange(run_src * block_bytes, run_dst * block_bytes, run_len * block_bytes))
-        run_src, run_dst, run_len = src, dst, 1
-    if run_len:
-        ranges.append(ByteRange(run_src * block_bytes, run_dst * block_bytes, run_len * block_bytes))
-    return ranges
+    src: list[int] = []
+    dst: list[int] = []
+    length: list[int] = []
+    next_src = next_dst = -1
+    for s, d in zip(src_blocks, dst_blocks):
+        if s == next_src and d == next_dst:
+            length[-1] += block_bytes
+        else:
+            src.append(s * block_bytes)
+            dst.append(d * block_bytes)
+            length.append(block_bytes)
+        next_src, next_dst = s + 1, d + 1
+    return Ranges(src, dst, length)

@@ -13,16 +13,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 import ucxx
 
 from services.kvxfer.errors import Failure, XferError
-from services.kvxfer.frames import Frame, Staging, plan_frames, slices
+from services.kvxfer.frames import Frame, Staging, plan_frames
 from services.kvxfer.orders import PullOrder, PullSource
-from services.kvxfer.pools import copy_views
+from services.kvxfer.pools import PoolRanges
 
 log = logging.getLogger(__name__)
 IDLE_PER_PEER = 16
@@ -84,11 +83,11 @@ class UcxServer:
             return True
         ok = False
         try:
-            frames = plan_frames([v.nbytes for v in grant.views], order.pack)
+            frames = plan_frames(grant.ranges.lengths, order.pack)
             reply = {"ok": True, "nbytes": sum(f.nbytes for f in frames), "nframes": len(frames), "crc": grant.crc}
             slots = asyncio.Semaphore(STAGED_IN_FLIGHT)
             await asyncio.gather(_send_msg(ep, REPLY_TAG, reply),  # all at once: each await is a thread hop
-                                 *(self._send_frame(ep, i, f, grant.views, slots) for i, f in enumerate(frames)))
+                                 *(self._send_frame(ep, i, f, grant.ranges, slots) for i, f in enumerate(frames)))
             ok = (await _recv_msg(ep, ORDER_TAG, ORDER_BYTES))["ok"]
             return True
         except Exception as e:
@@ -97,15 +96,14 @@ class UcxServer:
         finally:
             self._source.close_pull(order, ok)
 
-    async def _send_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, views: Sequence,
+    async def _send_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, src: PoolRanges,
                           slots: asyncio.Semaphore) -> None:
         if not frame.packed:
-            await ep.send(views[frame.first], tag=FRAME_TAG + index)
+            await ep.send(src.view(frame.first), tag=FRAME_TAG + index)
             return
         async with slots:
             buf = self._staging.get()
-            parts = views[frame.first:frame.first + frame.count]
-            copy_views(slices(buf, [v.nbytes for v in parts]), parts)  # ~0.1 ms: cheaper than a thread hop
+            src.pack(frame.first, frame.count, buf)  # ~0.25 ms for 4 MB: cheaper than a thread hop
             await ep.send(buf[:frame.nbytes], tag=FRAME_TAG + index)
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
@@ -119,12 +117,12 @@ class UcxPuller:
         self._staging = Staging()
         self._acks: set[asyncio.Task] = set()
 
-    async def pull(self, peer: tuple[str, int], order: PullOrder, dst_views: Sequence,
+    async def pull(self, peer: tuple[str, int], order: PullOrder, dst: PoolRanges,
                    verify: Callable[[int | None], Awaitable[None]]) -> None:
-        """Receive the order's ranges into dst_views; verify(source crc) before acknowledging."""
+        """Receive the order's ranges into dst; verify(source crc) before acknowledging."""
         ep = await self._acquire(peer)
         try:
-            await self._exchange(ep, order, dst_views, verify)
+            await self._exchange(ep, order, dst, verify)
         except XferError:
             self._put_back(peer, ep)  # kept only if the exchange ended in step with the source
             raise
@@ -136,14 +134,15 @@ class UcxPuller:
             raise
         self._put_back(peer, ep)
 
-    async def _exchange(self, ep: ucxx.Endpoint, order: PullOrder, dst_views: Sequence,
+    async def _exchange(self, ep: ucxx.Endpoint, order: PullOrder, dst: PoolRanges,
                         verify: Callable[[int | None], Awaitable[None]]) -> None:
-        frames = plan_frames([v.nbytes for v in dst_views], order.pack)
-        sent = asyncio.ensure_future(_send_msg(ep, ORDER_TAG, asdict(order)))  # done once the reply is in
+        frames = plan_frames(dst.lengths, order.pack)
+        message = {name: getattr(order, name) for name in PullOrder.__slots__}  # asdict copies every block id
+        sent = asyncio.ensure_future(_send_msg(ep, ORDER_TAG, message))  # done once the reply is in
         reply = asyncio.ensure_future(_recv_msg(ep, REPLY_TAG, REPLY_BYTES))
         slots = asyncio.Semaphore(2 * STAGED_IN_FLIGHT)  # both sides take slots in frame order: no deadlock
         received = asyncio.ensure_future(asyncio.gather(
-            *(self._recv_frame(ep, i, f, dst_views, slots) for i, f in enumerate(frames))))
+            *(self._recv_frame(ep, i, f, dst, slots) for i, f in enumerate(frames))))
         try:
             answer = await reply
             if not answer["ok"]:
@@ -178,16 +177,15 @@ class UcxPuller:
         if not task.cancelled() and task.exception() is not None:  # the source keeps the lease till expiry
             log.warning("ack of a pull was not delivered: %s", task.exception())
 
-    async def _recv_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst_views: Sequence,
+    async def _recv_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst: PoolRanges,
                           slots: asyncio.Semaphore) -> None:
         if not frame.packed:
-            await ep.recv(dst_views[frame.first], tag=FRAME_TAG + index)
+            await ep.recv(dst.view(frame.first), tag=FRAME_TAG + index)
             return
         async with slots:
             buf = self._staging.get()
             await ep.recv(buf[:frame.nbytes], tag=FRAME_TAG + index)
-            parts = dst_views[frame.first:frame.first + frame.count]
-            copy_views(parts, slices(buf, [v.nbytes for v in parts]))  # ~0.1 ms: cheaper than a thread hop
+            dst.unpack(frame.first, frame.count, buf)  # ~0.25 ms for 4 MB: cheaper than a thread hop
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
     async def _acquire(self, peer: tuple[str, int]) -> ucxx.Endpoint:

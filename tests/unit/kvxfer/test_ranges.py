@@ -4,15 +4,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.kvxfer.ranges import ByteRange, block_ranges, check_blocks
+from services.kvxfer.ranges import Ranges, block_ranges, check_blocks
 
 
 def test_runs_consecutive_on_both_sides_merge() -> None:
-    assert block_ranges([3, 4, 5, 9], [0, 1, 2, 3], 10) == [ByteRange(30, 0, 30), ByteRange(90, 30, 10)]
+    assert block_ranges([3, 4, 5, 9], [0, 1, 2, 3], 10) == Ranges([30, 90], [0, 30], [30, 10])
 
 
 def test_run_breaks_when_only_one_side_is_consecutive() -> None:
-    assert block_ranges([1, 2], [5, 7], 4) == [ByteRange(4, 20, 4), ByteRange(8, 28, 4)]
+    assert block_ranges([1, 2], [5, 7], 4) == Ranges([4, 8], [20, 28], [4, 4])
 
 
 def test_lengths_must_match() -> None:
@@ -34,8 +34,10 @@ def _blocks(n: int) -> st.SearchStrategy[list[int]]:
 def test_ranges_copy_every_block_to_its_pair(pair: tuple[list[int], list[int]]) -> None:
     src, dst = pair
     copied = {}
-    for r in block_ranges(src, dst, 16):
-        assert r.length % 16 == 0
-        for k in range(r.length // 16):
-            copied[r.src // 16 + k] = r.dst // 16 + k
+    ranges = block_ranges(src, dst, 16)
+    for r_src, r_dst, length in zip(ranges.src, ranges.dst, ranges.length):
+        assert length % 16 == 0
+        for k in range(length // 16):
+            copied[r_src // 16 + k] = r_dst // 16 + k
+    assert ranges.nbytes == 16 * len(src)
     assert copied == dict(zip(src, dst))
