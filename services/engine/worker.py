@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -64,12 +64,14 @@ class EngineWorker:
                 return False
             fn, future = item
             if self.error is not None:
-                future.set_exception(EngineFailed(f"engine failed: {self.error!r}"))
+                _settle(future, exception=EngineFailed(f"engine failed: {self.error!r}"))
                 continue
             try:
-                future.set_result(fn(self.engine))
+                result = fn(self.engine)
             except Exception as exc:  # the caller sees it through the future
-                future.set_exception(exc)
+                _settle(future, exception=exc)
+            else:
+                _settle(future, result)
             block = False
 
     def _run(self) -> None:
@@ -102,3 +104,15 @@ class EngineWorker:
         step = self.engine.last_step
         if step is not None:
             self.engine.step_log.add(replace(step, seconds=time.perf_counter() - began))
+
+
+def _settle(future: Future, result: object = None, exception: BaseException | None = None) -> None:
+    """Completes a command's future unless its caller cancelled it meanwhile (the command ran all the same:
+    an admission is then undone by the abort that follows it, and a free still frees)."""
+    try:
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass

@@ -59,3 +59,20 @@ def test_a_failing_step_stops_the_worker_and_fails_every_command(make_engine) ->
             worker.call(lambda e: e.blocks.num_used).result(timeout=10)
     finally:
         worker.stop()
+
+
+def test_a_command_cancelled_before_it_runs_still_runs_and_the_worker_serves_on(make_engine) -> None:
+    """asyncio cancels a command's future when its awaiting task is cancelled (a client gone mid-admission)."""
+    engine = make_engine(num_blocks=32)
+    worker = EngineWorker(engine, lambda outputs: None)
+    gate = threading.Event()
+    try:
+        worker.start()
+        worker.call(lambda e: gate.wait(10))  # holds the thread while the next command is cancelled
+        blocks = worker.call(lambda e: e.reserve_blocks(20))
+        assert blocks.cancel()
+        gate.set()
+        assert worker.call(lambda e: e.blocks.num_used).result(timeout=10) == 2  # it ran: its caller frees on cancel
+        assert worker.error is None
+    finally:
+        worker.stop()
