@@ -7,10 +7,11 @@ is one contiguous byte range across all layers, so a transfer is a list of (offs
 from __future__ import annotations
 
 import os
-import uuid
 from dataclasses import asdict, dataclass
 
 import torch
+
+from services.common.pool_files import new_pool_file
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -47,7 +48,7 @@ class KVLayout:
 
 def shm_path(instance_id: str) -> str:
     """A fresh /dev/shm file name for one worker's pool."""
-    return f"/dev/shm/distserve-kv-{instance_id}-{uuid.uuid4().hex[:8]}"
+    return new_pool_file(instance_id)
 
 
 class KVPool:

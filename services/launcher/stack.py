@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from services.common.net import free_port
+from services.common.pool_files import remove_pool_files
 from services.common.redis_server import EmbeddedRedis
 from services.launcher.health import wait_serving
 
@@ -147,6 +148,9 @@ class Stack:
                 log.warning("%s did not stop in %.0f s; killing it", proc.name, timeout_s)
                 proc.process.kill()
                 proc.process.wait()
+        if proc.role:  # an instance: it owns a pool file
+            for path in remove_pool_files(proc.name):  # left by an instance that was killed
+                log.warning("%s left its KV pool file %s; removed it", proc.name, path)
 
     def stop(self) -> None:
         """Router first (no new work), then instances, then kvxfer, then Redis."""
