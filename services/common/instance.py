@@ -14,11 +14,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.common.instance_config import InstanceSettings
 from services.common.metrics import KV_HELD, KV_RESERVED, KV_TOTAL, KV_USED, QUEUE, RUNNING, serve_metrics
+from services.common.pool_files import shm_path
 from services.common.registry import InstanceInfo, Registry
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
-from services.engine.kv_pool import shm_path
 from services.kvxfer.client import KVXferClient
 
 log = logging.getLogger(__name__)

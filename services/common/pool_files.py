@@ -13,7 +13,7 @@ SHM_DIR = Path("/dev/shm")
 PREFIX = "distserve-kv-"
 
 
-def new_pool_file(instance_id: str) -> str:
+def shm_path(instance_id: str) -> str:
     """A fresh /dev/shm file name for one worker's pool."""
     return str(SHM_DIR / f"{PREFIX}{instance_id}-{uuid.uuid4().hex[:8]}")
 

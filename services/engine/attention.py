@@ -63,9 +63,8 @@ def paged_attention(
 
 
 def _decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    table, lens = meta.decode_table, meta.decode_lens  # [B, nb], [B]
     if cpu_attention.takes(q, cache):
-        return cpu_attention.paged_decode_attention(q, cache, table, lens, scale)
+        return cpu_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, scale)
     return gathered_decode_attention(q, cache, meta, scale)
 
 

@@ -11,8 +11,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from services.common.pool_files import new_pool_file
-
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -44,11 +42,6 @@ class KVLayout:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def shm_path(instance_id: str) -> str:
-    """A fresh /dev/shm file name for one worker's pool."""
-    return new_pool_file(instance_id)
 
 
 class KVPool:

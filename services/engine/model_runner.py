@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from services.engine.attention import AttentionMetadata
 from services.engine.models.linear import use_small_gemm

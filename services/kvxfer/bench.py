@@ -27,7 +27,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from services.engine.kv_pool import KVLayout, KVPool, shm_path
+from services.common.pool_files import shm_path
+from services.engine.kv_pool import KVLayout, KVPool
 from services.kvxfer.bench_raw import RawSender
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.local import ROOT, start_local_kvxfer

@@ -11,8 +11,8 @@ from services.common import pool_files
 
 def test_removes_only_the_dead_instances_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool_files, "SHM_DIR", tmp_path)
-    dead = [pool_files.new_pool_file("decode-cpu1-ab12") for _ in range(2)]
-    alive = pool_files.new_pool_file("decode-cpu1-ab123")  # another instance whose id extends the dead one's
+    dead = [pool_files.shm_path("decode-cpu1-ab12") for _ in range(2)]
+    alive = pool_files.shm_path("decode-cpu1-ab123")  # another instance whose id extends the dead one's
     for path in (*dead, alive):
         Path(path).write_bytes(b"kv")
     assert sorted(pool_files.remove_pool_files("decode-cpu1-ab12")) == sorted(dead)

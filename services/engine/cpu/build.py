@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -27,6 +28,19 @@ def _cpu_signature() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+@functools.cache
+def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object) -> ctypes._CFuncPtr | None:
+    """`symbol` of the compiled `name`.c, typed; None where kernels are off (`DISTSERVE_CPU_KERNELS=0`) or unbuilt."""
+    if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
+        return None
+    lib = load_kernel(name)
+    if lib is None:
+        return None
+    fn = getattr(lib, symbol)
+    fn.argtypes, fn.restype = list(argtypes), restype
+    return fn
 
 
 def load_kernel(name: str) -> ctypes.CDLL | None:

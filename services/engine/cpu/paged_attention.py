@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import ctypes
-import functools
-import os
 
 import torch
 
-from services.engine.cpu.build import load_kernel
+from services.engine.cpu.build import kernel_function
 
 
-@functools.cache
+ARGTYPES = (ctypes.c_void_p,) * 5 + (ctypes.c_long,) * 7 + (ctypes.c_float,)  # q, cache, table, lens, out; sizes; scale
+
+
 def _function() -> ctypes._CFuncPtr | None:
-    if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
-        return None
-    lib = load_kernel("paged_attention")
-    if lib is None:
-        return None
-    fn = lib.paged_decode_attention
-    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 7 + [ctypes.c_float]
-    fn.restype = ctypes.c_int
-    return fn
+    return kernel_function("paged_attention", "paged_decode_attention", ARGTYPES, ctypes.c_int)
 
 
 def takes(q: torch.Tensor, cache: torch.Tensor) -> bool:

@@ -7,27 +7,19 @@ we run on (and less at batch 2–32), while decode is bound by that read; this k
 from __future__ import annotations
 
 import ctypes
-import functools
-import os
 
 import torch
 
-from services.engine.cpu.build import load_kernel
+from services.engine.cpu.build import kernel_function
 
 MAX_ROWS = 32  # above this MKL's blocked GEMM is as fast or faster (prefill)
 
 
-@functools.cache
+ARGTYPES = (ctypes.c_void_p,) * 4 + (ctypes.c_long,) * 3  # x, w_t, bias, y, M, K, N
+
+
 def _function() -> ctypes._CFuncPtr | None:
-    if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
-        return None
-    lib = load_kernel("small_gemm")
-    if lib is None:
-        return None
-    fn = lib.small_gemm
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3
-    fn.restype = None
-    return fn
+    return kernel_function("small_gemm", "small_gemm", ARGTYPES, None)
 
 
 def available() -> bool:

@@ -6,7 +6,8 @@ import os
 
 import torch
 
-from services.engine.kv_pool import KVLayout, map_pool, shm_path
+from services.common.pool_files import shm_path
+from services.engine.kv_pool import KVLayout, map_pool
 from services.engine.sequence import SamplingParams
 
 
