@@ -51,11 +51,10 @@ class DecodeCore:
             except asyncio.CancelledError:
                 # kvxfer aborts an abandoned copy within milliseconds; the blocks return only after that,
                 # so a copy still landing cannot overwrite another request's K/V.
-                asyncio.get_running_loop().call_later(
-                    ABANDONED_COPY_GRACE_S, lambda: asyncio.ensure_future(self.engine.free_blocks(blocks)))
+                asyncio.get_running_loop().call_later(ABANDONED_COPY_GRACE_S, self.engine.free_blocks, blocks)
                 raise
             except BaseException:
-                await self.engine.free_blocks(blocks)
+                self.engine.free_blocks(blocks)
                 raise
             stamps.xfer_end = time.time()
             first = True

@@ -26,7 +26,6 @@ class AsyncEngine:
         self._loop = asyncio.get_running_loop()
         self._streams: dict[str, asyncio.Queue[StepOutput | BaseException]] = {}
         self._block_waiters: deque[tuple[int, asyncio.Future[list[int]]]] = deque()
-        self._granting = False
         self.worker = EngineWorker(engine, lambda outs: self._loop.call_soon_threadsafe(self._dispatch, outs),
                                    lambda exc: self._loop.call_soon_threadsafe(self._fail_streams, exc))
         self.worker.start()
@@ -66,8 +65,10 @@ class AsyncEngine:
         finally:
             self._streams.pop(request_id, None)
             if not done:
-                # Fire and forget: the abort is queued to the engine thread even if this task is cancelled.
-                self.worker.call(lambda e: e.abort(request_id))
+                # Fire and forget: the abort is queued to the engine thread even if this task is cancelled; the
+                # blocks it frees then go to the requests waiting for some.
+                self.worker.call(lambda e: e.abort(request_id)).add_done_callback(
+                    lambda _: self._loop.call_soon_threadsafe(self._grant_blocks))
 
     def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[StepOutput]:
         """Streams a new request's outputs (prefill policy: one output, with the K/V held)."""
@@ -79,7 +80,8 @@ class AsyncEngine:
         return self._stream(request_id, lambda e: e.add_prefilled(request_id, prompt_ids, first_token, params, block_ids))
 
     async def reserve_blocks(self, num_tokens: int) -> list[int]:
-        """Waits (FCFS) until the pool can hold `num_tokens` tokens and returns the reserved blocks."""
+        """Waits (FCFS) until the pool can hold `num_tokens` tokens and returns the reserved blocks. The allocator
+        is thread-safe, so this does not wait for the engine's step to end."""
         waiter = (num_tokens, self._loop.create_future())
         self._block_waiters.append(waiter)
         self._grant_blocks()
@@ -88,45 +90,28 @@ class AsyncEngine:
         except asyncio.CancelledError:
             future = waiter[1]
             if future.done() and not future.cancelled():  # granted just as the cancel came
-                asyncio.ensure_future(self.free_blocks(future.result()))
-            elif waiter in self._block_waiters:  # leave the queue; a grant under way frees what it reserved for it
+                self.free_blocks(future.result())
+            elif waiter in self._block_waiters:  # leave the queue: the next waiter may fit now
                 self._block_waiters.remove(waiter)
                 self._grant_blocks()
             raise
 
     def _grant_blocks(self) -> None:
-        """Reserves blocks for the waiters at the head of the queue, in order, on the engine thread."""
-        if self._granting or not self._block_waiters:
-            return
-        self._granting = True
-        waiters = list(self._block_waiters)
+        """Reserves blocks for the waiters at the head of the queue, in order, until one does not fit."""
+        while self._block_waiters:
+            num_tokens, future = self._block_waiters[0]
+            if future.done():  # cancelled; its task leaves the queue next
+                self._block_waiters.popleft()
+                continue
+            blocks = self.engine.reserve_blocks(num_tokens)
+            if blocks is None:
+                return
+            self._block_waiters.popleft()
+            future.set_result(blocks)
 
-        def grant(engine: LLMEngine) -> list[list[int]]:
-            granted = []
-            for num_tokens, _ in waiters:
-                blocks = engine.reserve_blocks(num_tokens)
-                if blocks is None:
-                    break
-                granted.append(blocks)
-            return granted
-
-        def deliver(done: asyncio.Future) -> None:
-            self._granting = False
-            granted = done.result()
-            for waiter, blocks in zip(waiters, granted):
-                if waiter in self._block_waiters:
-                    self._block_waiters.remove(waiter)
-                if waiter[1].done():  # its waiter went away meanwhile
-                    self.worker.call(lambda e, b=blocks: e.free_blocks(b))
-                else:
-                    waiter[1].set_result(blocks)
-            if len(granted) == len(waiters):
-                self._grant_blocks()  # waiters that arrived during the grant
-
-        asyncio.wrap_future(self.worker.call(grant)).add_done_callback(deliver)
-
-    async def free_blocks(self, block_ids: list[int]) -> None:
-        await self.call(lambda e: e.free_blocks(block_ids))
+    def free_blocks(self, block_ids: list[int]) -> None:
+        """Returns reserved blocks to the pool at once and grants what waits for them."""
+        self.engine.free_blocks(block_ids)
         self._grant_blocks()
 
     def stop(self) -> None:

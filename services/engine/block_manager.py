@@ -1,7 +1,12 @@
-"""Hands out KV blocks of a fixed-size pool: plain integers, no tensors."""
+"""Hands out KV blocks of a fixed-size pool: plain integers, no tensors.
+
+Thread-safe: the engine thread grows and frees sequences' blocks while a decode instance's event loop reserves
+blocks for pulls without waiting for the step to end.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 
 
@@ -11,6 +16,7 @@ class BlockManager:
         self.block_size = block_size
         self._free: deque[int] = deque(range(num_blocks))
         self._used: set[int] = set()
+        self._lock = threading.Lock()
 
     @property
     def num_free(self) -> int:
@@ -23,20 +29,27 @@ class BlockManager:
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def can_allocate(self, num_blocks: int) -> bool:
-        return num_blocks <= len(self._free)
+    def try_allocate(self, num_blocks: int) -> list[int] | None:
+        """Takes `num_blocks` free blocks, or none when fewer are free."""
+        with self._lock:
+            if num_blocks > len(self._free):
+                return None
+            blocks = [self._free.popleft() for _ in range(num_blocks)]
+            self._used.update(blocks)
+            return blocks
 
     def allocate(self, num_blocks: int) -> list[int]:
         """Takes `num_blocks` free blocks, or raises MemoryError taking none."""
-        if num_blocks > len(self._free):
+        blocks = self.try_allocate(num_blocks)
+        if blocks is None:
             raise MemoryError(f"need {num_blocks} KV blocks, {len(self._free)} free")
-        blocks = [self._free.popleft() for _ in range(num_blocks)]
-        self._used.update(blocks)
         return blocks
 
     def free(self, blocks: list[int]) -> None:
-        for block in blocks:
-            if block not in self._used:
-                raise ValueError(f"block {block} is not allocated")
-            self._used.remove(block)
-            self._free.append(block)
+        """Returns blocks to the pool; frees none if any of them is not allocated."""
+        with self._lock:
+            stray = [b for b in blocks if b not in self._used]
+            if stray:
+                raise ValueError(f"block {stray[0]} is not allocated")
+            self._used.difference_update(blocks)
+            self._free.extend(blocks)

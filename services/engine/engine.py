@@ -98,11 +98,11 @@ class LLMEngine:
         self.scheduler.add(self._new_sequence(request_id, prompt_ids, params))
 
     def reserve_blocks(self, num_tokens: int) -> list[int] | None:
-        """Decode: blocks for a pulled prompt's K/V, or None when the pool cannot hold it now."""
-        n = self.blocks.blocks_for(num_tokens)
-        return self.blocks.allocate(n) if self.blocks.can_allocate(n) else None
+        """Decode: blocks for a pulled prompt's K/V, or None when the pool cannot hold it now (any thread)."""
+        return self.blocks.try_allocate(self.blocks.blocks_for(num_tokens))
 
     def free_blocks(self, block_ids: list[int]) -> None:
+        """Returns reserved blocks (any thread)."""
         self.blocks.free(block_ids)
 
     def add_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int, params: SamplingParams,

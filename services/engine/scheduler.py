@@ -77,9 +77,10 @@ class Scheduler:
         extra = self.blocks.blocks_for(num_tokens) - len(seq.block_table)
         if extra <= 0:
             return True
-        if not self.blocks.can_allocate(extra):
+        blocks = self.blocks.try_allocate(extra)
+        if blocks is None:
             return False
-        seq.block_table.extend(self.blocks.allocate(extra))
+        seq.block_table.extend(blocks)
         return True
 
     def free(self, seq: Sequence) -> None:

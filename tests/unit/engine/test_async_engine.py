@@ -1,8 +1,10 @@
-"""Decode admission: block reservations wait FCFS, a cancelled waiter holds up no one, nothing leaks."""
+"""Decode admission: block reservations wait FCFS, a cancelled waiter holds up no one, nothing leaks, and a
+reservation does not wait for the engine's step to end."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from services.engine.async_engine import AsyncEngine
 
@@ -19,9 +21,23 @@ async def test_reservations_are_fcfs_and_cancellation_frees_the_queue(make_engin
         second.cancel()
         await asyncio.sleep(0.05)
         assert not third.done()  # still no free block
-        await engine.free_blocks(first)
+        engine.free_blocks(first)
         assert len(await asyncio.wait_for(third, 5)) == 1
-        await engine.free_blocks(third.result())
+        engine.free_blocks(third.result())
         assert await engine.call(lambda e: e.blocks.num_used) == 0
     finally:
+        engine.stop()
+
+
+async def test_a_reservation_does_not_wait_for_the_engine_thread(make_engine) -> None:
+    engine = AsyncEngine(make_engine(num_blocks=4, block_size=16))
+    busy = threading.Event()
+    try:
+        held = engine.worker.call(lambda e: busy.wait(10))  # the engine thread is mid-"step" until released
+        blocks = await asyncio.wait_for(engine.reserve_blocks(40), 2)
+        assert len(blocks) == 3 and not held.done()
+        engine.free_blocks(blocks)
+        assert engine.engine.blocks.num_used == 0
+    finally:
+        busy.set()
         engine.stop()

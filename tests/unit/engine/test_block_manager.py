@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -69,3 +71,27 @@ TestBlockManager.settings = settings(deadline=None, suppress_health_check=[Healt
 def test_blocks_for_covers_tokens_exactly(tokens: int, block_size: int) -> None:
     n = BlockManager(1, block_size).blocks_for(tokens)
     assert (n - 1) * block_size < tokens <= n * block_size if tokens else n == 0
+
+
+def test_concurrent_allocations_and_frees_never_share_a_block() -> None:
+    """The engine thread and a decode instance's event loop allocate and free at once."""
+    blocks = BlockManager(64, block_size=4)
+    owned: list[list[int]] = [[], []]
+
+    def churn(me: int) -> None:
+        for i in range(3000):
+            got = blocks.try_allocate(1 + i % 5)
+            if got is not None:
+                owned[me].extend(got)
+            if len(owned[me]) > 20:
+                blocks.free(owned[me][:10])
+                del owned[me][:10]
+
+    threads = [threading.Thread(target=churn, args=(me,)) for me in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not set(owned[0]) & set(owned[1])
+    assert blocks.num_used == len(owned[0]) + len(owned[1])
+    assert blocks.num_free + blocks.num_used == 64
