@@ -111,11 +111,6 @@ class DecodeInstance:
         self.queued_tokens += need
         self._wake(t)
 
-    def next_boundary(self, t: float) -> float:
-        """When a command sent at t runs on the engine: at once when idle, else at the end of the step under way."""
-        busy = [lane.next_time for lane in self.lanes if lane.next_time != INF]
-        return min(busy) if busy else t
-
     def _wake(self, t: float) -> None:
         for lane in self.lanes:
             if lane.next_time == INF:

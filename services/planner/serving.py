@@ -5,7 +5,7 @@ commands that wait for an engine's step boundary. The simulator adds them when g
 Path of a request in the served stack (DESIGN §3) and where each cost falls:
 client → router → prefill queue (`to_prefill`) · prefill batches · first token at the client `first_token` after
 its step ends · the decode request reaches the decode instance `to_decode` after the step ends · its blocks are
-reserved at the decode engine's next step boundary (`reserve`) · the K/V is pulled (the transfer) · it joins the
+reserved (`reserve`; at once, not at a step boundary) · the K/V is pulled (the transfer) · it joins the
 batch at the next step boundary after `admit` · every token reaches the client `token` after its step ends.
 """
 
@@ -19,7 +19,7 @@ class ServingOverheads:
     to_prefill: float = 0.0  # s: client send → queued at the prefill instance
     first_token: float = 0.0  # s: prefill step end → first token at the client
     to_decode: float = 0.0  # s: prefill step end → decode request at the decode instance
-    reserve: float = 0.0  # s: block reservation, once a step boundary is reached
+    reserve: float = 0.0  # s: block reservation
     admit: float = 0.0  # s: pull done → ready to join the next step
     token: float = 0.0  # s: decode step end → its token at the client
 

@@ -4,8 +4,7 @@ Requests go to the prefill instance with the fewest pending prompt tokens; at th
 moves (prompt tokens × KV bytes per token over NVLink when both instances share their nodes, else over the
 inter-node link, stages in parallel) to the decode instance with the fewest reserved KV tokens.
 TTFT = prefill end − arrival; TPOT = (finish − first token) / (output − 1), 0 for single-token outputs.
-With `serving` (the overheads of a served stack, `serving.py`) the hops are added where they fall, and a pulled
-request first reserves its blocks at a decode step boundary, as the served decode instance does.
+With `serving` (the overheads of a served stack, `serving.py`) the hops are added where they fall.
 """
 
 from __future__ import annotations
@@ -132,9 +131,7 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
             need = prompt[rid] + output[rid]
             in_flight[target] += need
             delay = transfer_seconds(prompt[rid], kv_bytes, p_inst[owner[rid]], d_inst[target], cluster)
-            if serving is not None:
-                t = decodes[target].next_boundary(t) + hop.reserve
-                delay += hop.admit
+            delay += hop.reserve + hop.admit
             heapq.heappush(events, (t + delay, 1, rid, target))
         else:
             in_flight[target] -= prompt[rid] + output[rid]

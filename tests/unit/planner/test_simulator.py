@@ -118,15 +118,15 @@ def test_serving_overheads_fall_where_the_served_path_pays_them():
     assert lone.tpot == pytest.approx([(0.005 + 0.001 + x + 0.002 + 2 * 0.05 + 0.006 - 0.004) / 2])
 
 
-def test_a_pulled_request_reserves_its_blocks_at_the_step_boundary_of_a_busy_decode():
+def test_a_pulled_request_on_a_busy_decode_is_reserved_at_once_and_joins_at_the_next_boundary():
     model, cluster = _constant_model(0.1, 0.05), Cluster(1, 2)
     placement = pack(cluster, Parallel(1, 1), 1, Parallel(1, 1), 1)
     x = transfer_seconds(100, model.shape.kv_bytes_per_token(), *placement.instances, cluster)
     prompts, outputs, arrivals = np.array([100, 100]), np.array([10, 2]), np.array([0.0, 0.12])
     ideal = simulate(model, placement, cluster, prompts, outputs, arrivals)
     served = simulate(model, placement, cluster, prompts, outputs, arrivals, serving=ServingOverheads(reserve=0.001))
-    # A decodes from 0.1 + x (steps of 50 ms). B's first token at 0.22: ideally it is pulled at once and joins
-    # at A's boundary 0.25 + x; served, its reservation waits for that boundary, so it joins at 0.301 + x.
+    # A decodes from 0.1 + x (ideal) or 0.101 + x (served), in steps of 50 ms. B's first token at 0.22: it is pulled
+    # at once (served: reserved 1 ms later, without waiting for A's step to end) and joins at A's next boundary.
     assert ideal.tpot[1] == pytest.approx(0.25 + x + 0.05 - 0.22)
-    assert served.tpot[1] == pytest.approx(0.301 + x + 0.05 - 0.22)
+    assert served.tpot[1] == pytest.approx(0.251 + x + 0.05 - 0.22)
     assert served.ttft == pytest.approx(ideal.ttft)
