@@ -35,6 +35,7 @@ class RequestResult:
     output_tokens: int = 0
     sent: float = 0.0
     first: float = 0.0
+    second: float = 0.0  # the second token's receipt (0 for a one-token output)
     done: float = 0.0
     error: str = ""
     stages: dict[str, float] = field(default_factory=dict)
@@ -54,6 +55,11 @@ class RequestResult:
         if not self.ok:
             return float("inf")
         return (self.done - self.first) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
+
+    @property
+    def first_gap(self) -> float | None:
+        """First token → second token at the client: disaggregated, the hand-off to the decode instance."""
+        return self.second - self.first if self.ok and self.second else None
 
     @property
     def e2e(self) -> float:
@@ -83,8 +89,14 @@ async def _call(stub: router_pb2_grpc.RouterStub, req: BenchRequest, timeout_s: 
                                          ignore_eos=True, request_id=req.request_id)
     try:
         async for chunk in stub.Generate(message, timeout=timeout_s):
-            if chunk.token_ids and not result.first:
-                result.first = time.time()
+            if chunk.token_ids:
+                now = time.time()
+                if not result.first:
+                    result.first = now
+                    if len(chunk.token_ids) > 1:
+                        result.second = now
+                elif not result.second:
+                    result.second = now
             result.output_tokens += len(chunk.token_ids)
         result.done = time.time()
     except grpc.aio.AioRpcError as exc:

@@ -103,7 +103,7 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
 
     points = Table(title="points (latencies in ms; stages are means of the router's records)")
     cols = ("workload", "mode", "rate", "attain", "sim", "err pp", "cal", "cal err", "fit", "fit err", "replay err",
-            "TTFT p90", "TPOT p90", "min scale",
+            "TTFT p90", "TPOT p90", "1st gap p90", "min scale",
             *STAGES, "xfer share")
     for col in cols:
         points.add_column(col, justify="left" if col in ("workload", "mode") else "right")
@@ -115,7 +115,7 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
             points.add_row(r.workload, r.mode, f"{p.rate:.3g}{mark}", _pct(p.attainment), _pct(sim),
                            _points(sim, p.attainment), _pct(cal), _points(cal, p.attainment), _pct(fit),
                            _points(fit, p.attainment), _points(p.replayed_attainment, p.attainment),
-                           _ms(p.ttft.get("p90")), _ms(p.tpot.get("p90")), scale,
+                           _ms(p.ttft.get("p90")), _ms(p.tpot.get("p90")), _ms(p.first_gap.get("p90")), scale,
                            *(_ms(p.stages.get(s)) for s in STAGES),
                            "-" if p.transfer_share is None else f"{100 * p.transfer_share:.2f}%")
     console.print(points)

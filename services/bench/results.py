@@ -23,6 +23,7 @@ class Point:
     failed: int
     ttft: dict[str, float]  # mean / p50 / p90 seconds of completed requests
     tpot: dict[str, float]
+    first_gap: dict[str, float]  # first → second token at the client (disaggregated: the hand-off), same stats
     e2e: dict[str, float]
     stages: dict[str, float]  # mean seconds per stage (router records)
     transfer_share: float | None  # mean transfer / mean end-to-end latency; None without a transfer stage
@@ -75,6 +76,7 @@ def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float
     ttft = np.array([r.ttft for r in results])
     tpot = np.array([r.tpot for r in results])
     e2e = np.array([r.e2e for r in results])
+    gaps = np.array([g for g in (r.first_gap for r in results) if g is not None])
     n = max(len(results), 1)
     stage_means = {s: float(np.mean([r.stages[s] for r in results if s in r.stages]))
                    for s in STAGES if any(s in r.stages for r in results)}
@@ -86,7 +88,7 @@ def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float
         ttft_attainment=float(np.sum(ok & (ttft <= slo.ttft_limit)) / n),
         tpot_attainment=float(np.sum(ok & (tpot <= slo.tpot_limit)) / n),
         tightest_slo_scale=tightest_scale(ttft, tpot, ok, slo), requests=len(results), failed=int((~ok).sum()),
-        ttft=_dist(ttft[ok]), tpot=_dist(tpot[ok]), e2e=_dist(e2e[ok]), stages=stage_means,
+        ttft=_dist(ttft[ok]), tpot=_dist(tpot[ok]), first_gap=_dist(gaps), e2e=_dist(e2e[ok]), stages=stage_means,
         transfer_share=share, wall_s=wall_s,
         per_request=[(r.prompt_tokens, r.output_tokens, r.ttft if r.ok else None, r.tpot if r.ok else None)
                      for r in results])

@@ -42,6 +42,7 @@ def test_quick_comparison_reports_consistent_points(tiny_llama_dir, tmp_path):
         assert [p["rate"] for p in points] == sorted(p["rate"] for p in points)
         assert all(0.0 <= p["attainment"] <= min(p["ttft_attainment"], p["tpot_attainment"]) <= 1.0 for p in points)
         assert all(p["requests"] == 6 and p["failed"] == 0 for p in points)
+        assert all(0.0 < p["first_gap"]["p50"] <= p["first_gap"]["p90"] for p in points)  # outputs of 2+ tokens
         passing = [p["rate"] for p in points if p["attainment"] >= 0.9]
         assert result["goodput"] in passing or (result["goodput"] == 0.0 and not passing)
         assert result["goodput_per_device"] == result["goodput"] / 2

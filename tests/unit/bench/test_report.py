@@ -14,8 +14,8 @@ def _result(i: int, ttft: float, tpot: float, tokens: int = 11, transfer: float 
     stages = {"prefill_queue": 0.0, "prefill": ttft, "decode": tpot * (tokens - 1)}
     if transfer is not None:
         stages["transfer"] = transfer
-    return RequestResult(f"r{i}", 8, tokens, sent=100.0, first=100.0 + ttft, done=100.0 + ttft + tpot * (tokens - 1),
-                         stages=stages)
+    return RequestResult(f"r{i}", 8, tokens, sent=100.0, first=100.0 + ttft, second=100.0 + ttft + tpot,
+                         done=100.0 + ttft + tpot * (tokens - 1), stages=stages)
 
 
 def test_a_point_counts_attainment_failures_and_the_transfer_share():
@@ -27,6 +27,7 @@ def test_a_point_counts_attainment_failures_and_the_transfer_share():
     assert point.failed == 1 and point.requests == 3
     assert point.transfer_share == pytest.approx(0.002 / ((0.2 + 0.6) / 2))
     assert point.tightest_slo_scale == float("inf")
+    assert point.first_gap["mean"] == pytest.approx(0.03)  # the completed requests' first → second token
 
 
 def _mode(mode: str, goodput: float, sim: float | None = None) -> ModeResult:
