@@ -22,6 +22,7 @@ from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.frames import Frame, Staging, plan_frames
 from services.kvxfer.orders import PullOrder, PullSource
 from services.kvxfer.pools import PoolRanges
+from services.kvxfer.ucx_loop import UcxLoop
 
 log = logging.getLogger(__name__)
 IDLE_PER_PEER = 16
@@ -30,35 +31,31 @@ ORDER_TAG, REPLY_TAG, FRAME_TAG = 0, 1, 2  # frame i goes with tag FRAME_TAG + i
 ORDER_BYTES, REPLY_BYTES = 1 << 20, 4096
 
 
-async def _send_msg(ep: ucxx.Endpoint, tag: int, message: dict) -> None:
+async def _send_msg(ucx: UcxLoop, ep: ucxx.Endpoint, tag: int, message: dict) -> None:
     body = json.dumps(message).encode()
     data = np.frombuffer(len(body).to_bytes(4, "little") + body, dtype=np.uint8)
-    await ep.send(data, tag=tag)
+    await ucx.send(ep, data, tag)
 
 
-async def _recv_msg(ep: ucxx.Endpoint, tag: int, capacity: int) -> dict:
+async def _recv_msg(ucx: UcxLoop, ep: ucxx.Endpoint, tag: int, capacity: int) -> dict:
     """One message of at most capacity bytes: a 4-byte length, then JSON."""
     buf = np.empty(capacity, dtype=np.uint8)
-    await ep.recv(buf, tag=tag)
+    await ucx.recv(ep, buf, tag)
     size = int.from_bytes(buf[:4].tobytes(), "little")
     return json.loads(buf[4:4 + size].tobytes())
-
-
-def stop_ucx() -> None:
-    """Stop ucxx's notifier thread (with Python futures on, the process cannot exit while it runs)."""
-    ucxx.stop_notifier_thread()
 
 
 class UcxServer:
     """The source side: a UCX listener serving pull orders from this host's pools."""
 
-    def __init__(self, source: PullSource) -> None:
+    def __init__(self, ucx: UcxLoop, source: PullSource) -> None:
+        self._ucx = ucx
         self._source = source
         self._staging = Staging()
         self._listener: ucxx.Listener | None = None
 
     def start(self, port: int) -> int:
-        self._listener = ucxx.create_listener(self._serve, port=port)
+        self._listener = self._ucx.listen(self._serve, port)
         return self._listener.port
 
     def close(self) -> None:
@@ -68,27 +65,27 @@ class UcxServer:
     async def _serve(self, ep: ucxx.Endpoint) -> None:
         while True:
             try:
-                order = PullOrder(**await _recv_msg(ep, ORDER_TAG, ORDER_BYTES))
+                order = PullOrder(**await _recv_msg(self._ucx, ep, ORDER_TAG, ORDER_BYTES))
             except Exception:  # the peer closed or aborted this endpoint
                 return
             if not await self._serve_one(ep, order):
-                ep.abort()
+                self._ucx.abort(ep)
                 return
 
     async def _serve_one(self, ep: ucxx.Endpoint, order: PullOrder) -> bool:
         try:
             grant = await self._source.open_pull(order)
         except XferError as e:
-            await _send_msg(ep, REPLY_TAG, {"ok": False, "failure": e.failure.name, "message": str(e)})
+            await _send_msg(self._ucx, ep, REPLY_TAG, {"ok": False, "failure": e.failure.name, "message": str(e)})
             return True
         ok = False
         try:
             frames = plan_frames(grant.ranges.lengths, order.pack)
             reply = {"ok": True, "nbytes": sum(f.nbytes for f in frames), "nframes": len(frames), "crc": grant.crc}
             slots = asyncio.Semaphore(STAGED_IN_FLIGHT)
-            await asyncio.gather(_send_msg(ep, REPLY_TAG, reply),  # all at once: each await is a thread hop
+            await asyncio.gather(_send_msg(self._ucx, ep, REPLY_TAG, reply),  # all at once: each await is a thread hop
                                  *(self._send_frame(ep, i, f, grant.ranges, slots) for i, f in enumerate(frames)))
-            ok = (await _recv_msg(ep, ORDER_TAG, ORDER_BYTES))["ok"]
+            ok = (await _recv_msg(self._ucx, ep, ORDER_TAG, ORDER_BYTES))["ok"]
             return True
         except Exception as e:
             log.warning("pull of lease %s from this host failed: %s", order.lease_id, e)
@@ -99,19 +96,20 @@ class UcxServer:
     async def _send_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, src: PoolRanges,
                           slots: asyncio.Semaphore) -> None:
         if not frame.packed:
-            await ep.send(src.view(frame.first), tag=FRAME_TAG + index)
+            await self._ucx.send(ep, src.view(frame.first), FRAME_TAG + index)
             return
         async with slots:
             buf = self._staging.get()
             src.pack(frame.first, frame.count, buf)  # ~0.25 ms for 4 MB: cheaper than a thread hop
-            await ep.send(buf[:frame.nbytes], tag=FRAME_TAG + index)
+            await self._ucx.send(ep, buf[:frame.nbytes], FRAME_TAG + index)
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
 
 class UcxPuller:
     """The destination side: pulls over pooled endpoints to source kvxfers."""
 
-    def __init__(self, connect_timeout_s: float) -> None:
+    def __init__(self, ucx: UcxLoop, connect_timeout_s: float) -> None:
+        self._ucx = ucx
         self._connect_timeout_s = connect_timeout_s
         self._idle: dict[tuple[str, int], list[ucxx.Endpoint]] = {}
         self._staging = Staging()
@@ -127,7 +125,7 @@ class UcxPuller:
             self._put_back(peer, ep)  # kept only if the exchange ended in step with the source
             raise
         except BaseException as e:
-            ep.abort()  # cancels receives still writing into the destination pool
+            self._ucx.abort(ep)  # cancels receives still writing into the destination pool
             if isinstance(e, Exception) and not isinstance(e, TimeoutError):
                 raise XferError(Failure.UNAVAILABLE, f"connection to source kvxfer {peer[0]}:{peer[1]} failed: "
                                                      f"{type(e).__name__}: {e}") from e
@@ -138,19 +136,19 @@ class UcxPuller:
                         verify: Callable[[int | None], Awaitable[None]]) -> None:
         frames = plan_frames(dst.lengths, order.pack)
         message = {name: getattr(order, name) for name in PullOrder.__slots__}  # asdict copies every block id
-        sent = asyncio.ensure_future(_send_msg(ep, ORDER_TAG, message))  # done once the reply is in
-        reply = asyncio.ensure_future(_recv_msg(ep, REPLY_TAG, REPLY_BYTES))
+        sent = asyncio.ensure_future(_send_msg(self._ucx, ep, ORDER_TAG, message))  # done once the reply is in
+        reply = asyncio.ensure_future(_recv_msg(self._ucx, ep, REPLY_TAG, REPLY_BYTES))
         slots = asyncio.Semaphore(2 * STAGED_IN_FLIGHT)  # both sides take slots in frame order: no deadlock
         received = asyncio.ensure_future(asyncio.gather(
             *(self._recv_frame(ep, i, f, dst, slots) for i, f in enumerate(frames))))
         try:
             answer = await reply
             if not answer["ok"]:
-                ep.abort()  # the frame receives are posted: only closing the endpoint withdraws them
+                self._ucx.abort(ep)  # the frame receives are posted: only closing the endpoint withdraws them
                 raise XferError(Failure[answer["failure"]], answer["message"])
             expected = sum(f.nbytes for f in frames)
             if answer["nbytes"] != expected or answer["nframes"] != len(frames):
-                ep.abort()
+                self._ucx.abort(ep)
                 raise XferError(Failure.DATA_LOSS, f"source offers {answer['nbytes']} bytes in {answer['nframes']} "
                                                    f"frames, destination expects {expected} in {len(frames)}")
             await received
@@ -168,7 +166,7 @@ class UcxPuller:
 
     def _ack(self, ep: ucxx.Endpoint, ok: bool) -> None:
         """Send the ack without waiting for it: the endpoint's next order queues behind it."""
-        task = asyncio.ensure_future(_send_msg(ep, ORDER_TAG, {"ok": ok}))
+        task = asyncio.ensure_future(_send_msg(self._ucx, ep, ORDER_TAG, {"ok": ok}))
         self._acks.add(task)
         task.add_done_callback(self._ack_sent)
 
@@ -180,11 +178,11 @@ class UcxPuller:
     async def _recv_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst: PoolRanges,
                           slots: asyncio.Semaphore) -> None:
         if not frame.packed:
-            await ep.recv(dst.view(frame.first), tag=FRAME_TAG + index)
+            await self._ucx.recv(ep, dst.view(frame.first), FRAME_TAG + index)
             return
         async with slots:
             buf = self._staging.get()
-            await ep.recv(buf[:frame.nbytes], tag=FRAME_TAG + index)
+            await self._ucx.recv(ep, buf[:frame.nbytes], FRAME_TAG + index)
             dst.unpack(frame.first, frame.count, buf)  # ~0.25 ms for 4 MB: cheaper than a thread hop
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
@@ -196,7 +194,7 @@ class UcxPuller:
                 return ep
         try:
             return await asyncio.wait_for(
-                ucxx.create_endpoint(peer[0], peer[1], connect_timeout=self._connect_timeout_s),
+                self._ucx.connect(peer[0], peer[1], self._connect_timeout_s),
                 self._connect_timeout_s)
         except Exception as e:
             raise XferError(Failure.UNAVAILABLE, f"cannot connect to source kvxfer UCX {peer[0]}:{peer[1]}: "
@@ -207,10 +205,10 @@ class UcxPuller:
         if len(idle) < IDLE_PER_PEER and not ep.closed:
             idle.append(ep)
         else:
-            ep.abort()
+            self._ucx.abort(ep)
 
     def close(self) -> None:
         for idle in self._idle.values():
             for ep in idle:
-                ep.abort()
+                self._ucx.abort(ep)
         self._idle.clear()
