@@ -83,8 +83,10 @@ class UcxServer:
             frames = plan_frames(grant.ranges.lengths, order.pack)
             reply = {"ok": True, "nbytes": sum(f.nbytes for f in frames), "nframes": len(frames), "crc": grant.crc}
             slots = asyncio.Semaphore(STAGED_IN_FLIGHT)
-            await asyncio.gather(self._ucx.send(ep, _encode(reply), REPLY_TAG),
-                                 *(self._send_frame(ep, i, f, grant.ranges, slots) for i, f in enumerate(frames)))
+            sends = [self._ucx.send(ep, _encode(reply), REPLY_TAG)]
+            sends += [asyncio.ensure_future(self._send_frame(ep, i, f, grant.ranges, slots))
+                      for i, f in enumerate(frames)]
+            await _all(sends)
             await self._ucx.recv(ep, buf, ORDER_TAG)
             ok = _decode(buf)["ok"]
             return True
@@ -144,9 +146,8 @@ class UcxPuller:
         posted: list[asyncio.Future] = []
         try:
             posted.append(reply := self._ucx.recv(ep, reply_buf, REPLY_TAG))
-            posted.append(received := asyncio.gather(
-                *(self._recv_frame(ep, i, f, dst, slots) for i, f in enumerate(frames))))
-            posted.append(sent := self._ucx.send(ep, _encode(message), ORDER_TAG))
+            posted += [asyncio.ensure_future(self._recv_frame(ep, i, f, dst, slots)) for i, f in enumerate(frames)]
+            posted.append(self._ucx.send(ep, _encode(message), ORDER_TAG))
             await reply
             answer = _decode(reply_buf)
             if not answer["ok"]:
@@ -157,13 +158,10 @@ class UcxPuller:
                 self._ucx.abort(ep)
                 raise XferError(Failure.DATA_LOSS, f"source offers {answer['nbytes']} bytes in {answer['nframes']} "
                                                    f"frames, destination expects {expected} in {len(frames)}")
-            await received
-            await sent
-        finally:
-            if unfinished := [future for future in posted if not future.done()]:
-                for future in unfinished:
-                    future.cancel()
-                await asyncio.gather(*unfinished, return_exceptions=True)
+            await _all(posted)
+        except BaseException:
+            await _cancel(posted)
+            raise
         try:
             await verify(answer["crc"])
         except XferError:
@@ -217,6 +215,24 @@ class UcxPuller:
             for ep in idle:
                 self._ucx.abort(ep)
         self._idle.clear()
+
+
+async def _all(futures: list[asyncio.Future]) -> None:
+    """Await each in turn (a gather costs loop turns); if one fails, cancel the rest and let them end."""
+    try:
+        for future in futures:
+            await future
+    except BaseException:
+        await _cancel(futures)
+        raise
+
+
+async def _cancel(futures: list[asyncio.Future]) -> None:
+    """Cancel what is pending (a cancelled send or receive stays posted until its endpoint is aborted)
+    and wait for it to end, so that no frame task outlives its pull."""
+    for future in futures:
+        future.cancel()
+    await asyncio.gather(*futures, return_exceptions=True)
 
 
 def _ack_sent(sent: asyncio.Future) -> None:

@@ -12,6 +12,7 @@ listener waiting for the next order would spin at 100% CPU.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 
 import ucxx
@@ -54,13 +55,12 @@ class UcxLoop:
     def send(self, ep: ucxx.Endpoint, buf: object, tag: int) -> asyncio.Future:
         """Post a send of buf; the future is done once buf may be reused."""
         arr = Array(buf)
-        return self._track(_ucp(ep).tag_send(arr, Tag(hash64bits(ep._tags["msg_send"], hash(tag)))), arr)
+        return self._track(_ucp(ep).tag_send(arr, _tag(ep._tags["msg_send"], tag)), arr)
 
     def recv(self, ep: ucxx.Endpoint, buf: object, tag: int) -> asyncio.Future:
         """Post a receive into buf; the future is done once the message is in."""
         arr = Array(buf)
-        return self._track(_ucp(ep).tag_recv(arr, Tag(hash64bits(ep._tags["msg_recv"], hash(tag))), TagMaskFull),
-                           arr)
+        return self._track(_ucp(ep).tag_recv(arr, _tag(ep._tags["msg_recv"], tag), TagMaskFull), arr)
 
     def kick(self) -> None:
         """Progress soon (and settle requests that finished while ucxx progressed the worker itself)."""
@@ -104,6 +104,12 @@ def _settle(request, future: asyncio.Future) -> None:
         future.exception()  # marks it retrieved: a request abandoned with its endpoint fails unheard
     else:
         future.set_result(None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tag(endpoint_tag: int, tag: int) -> Tag:
+    """Our tag within the endpoint's, as ucxx's Endpoint.send/recv make it (a SHA-1: cached)."""
+    return Tag(hash64bits(endpoint_tag, hash(tag)))
 
 
 def _ucp(ep: ucxx.Endpoint):
