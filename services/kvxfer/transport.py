@@ -5,8 +5,9 @@ An endpoint carries one pull at a time (idle endpoints are kept per peer and reu
 or timed-out pull aborts only its own endpoint, which cancels its receives before the failure is
 reported. Per pull: the destination posts the receives of the reply and of every frame and sends
 the order; the source replies (ok, bytes, frames, crc) and sends the frames; the destination
-verifies, returns, and acks without waiting; the source releases the lease on an ok ack and keeps
-it otherwise. Sends and receives are futures posted at once (ucx_loop.py), not a task each.
+verifies and returns, and acks on the next loop turn (after the Pull reply has gone out); the source
+releases the lease on an ok ack and keeps it otherwise. Sends and receives are futures posted at
+once (ucx_loop.py), not a task each.
 """
 
 from __future__ import annotations
@@ -125,20 +126,27 @@ class UcxPuller:
         """Receive the order's ranges into dst; verify(source crc) before acknowledging."""
         ep = await self._acquire(peer)
         try:
-            await self._exchange(ep, order, dst, verify)
+            crc = await self._exchange(ep, order, dst)
         except XferError:
-            self._put_back(peer, ep)  # kept only if the exchange ended in step with the source
-            raise
+            raise  # the source refused or its counts differ: the exchange aborted the endpoint
         except BaseException as e:
             self._ucx.abort(ep)  # cancels receives still writing into the destination pool
             if isinstance(e, Exception) and not isinstance(e, TimeoutError):
                 raise XferError(Failure.UNAVAILABLE, f"connection to source kvxfer {peer[0]}:{peer[1]} failed: "
                                                      f"{type(e).__name__}: {e}") from e
             raise
-        self._put_back(peer, ep)
+        try:
+            await verify(crc)
+        except XferError:
+            self._ack_soon(peer, ep, ok=False)  # in step with the source: the endpoint is reused
+            raise
+        except BaseException:
+            self._ucx.abort(ep)
+            raise
+        self._ack_soon(peer, ep, ok=True)
 
-    async def _exchange(self, ep: ucxx.Endpoint, order: PullOrder, dst: PoolRanges,
-                        verify: Callable[[int | None], Awaitable[None]]) -> None:
+    async def _exchange(self, ep: ucxx.Endpoint, order: PullOrder, dst: PoolRanges) -> int | None:
+        """Receive the frames; the source's crc once they are all in."""
         frames = plan_frames(dst.lengths, order.pack)
         slots = asyncio.Semaphore(2 * STAGED_IN_FLIGHT)  # both sides take slots in frame order: no deadlock
         message = {name: getattr(order, name) for name in PullOrder.__slots__}  # asdict copies every block id
@@ -162,19 +170,19 @@ class UcxPuller:
         except BaseException:
             await _cancel(posted)
             raise
-        try:
-            await verify(answer["crc"])
-        except XferError:
-            self._ack(ep, ok=False)
-            raise
-        self._ack(ep, ok=True)
+        return answer["crc"]
 
-    def _ack(self, ep: ucxx.Endpoint, ok: bool) -> None:
-        """Send the ack without waiting for it: the endpoint's next order queues behind it."""
+    def _ack_soon(self, peer: tuple[str, int], ep: ucxx.Endpoint, ok: bool) -> None:
+        """Ack on the next loop turn, once the caller has its answer (the Pull reply goes out first), and
+        only then reuse the endpoint: its next order must queue behind the ack."""
+        asyncio.get_running_loop().call_soon(self._ack, peer, ep, ok)
+
+    def _ack(self, peer: tuple[str, int], ep: ucxx.Endpoint, ok: bool) -> None:
         try:
             self._ucx.send(ep, _encode({"ok": ok}), ORDER_TAG).add_done_callback(_ack_sent)
-        except Exception as e:  # the pull itself is done: the source keeps the lease till expiry
+        except Exception as e:  # the pull itself is over: the source keeps the lease till expiry
             log.warning("ack of a pull was not sent: %s", e)
+        self._put_back(peer, ep)
 
     def _recv_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst: PoolRanges,
                     slots: asyncio.Semaphore) -> Awaitable[None]:
