@@ -39,9 +39,11 @@ class UcxLoop:
         self.kick()
 
     def listen(self, handler: Callable[[ucxx.Endpoint], Awaitable[None]], port: int) -> ucxx.Listener:
+        """A listener calling handler(endpoint) for each connection (port 0: any free port)."""
         return ucxx.create_listener(handler, port=port)
 
     async def connect(self, host: str, port: int, timeout_s: float) -> ucxx.Endpoint:
+        """An endpoint to the listener at host:port."""
         try:
             return await ucxx.create_endpoint(host, port, connect_timeout=timeout_s)
         finally:
@@ -69,6 +71,7 @@ class UcxLoop:
             self._loop.call_soon(self._step)
 
     def close(self) -> None:
+        """Stop watching the worker (the process is leaving)."""
         self._loop.remove_reader(self._worker.epoll_file_descriptor)
 
     def _track(self, request, arr: Array) -> asyncio.Future:
