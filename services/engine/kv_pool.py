@@ -29,7 +29,7 @@ class KVLayout:
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=DTYPES[self.dtype]).element_size()
+        return DTYPES[self.dtype].itemsize
 
     @property
     def block_bytes(self) -> int:

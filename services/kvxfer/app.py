@@ -25,15 +25,17 @@ SERVICE = "distserve.v1.KVXfer"
 async def serve(config: KVXferConfig) -> None:
     """Serve until SIGTERM or SIGINT."""
     apply_ucx_env(config)
-    from services.kvxfer.transport import UcxPuller, UcxServer, stop_ucx  # after the UCX environment is set
+    from services.kvxfer.transport import UcxPuller, UcxServer  # after the UCX environment is set
+    from services.kvxfer.ucx_loop import UcxLoop
 
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
     port = server.add_insecure_port(f"{config.host}:{config.port}")
     metrics = XferMetrics()
     peers = GrpcPeers(config.connect_timeout_s)
-    puller = UcxPuller(config.connect_timeout_s)
+    ucx_loop = UcxLoop()
+    puller = UcxPuller(ucx_loop, config.connect_timeout_s)
     core = KVXferCore(f"{config.host}:{port}", peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
-    ucx = UcxServer(core)
+    ucx = UcxServer(ucx_loop, core)
     ucx_port = ucx.start(config.ucx_port)
     kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port), server)
     health_servicer = health.aio.HealthServicer()
@@ -58,5 +60,5 @@ async def serve(config: KVXferConfig) -> None:
     expiry.cancel()
     puller.close()
     ucx.close()
-    stop_ucx()
+    ucx_loop.close()
     await peers.close()

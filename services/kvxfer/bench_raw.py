@@ -14,60 +14,63 @@ from services.kvxfer.config import KVXferConfig
 from services.kvxfer.ucx_env import apply_ucx_env
 
 
-def _ucxx():
-    apply_ucx_env(KVXferConfig())  # the same UCX settings as the kvxfer services
-    import ucxx
+def _ucx_loop():
+    """UCX as the kvxfer services set it up: their settings, progress on the event loop."""
+    apply_ucx_env(KVXferConfig())
+    from services.kvxfer.ucx_loop import UcxLoop
 
-    return ucxx
+    return UcxLoop()
 
 
 async def receive(port_file: str, max_bytes: int) -> None:
     """Per round: an 8-byte size, that many bytes into one preallocated buffer, then a 1-byte ack."""
-    ucxx = _ucxx()
+    ucx = _ucx_loop()
     buf = np.ones(max_bytes, dtype=np.uint8)  # touched, like the pools in the bench
     done = asyncio.Event()
 
     async def handle(ep) -> None:
         size, ack = np.zeros(1, dtype=np.uint64), np.zeros(1, dtype=np.uint8)
         while True:
-            await ep.recv(size)
+            await ucx.recv(ep, size, 0)
             if size[0] == 0:
                 break
-            await ep.recv(buf[:int(size[0])])
-            await ep.send(ack)
+            await ucx.recv(ep, buf[:int(size[0])], 0)
+            await ucx.send(ep, ack, 0)
         done.set()
 
-    listener = ucxx.create_listener(handle, port=0)
+    listener = ucx.listen(handle, 0)
     with open(port_file + ".tmp", "w") as f:
         f.write(str(listener.port))
     os.rename(port_file + ".tmp", port_file)
     await done.wait()
     listener.close()
-    ucxx.stop_notifier_thread()
+    ucx.close()
 
 
 class RawSender:
     """The sending side, in the bench process."""
 
-    def __init__(self, ep) -> None:
+    def __init__(self, ucx, ep) -> None:
+        self._ucx = ucx
         self._ep = ep
         self._ack = np.zeros(1, dtype=np.uint8)
 
     @classmethod
     async def connect(cls, port: int) -> RawSender:
-        return cls(await _ucxx().create_endpoint("127.0.0.1", port))
+        ucx = _ucx_loop()
+        return cls(ucx, await ucx.connect("127.0.0.1", port, 5.0))
 
     async def timed_send(self, buf: np.ndarray) -> float:
         start = time.perf_counter()
-        await self._ep.send(np.array([buf.nbytes], dtype=np.uint64))
-        await self._ep.send(buf)
-        await self._ep.recv(self._ack)
+        await self._ucx.send(self._ep, np.array([buf.nbytes], dtype=np.uint64), 0)
+        await self._ucx.send(self._ep, buf, 0)
+        await self._ucx.recv(self._ep, self._ack, 0)
         return time.perf_counter() - start
 
     async def close(self) -> None:
-        await self._ep.send(np.zeros(1, dtype=np.uint64))
-        await self._ep.close()
-        _ucxx().stop_notifier_thread()
+        await self._ucx.send(self._ep, np.zeros(1, dtype=np.uint64), 0)
+        self._ucx.abort(self._ep)
+        self._ucx.close()
 
 
 if __name__ == "__main__":

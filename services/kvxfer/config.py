@@ -23,6 +23,9 @@ class KVXferConfig(BaseSettings):
     ucx_tls: str = Field("", description="UCX_TLS for this process when unset in the environment ('': UCX's choice)")
     ucx_rndv_scheme: str = Field("put_zcopy", description="UCX_RNDV_SCHEME when unset in the environment; "
                                                           "put_zcopy doubles TCP throughput over auto")
+    ucx_tcp_seg_size: str = Field("128k", description="UCX_TCP_TX_SEG_SIZE and UCX_TCP_RX_SEG_SIZE when unset in the "
+                                                    "environment: a 64 KB block goes in one TCP segment, not 8 "
+                                                    "(UCX's 8k default; ~0.05 ms a message here)")
     ucx_rndv_thresh: str = Field("256k", description="UCX_RNDV_THRESH when unset in the environment: smaller "
                                                      "messages go eagerly, saving the rendezvous round trip "
                                                      "(~0.3 ms of a 64 KB pull); frames of MBs stay zero-copy")

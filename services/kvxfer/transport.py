@@ -3,9 +3,11 @@ destination kvxfer receives them into its pool (frames.py says when small ranges
 
 An endpoint carries one pull at a time (idle endpoints are kept per peer and reused), so a failed
 or timed-out pull aborts only its own endpoint, which cancels its receives before the failure is
-reported. Per pull: the destination sends the order and at once posts the receives of the reply
-and of every frame; the source replies (ok, bytes, frames, crc) and sends the frames; the
-destination verifies and acks; the source releases the lease on an ok ack and keeps it otherwise.
+reported. Per pull: the destination posts the receives of the reply and of every frame and sends
+the order; the source replies (ok, bytes, frames, crc) and sends the frames; the destination
+verifies and returns, and acks on the next loop turn (after the Pull reply has gone out); the source
+releases the lease on an ok ack and keeps it otherwise. Sends and receives are futures posted at
+once (ucx_loop.py), not a task each.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.frames import Frame, Staging, plan_frames
 from services.kvxfer.orders import PullOrder, PullSource
 from services.kvxfer.pools import PoolRanges
+from services.kvxfer.ucx_loop import UcxLoop
 
 log = logging.getLogger(__name__)
 IDLE_PER_PEER = 16
@@ -30,35 +33,28 @@ ORDER_TAG, REPLY_TAG, FRAME_TAG = 0, 1, 2  # frame i goes with tag FRAME_TAG + i
 ORDER_BYTES, REPLY_BYTES = 1 << 20, 4096
 
 
-async def _send_msg(ep: ucxx.Endpoint, tag: int, message: dict) -> None:
+def _encode(message: dict) -> np.ndarray:
     body = json.dumps(message).encode()
-    data = np.frombuffer(len(body).to_bytes(4, "little") + body, dtype=np.uint8)
-    await ep.send(data, tag=tag)
+    return np.frombuffer(len(body).to_bytes(4, "little") + body, dtype=np.uint8)
 
 
-async def _recv_msg(ep: ucxx.Endpoint, tag: int, capacity: int) -> dict:
-    """One message of at most capacity bytes: a 4-byte length, then JSON."""
-    buf = np.empty(capacity, dtype=np.uint8)
-    await ep.recv(buf, tag=tag)
+def _decode(buf: np.ndarray) -> dict:
+    """A message: a 4-byte length, then JSON."""
     size = int.from_bytes(buf[:4].tobytes(), "little")
     return json.loads(buf[4:4 + size].tobytes())
-
-
-def stop_ucx() -> None:
-    """Stop ucxx's notifier thread (with Python futures on, the process cannot exit while it runs)."""
-    ucxx.stop_notifier_thread()
 
 
 class UcxServer:
     """The source side: a UCX listener serving pull orders from this host's pools."""
 
-    def __init__(self, source: PullSource) -> None:
+    def __init__(self, ucx: UcxLoop, source: PullSource) -> None:
+        self._ucx = ucx
         self._source = source
         self._staging = Staging()
         self._listener: ucxx.Listener | None = None
 
     def start(self, port: int) -> int:
-        self._listener = ucxx.create_listener(self._serve, port=port)
+        self._listener = self._ucx.listen(self._serve, port)
         return self._listener.port
 
     def close(self) -> None:
@@ -66,29 +62,34 @@ class UcxServer:
             self._listener.close()
 
     async def _serve(self, ep: ucxx.Endpoint) -> None:
+        buf = np.empty(ORDER_BYTES, dtype=np.uint8)  # this endpoint's orders and acks
         while True:
             try:
-                order = PullOrder(**await _recv_msg(ep, ORDER_TAG, ORDER_BYTES))
+                await self._ucx.recv(ep, buf, ORDER_TAG)
+                order = PullOrder(**_decode(buf))
             except Exception:  # the peer closed or aborted this endpoint
                 return
-            if not await self._serve_one(ep, order):
-                ep.abort()
+            if not await self._serve_one(ep, order, buf):
+                self._ucx.abort(ep)
                 return
 
-    async def _serve_one(self, ep: ucxx.Endpoint, order: PullOrder) -> bool:
+    async def _serve_one(self, ep: ucxx.Endpoint, order: PullOrder, buf: np.ndarray) -> bool:
         try:
             grant = await self._source.open_pull(order)
         except XferError as e:
-            await _send_msg(ep, REPLY_TAG, {"ok": False, "failure": e.failure.name, "message": str(e)})
+            await self._ucx.send(ep, _encode({"ok": False, "failure": e.failure.name, "message": str(e)}), REPLY_TAG)
             return True
         ok = False
         try:
             frames = plan_frames(grant.ranges.lengths, order.pack)
             reply = {"ok": True, "nbytes": sum(f.nbytes for f in frames), "nframes": len(frames), "crc": grant.crc}
             slots = asyncio.Semaphore(STAGED_IN_FLIGHT)
-            await asyncio.gather(_send_msg(ep, REPLY_TAG, reply),  # all at once: each await is a thread hop
-                                 *(self._send_frame(ep, i, f, grant.ranges, slots) for i, f in enumerate(frames)))
-            ok = (await _recv_msg(ep, ORDER_TAG, ORDER_BYTES))["ok"]
+            sends = [self._ucx.send(ep, _encode(reply), REPLY_TAG)]
+            sends += [asyncio.ensure_future(self._send_frame(ep, i, f, grant.ranges, slots))
+                      for i, f in enumerate(frames)]
+            await _all(sends)
+            await self._ucx.recv(ep, buf, ORDER_TAG)
+            ok = _decode(buf)["ok"]
             return True
         except Exception as e:
             log.warning("pull of lease %s from this host failed: %s", order.lease_id, e)
@@ -96,95 +97,104 @@ class UcxServer:
         finally:
             self._source.close_pull(order, ok)
 
-    async def _send_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, src: PoolRanges,
-                          slots: asyncio.Semaphore) -> None:
+    def _send_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, src: PoolRanges,
+                    slots: asyncio.Semaphore) -> Awaitable[None]:
         if not frame.packed:
-            await ep.send(src.view(frame.first), tag=FRAME_TAG + index)
-            return
+            return self._ucx.send(ep, src.view(frame.first), FRAME_TAG + index)
+        return self._send_packed(ep, index, frame, src, slots)
+
+    async def _send_packed(self, ep: ucxx.Endpoint, index: int, frame: Frame, src: PoolRanges,
+                           slots: asyncio.Semaphore) -> None:
         async with slots:
             buf = self._staging.get()
             src.pack(frame.first, frame.count, buf)  # ~0.25 ms for 4 MB: cheaper than a thread hop
-            await ep.send(buf[:frame.nbytes], tag=FRAME_TAG + index)
+            await self._ucx.send(ep, buf[:frame.nbytes], FRAME_TAG + index)
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
 
 class UcxPuller:
     """The destination side: pulls over pooled endpoints to source kvxfers."""
 
-    def __init__(self, connect_timeout_s: float) -> None:
+    def __init__(self, ucx: UcxLoop, connect_timeout_s: float) -> None:
+        self._ucx = ucx
         self._connect_timeout_s = connect_timeout_s
         self._idle: dict[tuple[str, int], list[ucxx.Endpoint]] = {}
         self._staging = Staging()
-        self._acks: set[asyncio.Task] = set()
 
     async def pull(self, peer: tuple[str, int], order: PullOrder, dst: PoolRanges,
                    verify: Callable[[int | None], Awaitable[None]]) -> None:
         """Receive the order's ranges into dst; verify(source crc) before acknowledging."""
         ep = await self._acquire(peer)
         try:
-            await self._exchange(ep, order, dst, verify)
+            crc = await self._exchange(ep, order, dst)
         except XferError:
-            self._put_back(peer, ep)  # kept only if the exchange ended in step with the source
-            raise
+            raise  # the source refused or its counts differ: the exchange aborted the endpoint
         except BaseException as e:
-            ep.abort()  # cancels receives still writing into the destination pool
+            self._ucx.abort(ep)  # cancels receives still writing into the destination pool
             if isinstance(e, Exception) and not isinstance(e, TimeoutError):
                 raise XferError(Failure.UNAVAILABLE, f"connection to source kvxfer {peer[0]}:{peer[1]} failed: "
                                                      f"{type(e).__name__}: {e}") from e
             raise
-        self._put_back(peer, ep)
-
-    async def _exchange(self, ep: ucxx.Endpoint, order: PullOrder, dst: PoolRanges,
-                        verify: Callable[[int | None], Awaitable[None]]) -> None:
-        frames = plan_frames(dst.lengths, order.pack)
-        message = {name: getattr(order, name) for name in PullOrder.__slots__}  # asdict copies every block id
-        sent = asyncio.ensure_future(_send_msg(ep, ORDER_TAG, message))  # done once the reply is in
-        reply = asyncio.ensure_future(_recv_msg(ep, REPLY_TAG, REPLY_BYTES))
-        slots = asyncio.Semaphore(2 * STAGED_IN_FLIGHT)  # both sides take slots in frame order: no deadlock
-        received = asyncio.ensure_future(asyncio.gather(
-            *(self._recv_frame(ep, i, f, dst, slots) for i, f in enumerate(frames))))
         try:
-            answer = await reply
+            await verify(crc)
+        except XferError:
+            self._ack_soon(peer, ep, ok=False)  # in step with the source: the endpoint is reused
+            raise
+        except BaseException:
+            self._ucx.abort(ep)
+            raise
+        self._ack_soon(peer, ep, ok=True)
+
+    async def _exchange(self, ep: ucxx.Endpoint, order: PullOrder, dst: PoolRanges) -> int | None:
+        """Receive the frames; the source's crc once they are all in."""
+        frames = plan_frames(dst.lengths, order.pack)
+        slots = asyncio.Semaphore(2 * STAGED_IN_FLIGHT)  # both sides take slots in frame order: no deadlock
+        message = {name: getattr(order, name) for name in PullOrder.__slots__}  # asdict copies every block id
+        reply_buf = np.empty(REPLY_BYTES, dtype=np.uint8)
+        posted: list[asyncio.Future] = []
+        try:
+            posted.append(reply := self._ucx.recv(ep, reply_buf, REPLY_TAG))
+            posted += [asyncio.ensure_future(self._recv_frame(ep, i, f, dst, slots)) for i, f in enumerate(frames)]
+            posted.append(self._ucx.send(ep, _encode(message), ORDER_TAG))
+            await reply
+            answer = _decode(reply_buf)
             if not answer["ok"]:
-                ep.abort()  # the frame receives are posted: only closing the endpoint withdraws them
+                self._ucx.abort(ep)  # the frame receives are posted: only closing the endpoint withdraws them
                 raise XferError(Failure[answer["failure"]], answer["message"])
             expected = sum(f.nbytes for f in frames)
             if answer["nbytes"] != expected or answer["nframes"] != len(frames):
-                ep.abort()
+                self._ucx.abort(ep)
                 raise XferError(Failure.DATA_LOSS, f"source offers {answer['nbytes']} bytes in {answer['nframes']} "
                                                    f"frames, destination expects {expected} in {len(frames)}")
-            await received
-            await sent
-        finally:
-            for task in (sent, reply, received):
-                task.cancel()
-            await asyncio.gather(sent, reply, received, return_exceptions=True)
-        try:
-            await verify(answer["crc"])
-        except XferError:
-            self._ack(ep, ok=False)
+            await _all(posted)
+        except BaseException:
+            await _cancel(posted)
             raise
-        self._ack(ep, ok=True)
+        return answer["crc"]
 
-    def _ack(self, ep: ucxx.Endpoint, ok: bool) -> None:
-        """Send the ack without waiting for it: the endpoint's next order queues behind it."""
-        task = asyncio.ensure_future(_send_msg(ep, ORDER_TAG, {"ok": ok}))
-        self._acks.add(task)
-        task.add_done_callback(self._ack_sent)
+    def _ack_soon(self, peer: tuple[str, int], ep: ucxx.Endpoint, ok: bool) -> None:
+        """Ack on the next loop turn, once the caller has its answer (the Pull reply goes out first), and
+        only then reuse the endpoint: its next order must queue behind the ack."""
+        asyncio.get_running_loop().call_soon(self._ack, peer, ep, ok)
 
-    def _ack_sent(self, task: asyncio.Task) -> None:
-        self._acks.discard(task)
-        if not task.cancelled() and task.exception() is not None:  # the source keeps the lease till expiry
-            log.warning("ack of a pull was not delivered: %s", task.exception())
+    def _ack(self, peer: tuple[str, int], ep: ucxx.Endpoint, ok: bool) -> None:
+        try:
+            self._ucx.send(ep, _encode({"ok": ok}), ORDER_TAG).add_done_callback(_ack_sent)
+        except Exception as e:  # the pull itself is over: the source keeps the lease till expiry
+            log.warning("ack of a pull was not sent: %s", e)
+        self._put_back(peer, ep)
 
-    async def _recv_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst: PoolRanges,
-                          slots: asyncio.Semaphore) -> None:
+    def _recv_frame(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst: PoolRanges,
+                    slots: asyncio.Semaphore) -> Awaitable[None]:
         if not frame.packed:
-            await ep.recv(dst.view(frame.first), tag=FRAME_TAG + index)
-            return
+            return self._ucx.recv(ep, dst.view(frame.first), FRAME_TAG + index)
+        return self._recv_packed(ep, index, frame, dst, slots)
+
+    async def _recv_packed(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst: PoolRanges,
+                           slots: asyncio.Semaphore) -> None:
         async with slots:
             buf = self._staging.get()
-            await ep.recv(buf[:frame.nbytes], tag=FRAME_TAG + index)
+            await self._ucx.recv(ep, buf[:frame.nbytes], FRAME_TAG + index)
             dst.unpack(frame.first, frame.count, buf)  # ~0.25 ms for 4 MB: cheaper than a thread hop
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
@@ -195,9 +205,8 @@ class UcxPuller:
             if not ep.closed:
                 return ep
         try:
-            return await asyncio.wait_for(
-                ucxx.create_endpoint(peer[0], peer[1], connect_timeout=self._connect_timeout_s),
-                self._connect_timeout_s)
+            return await asyncio.wait_for(self._ucx.connect(peer[0], peer[1], self._connect_timeout_s),
+                                          self._connect_timeout_s)
         except Exception as e:
             raise XferError(Failure.UNAVAILABLE, f"cannot connect to source kvxfer UCX {peer[0]}:{peer[1]}: "
                                                  f"{type(e).__name__}: {e}") from e
@@ -207,10 +216,33 @@ class UcxPuller:
         if len(idle) < IDLE_PER_PEER and not ep.closed:
             idle.append(ep)
         else:
-            ep.abort()
+            self._ucx.abort(ep)
 
     def close(self) -> None:
         for idle in self._idle.values():
             for ep in idle:
-                ep.abort()
+                self._ucx.abort(ep)
         self._idle.clear()
+
+
+async def _all(futures: list[asyncio.Future]) -> None:
+    """Await each in turn (a gather costs loop turns); if one fails, cancel the rest and let them end."""
+    try:
+        for future in futures:
+            await future
+    except BaseException:
+        await _cancel(futures)
+        raise
+
+
+async def _cancel(futures: list[asyncio.Future]) -> None:
+    """Cancel what is pending (a cancelled send or receive stays posted until its endpoint is aborted)
+    and wait for it to end, so that no frame task outlives its pull."""
+    for future in futures:
+        future.cancel()
+    await asyncio.gather(*futures, return_exceptions=True)
+
+
+def _ack_sent(sent: asyncio.Future) -> None:
+    if not sent.cancelled() and sent.exception() is not None:  # the source keeps the lease till expiry
+        log.warning("ack of a pull was not delivered: %s", sent.exception())

@@ -1,0 +1,123 @@
+"""UCX progress on the asyncio loop: the ucxx worker in blocking mode, its epoll fd watched by the
+loop. A wake progresses the worker, completes the futures of finished requests and re-arms the
+worker; while events keep coming it progresses once per loop turn, and while nothing happens it
+costs nothing.
+
+Measured here (two processes on loopback, 2 cores): a small-message round trip takes 0.06-0.16 ms,
+against 0.26-0.45 ms with ucxx's Python futures (completed by its notifier thread: two thread hops
+per request). ucxx's own blocking mode awaits every request with asyncio.sleep(0) polls instead: a
+listener waiting for the next order would spin at 100% CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+
+import ucxx
+from ucxx._lib.arr import Array
+from ucxx._lib.libucxx import UCXCloseError
+from ucxx._lib_async.application_context import ProgressTasks
+from ucxx._lib_async.utils import hash64bits
+from ucxx.types import Tag, TagMaskFull
+
+
+class UcxLoop:
+    """Tagged sends and receives on ucxx endpoints as futures of the event loop. One per process,
+    created in its event loop before any other ucxx call."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        ProgressTasks[self._loop] = self  # ucxx starts no progress task of its own on this loop
+        ucxx.init(progress_mode="blocking", enable_python_future=False, enable_delayed_submission=False)
+        self._worker = ucxx.core._get_ctx().worker
+        self._worker.init_blocking_progress_mode()
+        self._pending: list[tuple[object, asyncio.Future, Array]] = []  # (request, its future, its buffer)
+        self._scheduled = False
+        self._loop.add_reader(self._worker.epoll_file_descriptor, self._step)
+        self.kick()
+
+    def listen(self, handler: Callable[[ucxx.Endpoint], Awaitable[None]], port: int) -> ucxx.Listener:
+        """A listener calling handler(endpoint) for each connection (port 0: any free port)."""
+        return ucxx.create_listener(handler, port=port)
+
+    async def connect(self, host: str, port: int, timeout_s: float) -> ucxx.Endpoint:
+        """An endpoint to the listener at host:port."""
+        try:
+            return await ucxx.create_endpoint(host, port, connect_timeout=timeout_s)
+        finally:
+            self.kick()  # ucxx progressed the worker itself
+
+    def abort(self, ep: ucxx.Endpoint) -> None:
+        """Close the endpoint at once; its posted requests fail (as cancelled)."""
+        ep.abort()
+        self.kick()  # ucxx progressed the worker itself
+
+    def send(self, ep: ucxx.Endpoint, buf: object, tag: int) -> asyncio.Future:
+        """Post a send of buf; the future is done once buf may be reused."""
+        arr = Array(buf)
+        return self._track(_ucp(ep).tag_send(arr, _tag(ep._tags["msg_send"], tag)), arr)
+
+    def recv(self, ep: ucxx.Endpoint, buf: object, tag: int) -> asyncio.Future:
+        """Post a receive into buf; the future is done once the message is in."""
+        arr = Array(buf)
+        return self._track(_ucp(ep).tag_recv(arr, _tag(ep._tags["msg_recv"], tag), TagMaskFull), arr)
+
+    def kick(self) -> None:
+        """Progress soon (and settle requests that finished while ucxx progressed the worker itself)."""
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._step)
+
+    def close(self) -> None:
+        """Stop watching the worker (the process is leaving)."""
+        self._loop.remove_reader(self._worker.epoll_file_descriptor)
+
+    def _track(self, request, arr: Array) -> asyncio.Future:
+        future = self._loop.create_future()
+        if request.completed:
+            _settle(request, future)
+        else:
+            self._pending.append((request, future, arr))  # arr keeps the buffer alive while UCX uses it
+            self.kick()
+        return future
+
+    def _step(self) -> None:
+        self._scheduled = False
+        self._worker.progress()
+        if self._pending:
+            pending, self._pending = self._pending, []
+            for entry in pending:  # kept till its request ends, cancelled future or not (the buffer with it)
+                if entry[0].completed:
+                    _settle(entry[0], entry[1])
+                else:
+                    self._pending.append(entry)
+        if not self._worker.arm():  # events arrived since the progress: go on after other tasks had a turn
+            self.kick()
+
+
+def _settle(request, future: asyncio.Future) -> None:
+    if future.done():
+        return
+    try:
+        request.check_error()
+    except Exception as e:
+        future.set_exception(e)
+        future.exception()  # marks it retrieved: a request abandoned with its endpoint fails unheard
+    else:
+        future.set_result(None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tag(endpoint_tag: int, tag: int) -> Tag:
+    """Our tag within the endpoint's, as ucxx's Endpoint.send/recv make it (a SHA-1: cached)."""
+    return Tag(hash64bits(endpoint_tag, hash(tag)))
+
+
+def _ucp(ep: ucxx.Endpoint):
+    """The endpoint's UCXEndpoint (ucxx's own send/recv await through its progress modes)."""
+    if ep.closed:
+        raise UCXCloseError("Endpoint closed")
+    ep._ep.raise_on_error()
+    return ep._ep

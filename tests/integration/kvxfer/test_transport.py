@@ -1,0 +1,89 @@
+"""The UCX transport in one process (source and destination over loopback): the ack goes after the
+pull has returned, and releases the lease; a failed verify keeps it; idle endpoints cost no CPU."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from services.engine.kv_pool import KVLayout
+from services.kvxfer.config import KVXferConfig
+from services.kvxfer.errors import Failure, XferError
+from services.kvxfer.orders import PullOrder, SourceGrant
+from services.kvxfer.pools import MappedPool
+from services.kvxfer.ranges import block_ranges
+from services.kvxfer.ucx_env import apply_ucx_env
+
+pytestmark = pytest.mark.timeout(60)
+LAYOUT = KVLayout(num_blocks=16, num_layers=4, block_size=16, num_kv_heads=2, head_dim=64)  # 64 KB blocks
+
+
+class Source:
+    """A PullSource over one pool that records how each pull ended."""
+
+    def __init__(self, pool: MappedPool) -> None:
+        self.pool = pool
+        self.closed: list[bool] = []
+
+    async def open_pull(self, order: PullOrder) -> SourceGrant:
+        return SourceGrant(self.pool.ranges(block_ranges(order.src_blocks, order.dst_blocks, order.block_bytes),
+                                            "src"), None)
+
+    def close_pull(self, order: PullOrder, ok: bool) -> None:
+        self.closed.append(ok)
+
+
+async def _until(condition, timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease() -> None:
+    apply_ucx_env(KVXferConfig())
+    from services.kvxfer.transport import UcxPuller, UcxServer  # after the UCX environment is set
+    from services.kvxfer.ucx_loop import UcxLoop
+
+    ucx = UcxLoop()  # one per process: this is the only test that runs UCX in the pytest process
+    rng = np.random.default_rng(0)
+    src = MappedPool("p0", LAYOUT, "cpu", rng.integers(0, 256, LAYOUT.pool_bytes, dtype=np.uint8))
+    dst = MappedPool("d0", LAYOUT, "cpu", np.zeros(LAYOUT.pool_bytes, dtype=np.uint8))
+    source = Source(src)
+    server, puller = UcxServer(ucx, source), UcxPuller(ucx, connect_timeout_s=5.0)
+    peer = ("127.0.0.1", server.start(0))
+
+    async def verified(crc: int | None) -> None:
+        pass
+
+    async def corrupt(crc: int | None) -> None:
+        raise XferError(Failure.DATA_LOSS, "checksum mismatch")
+
+    def order(src_blocks: list[int], dst_blocks: list[int]) -> tuple[PullOrder, object]:
+        ranges = block_ranges(src_blocks, dst_blocks, LAYOUT.block_bytes)
+        return PullOrder("lease", "p0", src_blocks, dst_blocks, LAYOUT.block_bytes, False, True), dst.ranges(ranges, "dst")
+
+    try:
+        await puller.pull(peer, *order([3, 9, 4], [0, 5, 1]), verified)
+        assert source.closed == []  # the pull returned before its ack was even sent
+        await _until(lambda: source.closed == [True])
+        block = LAYOUT.block_bytes
+        for s, d in ((3, 0), (9, 5), (4, 1)):
+            assert np.array_equal(dst.data[d * block:(d + 1) * block], src.data[s * block:(s + 1) * block])
+
+        with pytest.raises(XferError, match="checksum mismatch"):
+            await puller.pull(peer, *order([7], [2]), corrupt)
+        await _until(lambda: source.closed == [True, False])  # the lease is kept
+        await puller.pull(peer, *order([8], [3]), verified)  # the endpoint stays in step after a nack
+        await _until(lambda: source.closed == [True, False, True])
+
+        cpu = time.process_time()
+        await asyncio.sleep(0.5)  # an idle endpoint waits for its next order in epoll, not polling
+        assert time.process_time() - cpu < 0.05
+    finally:
+        puller.close()
+        server.close()
+        await asyncio.sleep(0.05)  # the source's endpoint task sees the abort and ends
+        ucx.close()
