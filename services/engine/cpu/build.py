@@ -1,4 +1,4 @@
-"""Compiles a C kernel of this package for this host on first use, cached by source, compiler flags and CPU."""
+"""Compiles a C kernel for this host on first use, cached by source, compiler flags and CPU."""
 
 from __future__ import annotations
 
@@ -30,12 +30,17 @@ def _cpu_signature() -> str:
     return platform.processor() or platform.machine()
 
 
+HERE = Path(__file__).parent
+
+
 @functools.cache
-def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object) -> ctypes._CFuncPtr | None:
-    """`symbol` of the compiled `name`.c, typed; None where kernels are off (`DISTSERVE_CPU_KERNELS=0`) or unbuilt."""
+def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object,
+                    folder: Path = HERE) -> ctypes._CFuncPtr | None:
+    """`symbol` of the compiled `folder/name.c`, typed; None where kernels are off (`DISTSERVE_CPU_KERNELS=0`) or
+    unbuilt (its caller then falls back to Python or torch)."""
     if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
         return None
-    lib = load_kernel(name)
+    lib = load_kernel(name, folder)
     if lib is None:
         return None
     fn = getattr(lib, symbol)
@@ -43,12 +48,12 @@ def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object) ->
     return fn
 
 
-def load_kernel(name: str) -> ctypes.CDLL | None:
-    """The compiled `name`.c of this folder, or None (logged once) where no C compiler can build it."""
-    source = Path(__file__).with_name(f"{name}.c")
+def load_kernel(name: str, folder: Path = HERE) -> ctypes.CDLL | None:
+    """The compiled `folder/name.c`, or None (logged once) where no C compiler can build it."""
+    source = folder / f"{name}.c"
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        log.warning("no C compiler: %s falls back to torch", name)
+        log.warning("no C compiler: %s is not used", name)
         return None
     key = hashlib.sha256("\0".join([source.read_text(), compiler, *FLAGS, _cpu_signature()]).encode()).hexdigest()[:16]
     target = CACHE_DIR / f"{name}-{key}.so"
@@ -57,7 +62,7 @@ def load_kernel(name: str) -> ctypes.CDLL | None:
             _compile(compiler, source, target)
         except (OSError, subprocess.SubprocessError) as exc:
             stderr = getattr(exc, "stderr", b"") or b""
-            log.warning("building %s failed (%s %s): falling back to torch", name, exc, stderr.decode()[-500:])
+            log.warning("building %s failed (%s %s): it is not used", name, exc, stderr.decode()[-500:])
             return None
     return ctypes.CDLL(str(target))
 

@@ -1,6 +1,10 @@
-"""Host copies by address move exactly the ranges' bytes: pool to pool, and packed through a frame."""
+"""Host copies by address move exactly the ranges' bytes: pool to pool, and packed through a frame; with the C
+copy loop and with its fallback (no C compiler)."""
 
 import numpy as np
+import pytest
+
+from services.kvxfer import pools
 
 from services.engine.kv_pool import KVLayout
 from services.kvxfer.pools import MappedPool, copy_ranges
@@ -17,6 +21,16 @@ def _pool(name: str, rng: np.random.Generator | None = None) -> MappedPool:
 
 def _blocks(pool: MappedPool, ids: list[int]) -> list[bytes]:
     return [pool.data.reshape(LAYOUT.num_blocks, -1)[b].tobytes() for b in ids]
+
+
+@pytest.fixture(params=["C loop", "memmove per range"], autouse=True)
+def copier(request, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.param == "C loop":
+        if pools._copy_kernel() is None:
+            pytest.skip("no C compiler")
+        monkeypatch.setattr(pools, "KERNEL_FROM_RANGES", 1)  # these few ranges too
+    else:
+        monkeypatch.setattr(pools, "_copy_kernel", lambda: None)
 
 
 def test_copy_ranges_moves_each_block_to_its_pair_and_nothing_else() -> None:
