@@ -14,45 +14,15 @@ rate given, and splits every request's first → second token gap at the client 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
-import time
 
-import grpc
-
-from distserve.v1 import router_pb2, router_pb2_grpc
-from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, stream_tail
-from services.bench.runner import Bench, BenchConfig, serving, warm_up
+from services.bench.loadgen import RequestResult
+from services.bench.runner import Bench, BenchConfig, run_requests, serving, warm_up
 from services.engine.cli import resolve_model
 
 PARTS = {"to decode": ("first", "decode_queued"), "reserve": ("decode_queued", "xfer_start"),
          "pull": ("xfer_start", "xfer_end"), "admit": ("xfer_end", "decode_start"),
          "step+relay": ("decode_start", "second")}
-
-
-async def _send(stub: router_pb2_grpc.RouterStub, req: BenchRequest) -> RequestResult:
-    result = RequestResult(req.request_id, len(req.prompt_ids), sent=time.time())
-    message = router_pb2.GenerateRequest(prompt_token_ids=req.prompt_ids, max_tokens=req.max_tokens,
-                                         temperature=0.0, ignore_eos=True, request_id=req.request_id)
-    async for chunk in stub.Generate(message, timeout=600):
-        for _ in chunk.token_ids:
-            result.output_tokens += 1
-            if result.output_tokens == 1:
-                result.first = time.time()
-            elif result.output_tokens == 2:
-                result.second = time.time()
-    result.done = time.time()
-    return result
-
-
-async def _load(address: str, requests: list[BenchRequest]) -> list[RequestResult]:
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = router_pb2_grpc.RouterStub(channel)
-        began, tasks = time.monotonic(), []
-        for req in requests:
-            await asyncio.sleep(max(0.0, began + req.arrival - time.monotonic()))
-            tasks.append(asyncio.create_task(_send(stub, req)))
-        return list(await asyncio.gather(*tasks))
 
 
 def _split(result: RequestResult) -> dict[str, float]:
@@ -71,14 +41,9 @@ def main() -> None:
     with serving(cfg, "disagg") as served:
         warm_up(cfg, served, sample, bench.kv_bytes, None)
         for rate in args.rates:
-            arrivals = sample.arrivals(rate)
-            requests = [BenchRequest(f"probe-{rate}-{i}", sample.prompt_ids[i], int(sample.outputs[i]),
-                                     float(arrivals[i])) for i in range(len(sample))]
-            tail = stream_tail(served.redis_url)
-            results = asyncio.run(_load(served.address, requests))
-            attach_stages(served.redis_url, results, tail)
-            splits = [_split(r) for r in results if r.second and r.lifetime is not None]
-            gaps = sorted(1000 * (r.second - r.first) for r in results if r.second)
+            results = run_requests(served, sample.requests(rate, f"probe-{rate}"), None, "")
+            splits = [_split(r) for r in results if r.first_gap is not None and r.lifetime is not None]
+            gaps = sorted(1000 * r.first_gap for r in results if r.first_gap is not None)
             print(f"{rate} req/s, {len(splits)} requests: first gap median {statistics.median(gaps):.1f} ms, "
                   f"p90 {gaps[int(0.9 * len(gaps))]:.1f} ms")
             for part in PARTS:

@@ -143,10 +143,7 @@ def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float,
     can be fitted to the steps served from the returned time (unix seconds) on."""
     lone_steps = [s for s in served_steps(served.redis_url, warm.began).get("decode", []) if s.start < warm.lone_end]
     overheads = path_overheads(warm.lone, lone_steps)
-    run = uuid.uuid4().hex[:6]
-    arrivals = sample.arrivals(rate)
-    reqs = [BenchRequest(f"calib-{run}-{i}", sample.prompt_ids[i], int(sample.outputs[i]), float(arrivals[i]))
-            for i in range(len(sample))]
+    reqs = sample.requests(rate, f"calib-{uuid.uuid4().hex[:6]}")
     began = time.time()
     run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
     return overheads, began
@@ -249,9 +246,7 @@ class Bench:
 
         def at(rate: float) -> float:
             part = sample_at(rate)
-            arrivals = part.arrivals(rate)
-            reqs = [BenchRequest(f"bench-{run}-{len(points)}-{i}", part.prompt_ids[i], int(part.outputs[i]),
-                                 float(arrivals[i])) for i in range(len(part))]
+            reqs = part.requests(rate, f"bench-{run}-{len(points)}")
             refit()
             began, wall = time.time(), time.monotonic()
             results = run_requests(served, reqs, self.progress, f"{served.mode} {workload} {rate:.3g} req/s")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.bench.loadgen import BenchRequest
 from services.planner.workload import Workload, length_stats, unit_arrivals
 
 WORKLOADS = ("chatbot", "code", "summarization")
@@ -35,6 +36,12 @@ class Sample:
 
     def stats(self) -> dict[str, float]:
         return length_stats(self.prompts, self.outputs)
+
+    def requests(self, rate: float, prefix: str) -> list[BenchRequest]:
+        """The requests of a run at `rate`, with ids `prefix-i`."""
+        arrivals = self.arrivals(rate)
+        return [BenchRequest(f"{prefix}-{i}", self.prompt_ids[i], int(self.outputs[i]), float(arrivals[i]))
+                for i in range(len(self))]
 
     def head(self, n: int) -> "Sample":
         """The first `n` requests."""

@@ -71,7 +71,7 @@ class PoolRanges:
         if self.pool.on_gpu:
             copy_views(_slices(buf, lengths), self._views(first, count))
         else:
-            copy_all(list(itertools.accumulate(lengths, initial=buf.ctypes.data)), self._addresses(first, count), lengths)
+            copy_all(buf.ctypes.data, _packed_offsets(lengths), self._base, self.offsets[first:first + count], lengths)
 
     def unpack(self, first: int, count: int, buf: np.ndarray) -> None:
         """Copy buf, back to back, into ranges first..first+count-1."""
@@ -79,14 +79,14 @@ class PoolRanges:
         if self.pool.on_gpu:
             copy_views(self._views(first, count), _slices(buf, lengths))
         else:
-            copy_all(self._addresses(first, count), list(itertools.accumulate(lengths, initial=buf.ctypes.data)), lengths)
+            copy_all(self._base, self.offsets[first:first + count], buf.ctypes.data, _packed_offsets(lengths), lengths)
 
     def _views(self, first: int, count: int) -> list:
         return [self.view(i) for i in range(first, first + count)]
 
-    def _addresses(self, first: int, count: int) -> list[int]:
-        base = self.pool.data.ctypes.data
-        return [base + offset for offset in self.offsets[first:first + count]]
+    @property
+    def _base(self) -> int:
+        return self.pool.data.ctypes.data
 
 
 def map_host(instance_id: str, layout: KVLayout, path: str) -> MappedPool:
@@ -124,8 +124,8 @@ def copy_views(dst_views: Sequence, src_views: Sequence) -> None:
     gpu.copy_views(dst_views, src_views)
 
 
-def copy_all(dst: Sequence[int], src: Sequence[int], lengths: Sequence[int]) -> None:
-    """Copy lengths[i] bytes from address src[i] to address dst[i] (host memory), GIL released.
+def copy_all(dst_base: int, dst: Sequence[int], src_base: int, src: Sequence[int], lengths: Sequence[int]) -> None:
+    """Copy lengths[i] bytes from address src_base + src[i] to dst_base + dst[i] (host memory), GIL released.
 
     One call of the C loop in `copy_ranges.c`: scattered 64 KB blocks then copy at the speed of one memcpy of
     the same bytes between the same pools, where a ctypes.memmove per range (~0.4 µs; a numpy slice and
@@ -133,10 +133,11 @@ def copy_all(dst: Sequence[int], src: Sequence[int], lengths: Sequence[int]) -> 
     kernel = _copy_kernel() if len(lengths) >= KERNEL_FROM_RANGES else None
     if kernel is None:
         for d, s, n in zip(dst, src, lengths):
-            ctypes.memmove(d, s, n)
+            ctypes.memmove(dst_base + d, src_base + s, n)
         return
-    arrays = [np.array(a, np.int64) for a in (dst, src, lengths)]
-    kernel(len(lengths), *(a.ctypes.data for a in arrays))
+    dst_at, src_at = np.array(dst, np.int64) + dst_base, np.array(src, np.int64) + src_base
+    lengths_at = np.array(lengths, np.int64)
+    kernel(len(lengths), dst_at.ctypes.data, src_at.ctypes.data, lengths_at.ctypes.data)
 
 
 def _copy_kernel() -> ctypes._CFuncPtr | None:
@@ -148,10 +149,14 @@ def copy_ranges(src: MappedPool, dst: MappedPool, ranges: Ranges) -> None:
     if src.on_gpu or dst.on_gpu:
         copy_views(dst.ranges(ranges, "dst").views(), src.ranges(ranges, "src").views())
         return
-    src_base, dst_base = src.data.ctypes.data, dst.data.ctypes.data
-    copy_all([dst_base + o for o in ranges.dst], [src_base + o for o in ranges.src], ranges.length)
+    copy_all(dst.data.ctypes.data, ranges.dst, src.data.ctypes.data, ranges.src, ranges.length)
+
+
+def _packed_offsets(lengths: Sequence[int]) -> list[int]:
+    """Where each of the lengths starts when they lie back to back."""
+    return list(itertools.accumulate(lengths[:-1], initial=0))
 
 
 def _slices(buf: np.ndarray, lengths: Sequence[int]) -> list[np.ndarray]:
     """Consecutive slices of buf with the given lengths."""
-    return [buf[start:start + n] for start, n in zip(itertools.accumulate(lengths, initial=0), lengths)]
+    return [buf[start:start + n] for start, n in zip(_packed_offsets(lengths), lengths)]
