@@ -13,8 +13,10 @@ from prometheus_client import start_http_server
 from distserve.v1 import kvxfer_pb2_grpc
 from services.kvxfer.config import KVXferConfig
 from services.kvxfer.core import KVXferCore
+from services.kvxfer.iov import helper
 from services.kvxfer.metrics import XferMetrics
 from services.kvxfer.peers import GrpcPeers
+from services.kvxfer.pools import copy_kernel
 from services.kvxfer.server import KVXferServicer
 from services.kvxfer.ucx_env import apply_ucx_env
 
@@ -28,6 +30,7 @@ async def serve(config: KVXferConfig) -> None:
     from services.kvxfer.transport import UcxPuller, UcxServer  # after the UCX environment is set
     from services.kvxfer.ucx_loop import UcxLoop
 
+    c_loop, iov = copy_kernel() is not None, helper() is not None  # built now, not in the first pull
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
     port = server.add_insecure_port(f"{config.host}:{config.port}")
     metrics = XferMetrics()
@@ -46,8 +49,8 @@ async def serve(config: KVXferConfig) -> None:
     expiry = asyncio.create_task(core.run_expiry(config.expiry_interval_s))
     for name in ("", SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("kvxfer serving gRPC on %s, UCX on port %d, metrics on %s", core.address, ucx_port,
-             config.metrics_port or "none")
+    log.info("kvxfer serving gRPC on %s, UCX on port %d, metrics on %s; C copy loop %s, scatter-gather frames %s",
+             core.address, ucx_port, config.metrics_port or "none", _on(c_loop), _on(iov))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -62,3 +65,7 @@ async def serve(config: KVXferConfig) -> None:
     ucx.close()
     ucx_loop.close()
     await peers.close()
+
+
+def _on(built: bool) -> str:
+    return "on" if built else "off (no C compiler, or DISTSERVE_CPU_KERNELS=0)"

@@ -61,6 +61,10 @@ class PoolRanges:
         """The pool's slice of range i (no copy)."""
         return self.pool.data[self.offsets[i]:self.offsets[i] + self.lengths[i]]
 
+    def part(self, first: int, count: int) -> tuple[list[int], list[int]]:
+        """Offsets and lengths of ranges first..first+count-1."""
+        return self.offsets[first:first + count], self.lengths[first:first + count]
+
     def views(self) -> list:
         """The pool's slices of all ranges (no copy)."""
         return self._views(0, len(self.offsets))
@@ -130,7 +134,7 @@ def copy_all(dst_base: int, dst: Sequence[int], src_base: int, src: Sequence[int
     One call of the C loop in `copy_ranges.c`: scattered 64 KB blocks then copy at the speed of one memcpy of
     the same bytes between the same pools, where a ctypes.memmove per range (~0.4 µs; a numpy slice and
     copyto cost ~1.5 µs) took 0.87 of it at 4 MB. A few ranges, or no C compiler: that memmove per range."""
-    kernel = _copy_kernel() if len(lengths) >= KERNEL_FROM_RANGES else None
+    kernel = copy_kernel() if len(lengths) >= KERNEL_FROM_RANGES else None
     if kernel is None:
         for d, s, n in zip(dst, src, lengths):
             ctypes.memmove(dst_base + d, src_base + s, n)
@@ -140,7 +144,8 @@ def copy_all(dst_base: int, dst: Sequence[int], src_base: int, src: Sequence[int
     kernel(len(lengths), dst_at.ctypes.data, src_at.ctypes.data, lengths_at.ctypes.data)
 
 
-def _copy_kernel() -> ctypes._CFuncPtr | None:
+def copy_kernel() -> ctypes._CFuncPtr | None:
+    """The C loop of copy_ranges.c, or None (no compiler, or C helpers off)."""
     return kernel_function("copy_ranges", "copy_ranges", (ctypes.c_int64,) + (ctypes.c_void_p,) * 3, None, HERE)
 
 

@@ -1,5 +1,8 @@
 """Cross-host pulls over UCX (ucxx): the source kvxfer sends ranges of its mapped pools, the
-destination kvxfer receives them into its pool (frames.py says when small ranges are packed).
+destination kvxfer receives them into its pool. Runs of small ranges travel as frames (frames.py): each
+side sends or receives a frame of host memory as one scatter-gather message straight from or into its pool
+(iov.py), or packs it through a staging buffer where the helper cannot be built; the bytes on the wire are the
+same, so the two sides choose independently.
 
 An endpoint carries one pull at a time (idle endpoints are kept per peer and reused), so a failed
 or timed-out pull aborts only its own endpoint, which cancels its receives before the failure is
@@ -22,6 +25,7 @@ import ucxx
 
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.frames import Frame, Staging, plan_frames
+from services.kvxfer.iov import helper
 from services.kvxfer.orders import PullOrder, PullSource
 from services.kvxfer.pools import PoolRanges
 from services.kvxfer.ucx_loop import UcxLoop
@@ -101,6 +105,8 @@ class UcxServer:
                     slots: asyncio.Semaphore) -> Awaitable[None]:
         if not frame.packed:
             return self._ucx.send(ep, src.view(frame.first), FRAME_TAG + index)
+        if _scatter_gather(src):
+            return self._ucx.send_iov(ep, FRAME_TAG + index, src.pool.data, *src.part(frame.first, frame.count))
         return self._send_packed(ep, index, frame, src, slots)
 
     async def _send_packed(self, ep: ucxx.Endpoint, index: int, frame: Frame, src: PoolRanges,
@@ -188,6 +194,8 @@ class UcxPuller:
                     slots: asyncio.Semaphore) -> Awaitable[None]:
         if not frame.packed:
             return self._ucx.recv(ep, dst.view(frame.first), FRAME_TAG + index)
+        if _scatter_gather(dst):
+            return self._ucx.recv_iov(ep, FRAME_TAG + index, dst.pool.data, *dst.part(frame.first, frame.count))
         return self._recv_packed(ep, index, frame, dst, slots)
 
     async def _recv_packed(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst: PoolRanges,
@@ -223,6 +231,11 @@ class UcxPuller:
             for ep in idle:
                 self._ucx.abort(ep)
         self._idle.clear()
+
+
+def _scatter_gather(ranges: PoolRanges) -> bool:
+    """Whether this side moves packed frames as scatter-gather messages (host pools, helper built)."""
+    return not ranges.pool.on_gpu and helper() is not None
 
 
 async def _all(futures: list[asyncio.Future]) -> None:

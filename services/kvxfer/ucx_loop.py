@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
+import numpy as np
 import ucxx
 from ucxx._lib.arr import Array
 from ucxx._lib.libucxx import UCXCloseError
 from ucxx._lib_async.application_context import ProgressTasks
 from ucxx._lib_async.utils import hash64bits
 from ucxx.types import Tag, TagMaskFull
+
+from services.kvxfer.iov import IovRequest
 
 
 class UcxLoop:
@@ -33,7 +36,7 @@ class UcxLoop:
         ucxx.init(progress_mode="blocking", enable_python_future=False, enable_delayed_submission=False)
         self._worker = ucxx.core._get_ctx().worker
         self._worker.init_blocking_progress_mode()
-        self._pending: list[tuple[object, asyncio.Future, Array]] = []  # (request, its future, its buffer)
+        self._pending: list[tuple[object, asyncio.Future, Array | None]] = []  # (request, its future, its buffer)
         self._scheduled = False
         self._loop.add_reader(self._worker.epoll_file_descriptor, self._step)
         self.kick()
@@ -52,6 +55,9 @@ class UcxLoop:
     def abort(self, ep: ucxx.Endpoint) -> None:
         """Close the endpoint at once; its posted requests fail (as cancelled)."""
         ep.abort()
+        for request, _, _ in self._pending:  # UCP's receives belong to the worker: withdraw the endpoint's own
+            if isinstance(request, IovRequest) and request.receive and request.ep is ep:
+                request.cancel(self._worker.handle)
         self.kick()  # ucxx progressed the worker itself
 
     def send(self, ep: ucxx.Endpoint, buf: object, tag: int) -> asyncio.Future:
@@ -64,6 +70,20 @@ class UcxLoop:
         arr = Array(buf)
         return self._track(_ucp(ep).tag_recv(arr, _tag(ep._tags["msg_recv"], tag), TagMaskFull), arr)
 
+    def send_iov(self, ep: ucxx.Endpoint, tag: int, pool: np.ndarray, offsets: Sequence[int],
+                 lengths: Sequence[int]) -> asyncio.Future:
+        """Post a send of the pool's ranges as one message (iov.py); done once they may be reused."""
+        request = IovRequest.send(_ucp(ep).handle, ep, _tag(ep._tags["msg_send"], tag).value, pool, offsets, lengths)
+        return self._track(request, None)
+
+    def recv_iov(self, ep: ucxx.Endpoint, tag: int, pool: np.ndarray, offsets: Sequence[int],
+                 lengths: Sequence[int]) -> asyncio.Future:
+        """Post a receive of one message into the pool's ranges (iov.py); done once it is in."""
+        _ucp(ep)  # the endpoint is open
+        request = IovRequest.recv(self._worker.handle, ep, _tag(ep._tags["msg_recv"], tag).value, pool, offsets,
+                                  lengths)
+        return self._track(request, None)
+
     def kick(self) -> None:
         """Progress soon (and settle requests that finished while ucxx progressed the worker itself)."""
         if not self._scheduled:
@@ -74,7 +94,7 @@ class UcxLoop:
         """Stop watching the worker (the process is leaving)."""
         self._loop.remove_reader(self._worker.epoll_file_descriptor)
 
-    def _track(self, request, arr: Array) -> asyncio.Future:
+    def _track(self, request, arr: Array | None) -> asyncio.Future:
         future = self._loop.create_future()
         if request.completed:
             _settle(request, future)

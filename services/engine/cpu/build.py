@@ -48,18 +48,20 @@ def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object,
     return fn
 
 
-def load_kernel(name: str, folder: Path = HERE) -> ctypes.CDLL | None:
-    """The compiled `folder/name.c`, or None (logged once) where no C compiler can build it."""
+def load_kernel(name: str, folder: Path = HERE, flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
+    """The compiled `folder/name.c` (`flags`: extra compiler and linker flags), or None (logged once) where no C
+    compiler can build it."""
     source = folder / f"{name}.c"
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         log.warning("no C compiler: %s is not used", name)
         return None
-    key = hashlib.sha256("\0".join([source.read_text(), compiler, *FLAGS, _cpu_signature()]).encode()).hexdigest()[:16]
+    parts = [source.read_text(), compiler, *FLAGS, *flags, _cpu_signature()]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     target = CACHE_DIR / f"{name}-{key}.so"
     if not target.exists():
         try:
-            _compile(compiler, source, target)
+            _compile(compiler, source, target, flags)
         except (OSError, subprocess.SubprocessError) as exc:
             stderr = getattr(exc, "stderr", b"") or b""
             log.warning("building %s failed (%s %s): it is not used", name, exc, stderr.decode()[-500:])
@@ -67,12 +69,13 @@ def load_kernel(name: str, folder: Path = HERE) -> ctypes.CDLL | None:
     return ctypes.CDLL(str(target))
 
 
-def _compile(compiler: str, source: Path, target: Path) -> None:
+def _compile(compiler: str, source: Path, target: Path, flags: tuple[str, ...]) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
         partial = Path(tmp.name)
     try:
-        subprocess.run([compiler, *FLAGS, str(source), "-o", str(partial)], check=True, capture_output=True, timeout=120)
+        subprocess.run([compiler, *FLAGS, str(source), "-o", str(partial), *flags], check=True, capture_output=True,
+                       timeout=120)
         os.replace(partial, target)  # atomic: processes building at once each install a complete file
     finally:
         partial.unlink(missing_ok=True)

@@ -1,9 +1,12 @@
 """The UCX transport in one process (source and destination over loopback): the ack goes after the
-pull has returned, and releases the lease; a failed verify keeps it; idle endpoints cost no CPU."""
+pull has returned, and releases the lease; a failed verify keeps it; idle endpoints cost no CPU; a
+frame sent as a scatter-gather message is received packed and the reverse; aborting an endpoint
+withdraws its scatter-gather receives."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import numpy as np
@@ -42,9 +45,11 @@ async def _until(condition, timeout_s: float = 5.0) -> None:
             await asyncio.sleep(0.005)
 
 
-async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease() -> None:
+async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypatch) -> None:
     apply_ucx_env(KVXferConfig())
-    from services.kvxfer.transport import UcxPuller, UcxServer  # after the UCX environment is set
+    from services.kvxfer import transport  # after the UCX environment is set
+    from services.kvxfer.iov import helper
+    from services.kvxfer.transport import UcxPuller, UcxServer
     from services.kvxfer.ucx_loop import UcxLoop
 
     ucx = UcxLoop()  # one per process: this is the only test that runs UCX in the pytest process
@@ -82,8 +87,33 @@ async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease() -> Non
         cpu = time.process_time()
         await asyncio.sleep(0.5)  # an idle endpoint waits for its next order in epoll, not polling
         assert time.process_time() - cpu < 0.05
+
+        assert helper() is not None, "the scatter-gather helper did not build"
+        rng = random.Random(0)
+        for sides in ({"src"}, {"dst"}, {"src", "dst"}, set()):  # which sides send or receive frames scatter-gather
+            monkeypatch.setattr(transport, "_scatter_gather",
+                                lambda ranges, sides=sides: ("src" if ranges.pool is src else "dst") in sides)
+            src_blocks, dst_blocks = rng.sample(range(LAYOUT.num_blocks), 9), rng.sample(range(LAYOUT.num_blocks), 9)
+            dst.data[:] = 0
+            await puller.pull(peer, *order(src_blocks, dst_blocks), verified)
+            for s, d in zip(src_blocks, dst_blocks):
+                assert np.array_equal(dst.data[d * block:(d + 1) * block], src.data[s * block:(s + 1) * block]), sides
+
+        await _abort_withdraws_scatter_gather_receives(ucx, peer, dst)
     finally:
         puller.close()
         server.close()
         await asyncio.sleep(0.05)  # the source's endpoint task sees the abort and ends
         ucx.close()
+
+
+async def _abort_withdraws_scatter_gather_receives(ucx, peer: tuple[str, int], dst: MappedPool) -> None:
+    """A receive posted into the pool ends (failed) once its endpoint is aborted, so nothing writes there later."""
+    ep = await ucx.connect(*peer, 5.0)
+    received = ucx.recv_iov(ep, 99, dst.data, [0, 2 * LAYOUT.block_bytes], [LAYOUT.block_bytes] * 2)
+    await asyncio.sleep(0.05)
+    assert not received.done()
+    ucx.abort(ep)
+    async with asyncio.timeout(5.0):
+        with pytest.raises(Exception, match="scatter-gather message failed"):
+            await received

@@ -26,11 +26,11 @@ def _blocks(pool: MappedPool, ids: list[int]) -> list[bytes]:
 @pytest.fixture(params=["C loop", "memmove per range"], autouse=True)
 def copier(request, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.param == "C loop":
-        if pools._copy_kernel() is None:
+        if pools.copy_kernel() is None:
             pytest.skip("no C compiler")
         monkeypatch.setattr(pools, "KERNEL_FROM_RANGES", 1)  # these few ranges too
     else:
-        monkeypatch.setattr(pools, "_copy_kernel", lambda: None)
+        monkeypatch.setattr(pools, "copy_kernel", lambda: None)
 
 
 def test_copy_ranges_moves_each_block_to_its_pair_and_nothing_else() -> None:
