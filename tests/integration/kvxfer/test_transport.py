@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import time
 
 import numpy as np
@@ -88,9 +89,10 @@ async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypa
         await asyncio.sleep(0.5)  # an idle endpoint waits for its next order in epoll, not polling
         assert time.process_time() - cpu < 0.05
 
-        assert helper() is not None, "the scatter-gather helper did not build"
+        built = helper() is not None
+        assert built or not (shutil.which("cc") or shutil.which("gcc")), "the scatter-gather helper did not build"
         rng = random.Random(0)
-        for sides in ({"src"}, {"dst"}, {"src", "dst"}, set()):  # which sides send or receive frames scatter-gather
+        for sides in ({"src"}, {"dst"}, {"src", "dst"}, set()) if built else (set(),):  # sides that scatter-gather
             monkeypatch.setattr(transport, "_scatter_gather",
                                 lambda ranges, sides=sides: ("src" if ranges.pool is src else "dst") in sides)
             src_blocks, dst_blocks = rng.sample(range(LAYOUT.num_blocks), 9), rng.sample(range(LAYOUT.num_blocks), 9)
@@ -99,7 +101,8 @@ async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypa
             for s, d in zip(src_blocks, dst_blocks):
                 assert np.array_equal(dst.data[d * block:(d + 1) * block], src.data[s * block:(s + 1) * block]), sides
 
-        await _abort_withdraws_scatter_gather_receives(ucx, peer, dst)
+        if built:
+            await _abort_withdraws_scatter_gather_receives(ucx, peer, dst)
     finally:
         puller.close()
         server.close()
