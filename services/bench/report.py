@@ -40,12 +40,14 @@ def simulator_errors(results: list[ModeResult]) -> list[dict[str, float | str | 
     `error_points` for the model as profiled, `calibrated_error_points` for it rescaled to served lone requests,
     `fitted_error_points` for it fitted to a calibration load's served steps with the path's overheads, and
     `replayed_error_points` for the same simulator on the point's own served step costs (no prediction: it
-    separates the simulator's error from that of predicting step costs)."""
+    separates the simulator's error from that of predicting step costs). `measured_se_points`: the measured
+    attainment's binomial standard error, the noise a prediction cannot be closer than."""
 
     def diff(predicted: float | None, measured: float) -> float | None:
         return None if predicted is None else 100 * (predicted - measured)
 
     return [{"mode": r.mode, "workload": r.workload, "rate": p.rate, "measured": p.attainment,
+             "measured_se_points": 100 * p.attainment_se,
              "simulated": p.simulated_attainment, "error_points": diff(p.simulated_attainment, p.attainment),
              "calibrated": p.calibrated_attainment,
              "calibrated_error_points": diff(p.calibrated_attainment, p.attainment),
@@ -128,8 +130,13 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
                       ("replayed_error_points", "on each point's own served steps")):
         values = [abs(e[key]) for e in errors if e[key] is not None]
         if values:
+            within = sum(v <= 2.0 for v in values)
             console.print(f"simulator ({name}) vs measured attainment: mean |error| {sum(values) / len(values):.1f} "
-                          f"points, worst {max(values):.1f} points over {len(values)} rates")
+                          f"points, worst {max(values):.1f} points over {len(values)} rates, {within} within 2 points")
+    if errors:
+        noise = [e["measured_se_points"] for e in errors]
+        console.print(f"measured attainment's own standard error (binomial, one run): mean {sum(noise) / len(noise):.1f} "
+                      f"points, up to {max(noise):.1f}")
     for t in transfer_shares(results):
         console.print(f"{t['workload']} {t['mode']}: KV transfer {_ms(t['transfer_s'])} ms = {100 * t['share']:.2f}% "
                       f"of end-to-end at {t['rate']:.3g} req/s" + ("" if t["at_goodput"] else " (no goodput point)"))

@@ -16,6 +16,7 @@ STAGES = ("prefill_queue", "prefill", "transfer", "decode_queue", "decode")
 class Point:
     rate: float  # req/s offered to the whole deployment
     attainment: float  # share meeting TTFT and TPOT
+    attainment_se: float  # its binomial standard error, sqrt(a(1 - a) / requests): the sampling noise of one run
     ttft_attainment: float
     tpot_attainment: float
     tightest_slo_scale: float  # smallest SLO scale that this run would still meet at the target
@@ -78,13 +79,14 @@ def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float
     e2e = np.array([r.e2e for r in results])
     gaps = np.array([g for g in (r.first_gap for r in results) if g is not None])
     n = max(len(results), 1)
+    met = attainment(ttft, tpot, ok, slo)
     stage_means = {s: float(np.mean([r.stages[s] for r in results if s in r.stages]))
                    for s in STAGES if any(s in r.stages for r in results)}
     share = None
     if "transfer" in stage_means and ok.any():
         share = stage_means["transfer"] / float(e2e[ok].mean())
     return Point(
-        rate=rate, attainment=attainment(ttft, tpot, ok, slo),
+        rate=rate, attainment=met, attainment_se=float(np.sqrt(met * (1 - met) / n)),
         ttft_attainment=float(np.sum(ok & (ttft <= slo.ttft_limit)) / n),
         tpot_attainment=float(np.sum(ok & (tpot <= slo.tpot_limit)) / n),
         tightest_slo_scale=tightest_scale(ttft, tpot, ok, slo), requests=len(results), failed=int((~ok).sum()),

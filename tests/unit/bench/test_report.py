@@ -23,6 +23,7 @@ def test_a_point_counts_attainment_failures_and_the_transfer_share():
                RequestResult("r2", 8, error="UNAVAILABLE: gone")]
     point = summarize(2.0, results, SLO(0.2, 0.02), wall_s=3.0)
     assert point.attainment == pytest.approx(1 / 3)
+    assert point.attainment_se == pytest.approx((1 / 3 * 2 / 3 / 3) ** 0.5)  # binomial, over all 3 requests
     assert point.tpot_attainment == pytest.approx(1 / 3) and point.ttft_attainment == pytest.approx(2 / 3)
     assert point.failed == 1 and point.requests == 3
     assert point.transfer_share == pytest.approx(0.002 / ((0.2 + 0.6) / 2))
@@ -42,5 +43,6 @@ def test_the_document_is_json_with_ratios_errors_and_shares():
     json.dumps(doc, allow_nan=False)
     assert doc["ratios"] == {"chatbot": {"disagg/colocated": 4.0, "disagg/chunked": None}}
     assert [e["error_points"] for e in doc["simulator_error"]] == [pytest.approx(-5.0)]
+    assert doc["simulator_error"][0]["measured_se_points"] == 0.0  # one request, met: no spread
     assert doc["transfer_share"][0]["mode"] == "disagg" and doc["transfer_share"][0]["at_goodput"]
     assert {"mode", "workload", "devices", "goodput_per_device", "points"} <= set(doc["results"][0])
