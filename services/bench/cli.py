@@ -58,7 +58,8 @@ def _config(args: argparse.Namespace):
     profile = ensure_profile(model, devices[0], args.profile) if (args.simulate or not seconds or args.profile) else ""
     fields = {**(QUICK if args.quick else {}),
               **{k: v for k, v in (("num_requests", args.num_requests), ("bisect_steps", args.bisect_steps),
-                                       ("max_steps", args.max_steps), ("calibration", args.calibration)) if v is not None}}
+                                       ("max_steps", args.max_steps), ("calibration", args.calibration),
+                                       ("window_s", args.window)) if v is not None}}
     return BenchConfig(
         model=model, modes=modes, workloads=_names(args.workload, WORKLOADS, "--workload"), devices=devices,
         start=args.start, router=args.router or "", redis_url=args.redis_url or "", prompt_scale=args.prompt_scale,
@@ -114,7 +115,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--output-scale", type=float, default=0.5, help="multiplies the planner's output lengths")
     load.add_argument("--cv", type=float, default=1.0, help="inter-arrival CV: 1 Poisson, else gamma")
     load.add_argument("--seed", type=int, default=0)
-    load.add_argument("--num-requests", type=int, default=None, help="requests per rate, at most (default 100; quick 40)")
+    load.add_argument("--num-requests", type=int, default=None, help="requests per rate, at most (default 100; quick 30)")
+    load.add_argument("--window", type=float, default=None,
+                      help="a rate sends the requests arriving within this many seconds, within --num-requests and "
+                           "30 (default 40; quick 10); a longer window shrinks the sampling noise of attainment")
     slo = p.add_argument_group("SLO")
     slo.add_argument("--ttft", type=float, default=None, help="TTFT objective in seconds (with --tpot: no scaling)")
     slo.add_argument("--tpot", type=float, default=None, help="TPOT objective in seconds")
