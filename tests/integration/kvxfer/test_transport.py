@@ -111,12 +111,17 @@ async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypa
 
 
 async def _abort_withdraws_scatter_gather_receives(ucx, peer: tuple[str, int], dst: MappedPool) -> None:
-    """A receive posted into the pool ends (failed) once its endpoint is aborted, so nothing writes there later."""
+    """A receive posted into the pool, and a send no one receives, end (failed) once their endpoint is aborted:
+    nothing writes into or reads from the pool later."""
     ep = await ucx.connect(*peer, 5.0)
-    received = ucx.recv_iov(ep, 99, dst.data, [0, 2 * LAYOUT.block_bytes], [LAYOUT.block_bytes] * 2)
+    block = LAYOUT.block_bytes
+    received = ucx.recv_iov(ep, 99, dst.data, [0, 2 * block], [block] * 2)
+    blocks = range(4, 12)  # 512 KB: over UCX_RNDV_THRESH, so it waits for a receive the peer never posts
+    sent = ucx.send_iov(ep, 98, dst.data, [b * block for b in blocks], [block] * len(blocks))
     await asyncio.sleep(0.05)
-    assert not received.done()
+    assert not received.done() and not sent.done()
     ucx.abort(ep)
     async with asyncio.timeout(5.0):
-        with pytest.raises(Exception, match="scatter-gather message failed"):
-            await received
+        for transfer in (received, sent):
+            with pytest.raises(Exception, match="scatter-gather message failed"):
+                await transfer
