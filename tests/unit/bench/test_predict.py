@@ -2,23 +2,8 @@
 
 import pytest
 
-from services.bench.predict import Predictor
 from services.bench.slo import SLO
 from services.bench.workload import BenchWorkload
-from services.planner.profile import DecodePoint, PrefillPoint, ProfileFile, write_profile
-from services.planner.shapes import PRESETS
-
-
-@pytest.fixture()
-def predictor(tmp_path) -> Predictor:
-    path = tmp_path / "profile.json"
-    write_profile(ProfileFile(
-        model=PRESETS["small-llama"].as_dict(), device="cpu:0",
-        prefill=[PrefillPoint(prompt_lens=[n] * b, seconds=5e-3 + 3e-4 * n * b + 2e-6 * n * n * b)
-                 for n in (16, 64, 256) for b in (1, 2)],
-        decode=[DecodePoint(context_lens=[c] * b, seconds=0.017 + 8e-6 * c * b + 1e-3 * b)
-                for c in (16, 256) for b in (1, 4)]), path)
-    return Predictor.from_profile(str(path), kv_tokens=16384, max_batch_tokens=512, link_gbps=10.0)
 
 
 def test_attainment_falls_as_the_rate_rises(predictor):
