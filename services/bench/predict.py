@@ -6,8 +6,7 @@ requests and arrival times the benchmark sends.
 router, the step loop's own work, and whatever else shares the cores): prefill terms by the ratio of served to
 predicted lone TTFT, decode terms by that of lone TPOT. `fitted` describes the served system itself: the latency
 model refitted to the steps the instances served (a calibration load, then the points before the one
-predicted), the request path's overheads measured on lone requests (`served.py`), and the growth of step costs
-with the offered rate seen across those loads (`load_scaling.py`).
+predicted), and the request path's overheads measured on lone requests (`served.py`).
 
 The simulator models disaggregated placements only; colocated and chunked instances (prefill and decode sharing
 a step loop) have no model in the planner, so they get no prediction.
@@ -19,7 +18,6 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from services.bench.load_scaling import LoadScaling
 from services.bench.slo import SLO
 from services.bench.workload import Sample
 from services.planner import simulator
@@ -38,7 +36,6 @@ class Predictor:
     cluster: Cluster
     max_batch_tokens: int
     serving: ServingOverheads | None = None  # the served path's overheads; None: the planner's ideal path
-    load: LoadScaling | None = None  # step costs as a function of the offered rate; None: as modelled at any rate
 
     @classmethod
     def from_profile(cls, path: str, kv_tokens: int, max_batch_tokens: int, link_gbps: float) -> "Predictor":
@@ -56,18 +53,14 @@ class Predictor:
         model = replace(self.model, by_tp={1: _scaled(c, prefill, decode)})
         return replace(self, model=model), {"prefill_factor": prefill, "decode_factor": decode}
 
-    def fitted(self, coeffs: TPCoefficients, serving: ServingOverheads, load: LoadScaling | None = None) -> Predictor:
-        """This predictor with coefficients fitted to served steps, the served path's overheads and (if given) the
-        growth of step costs with the offered rate."""
-        return replace(self, model=replace(self.model, by_tp={1: coeffs}), serving=serving, load=load)
+    def fitted(self, coeffs: TPCoefficients, serving: ServingOverheads) -> Predictor:
+        """This predictor with coefficients fitted to served steps and the served path's overheads."""
+        return replace(self, model=replace(self.model, by_tp={1: coeffs}), serving=serving)
 
     def attainment(self, sample: Sample, rate: float, slo: SLO) -> float:
         """Simulated share of the sample's requests meeting both objectives at `rate`."""
         placement = pack(self.cluster, Parallel(), 1, Parallel(), 1)
-        model = self.model
-        if self.load is not None:
-            model = replace(model, by_tp={1: _scaled(model.at(1), *self.load.factors(rate))})
-        result = simulator.simulate(model, placement, self.cluster, sample.prompts, sample.outputs,
+        result = simulator.simulate(self.model, placement, self.cluster, sample.prompts, sample.outputs,
                                     sample.arrivals(rate), self.max_batch_tokens, self.serving)
         limits = simulator.SLO(ttft=slo.ttft_limit, tpot=slo.tpot_limit, attainment=slo.target)
         return result.attainment(limits)

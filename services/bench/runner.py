@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 from rich.progress import Progress
 
-from services.bench.load_scaling import LoadScaling, Window, fit_load
 from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
@@ -139,24 +138,21 @@ def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, pro
 
 
 def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float,
-              progress: Progress | None) -> tuple[ServingOverheads, Window]:
+              progress: Progress | None) -> tuple[ServingOverheads, float]:
     """The path's overheads from the warm-up's lone requests; then serves `sample` at `rate` so that the model
-    can be fitted to the steps served from the returned window's start on."""
+    can be fitted to the steps served from the returned time (unix seconds) on."""
     lone_steps = [s for s in served_steps(served.redis_url, warm.began).get("decode", []) if s.start < warm.lone_end]
     overheads = path_overheads(warm.lone, lone_steps)
     reqs = sample.requests(rate, f"calib-{uuid.uuid4().hex[:6]}")
     began = time.time()
     run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
-    return overheads, Window(rate, began, time.time())
+    return overheads, began
 
 
-def served_fit(served: Served, windows: list[Window], profiled: TPCoefficients) -> tuple[ServedFit, LoadScaling]:
-    """The latency model fitted to every step the stack served from the first window on, and the growth of its
-    step costs with the windows' rates."""
-    steps = served_steps(served.redis_url, windows[0].began)
-    prefill, decode = steps.get("prefill", []), steps.get("decode", [])
-    fit = fit_steps(prefill, decode, profiled)
-    return fit, fit_load(windows, prefill, decode, fit.coeffs)
+def served_fit(served: Served, since: float, profiled: TPCoefficients) -> ServedFit:
+    """The latency model fitted to every step the stack served from `since` (unix seconds) on."""
+    steps = served_steps(served.redis_url, since)
+    return fit_steps(steps.get("prefill", []), steps.get("decode", []), profiled)
 
 
 def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
@@ -217,32 +213,27 @@ class Bench:
                 warm = warm_up(self.cfg, served, first, self.kv_bytes, self.progress)
                 predictors: dict[str, Predictor] = {}
                 calibration = {}
-                windows: list[Window] = []  # the loads served so far: the fitted model learns from their steps
+                fit_since = 0.0  # unix seconds: the fitted model learns from the steps served since then
                 if self.cfg.simulate and mode in PREDICTED_MODES:
                     predictors["simulated"] = self._predictor(warm.link_gbps)
                     if warm.lone_points():
                         predictors["calibrated"], calibration = predictors["simulated"].calibrated(warm.lone_points())
                     calibration["link_gbps"] = warm.link_gbps
-                    overheads, window = calibrate(served, warm, self.calibration_sample, self.calibration_rate,
-                                                  self.progress)
-                    windows.append(window)
-                    fit, load = served_fit(served, windows, predictors["simulated"].model.at(1))
-                    predictors["fitted"] = predictors["simulated"].fitted(fit.coeffs, overheads, load)
+                    overheads, fit_since = calibrate(served, warm, self.calibration_sample, self.calibration_rate,
+                                                     self.progress)
+                    fit = served_fit(served, fit_since, predictors["simulated"].model.at(1))
+                    predictors["fitted"] = predictors["simulated"].fitted(fit.coeffs, overheads)
                     calibration |= {"calibration_rate": self.calibration_rate, "served_fit": fit.as_dict(),
                                     "overheads": overheads.as_dict()}
                 for wl in self.cfg.workloads:
-                    result = self.measure(served, wl, predictors, windows)
-                    if "fitted" in predictors:
-                        calibration["load_scaling"] = predictors["fitted"].load.as_dict()
+                    result = self.measure(served, wl, predictors, fit_since)
                     result.lone, result.calibration = warm.served_lone(), calibration
                     out.append(result)
         return out
 
-    def measure(self, served: Served, workload: str, predictors: dict[str, Predictor],
-                windows: list[Window]) -> ModeResult:
+    def measure(self, served: Served, workload: str, predictors: dict[str, Predictor], fit_since: float) -> ModeResult:
         """The sweep (or the fixed rate) of one workload on one served mode. The fitted prediction of a point is
-        made from the steps served before it (the calibration load's and the earlier points'); its windows are
-        appended to `windows`."""
+        made from the steps served before it (the calibration load's and the earlier points')."""
         sample, slo, points = self.samples[workload], self.slos[workload], []
         sample_at = self.sample_at(workload)
         run = uuid.uuid4().hex[:6]
@@ -250,8 +241,8 @@ class Bench:
 
         def refit() -> None:
             if "fitted" in predictors:
-                fit, load = served_fit(served, windows, profiled)
-                predictors["fitted"] = predictors["fitted"].fitted(fit.coeffs, predictors["fitted"].serving, load)
+                fitted = predictors["fitted"]
+                predictors["fitted"] = fitted.fitted(served_fit(served, fit_since, profiled).coeffs, fitted.serving)
 
         def at(rate: float) -> float:
             part = sample_at(rate)
@@ -260,7 +251,6 @@ class Bench:
             began, wall = time.time(), time.monotonic()
             results = run_requests(served, reqs, self.progress, f"{served.mode} {workload} {rate:.3g} req/s")
             point = summarize(rate, results, slo, time.monotonic() - wall)
-            windows.append(Window(rate, began, time.time()))
             for kind, predictor in predictors.items():
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
             if "fitted" in predictors:  # the simulator on the point's own served step costs (a diagnostic)
