@@ -8,7 +8,10 @@ rate given, and splits every request's first → second token gap at the client 
   admit       → the decode step that first carries it starts (waits for the step under way to end)
   step+relay  → the second token at the client (that step, then decode → router → client)
 
-    python3 scripts/handoff_probe.py [--model DIR] RATE [RATE ...]
+It also prints the attainment of the TTFT and TPOT objectives (`--ttft`, `--tpot`, seconds), and with `--each`
+every request's split (prompt and output tokens, then the parts in ms).
+
+    python3 scripts/handoff_probe.py [--model DIR] [--ttft 0.975] [--tpot 0.0152] [--each] RATE [RATE ...]
 """
 
 from __future__ import annotations
@@ -34,8 +37,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rates", type=float, nargs="+")
     parser.add_argument("--model", default="small-llama")
+    parser.add_argument("--ttft", type=float, default=0.975)
+    parser.add_argument("--tpot", type=float, default=0.0152)
+    parser.add_argument("--each", action="store_true", help="print every request's split")
     args = parser.parse_args()
-    cfg = BenchConfig(model=resolve_model(args.model), num_requests=60, ttft=1.0, tpot=0.015)
+    cfg = BenchConfig(model=resolve_model(args.model), num_requests=60, ttft=args.ttft, tpot=args.tpot)
     bench = Bench(cfg)
     sample = bench.samples["chatbot"]
     with serving(cfg, "disagg") as served:
@@ -44,8 +50,14 @@ def main() -> None:
             results = run_requests(served, sample.requests(rate, f"probe-{rate}"), None, "")
             splits = [_split(r) for r in results if r.first_gap is not None and r.lifetime is not None]
             gaps = sorted(1000 * r.first_gap for r in results if r.first_gap is not None)
+            met = sum(r.ok and r.ttft <= args.ttft and r.tpot <= args.tpot for r in results) / len(results)
             print(f"{rate} req/s, {len(splits)} requests: first gap median {statistics.median(gaps):.1f} ms, "
-                  f"p90 {gaps[int(0.9 * len(gaps))]:.1f} ms")
+                  f"p90 {gaps[int(0.9 * len(gaps))]:.1f} ms; attainment {100 * met:.1f}%")
+            if args.each:
+                for i, r in enumerate(results):
+                    if r.first_gap is not None and r.lifetime is not None:
+                        parts = "  ".join(f"{k} {1000 * v:5.1f}" for k, v in _split(r).items())
+                        print(f"  #{i:<3d} prompt {r.prompt_tokens:4d} output {r.output_tokens:4d}  {parts}")
             for part in PARTS:
                 values = sorted(1000 * s[part] for s in splits)
                 print(f"  {part:11s} median {statistics.median(values):5.1f}  p90 {values[int(0.9 * len(values))]:5.1f}"
