@@ -48,16 +48,16 @@ def main() -> None:
         warm_up(cfg, served, sample, bench.kv_bytes, None)
         for rate in args.rates:
             results = run_requests(served, sample.requests(rate, f"probe-{rate}"), None, "")
-            splits = [_split(r) for r in results if r.first_gap is not None and r.lifetime is not None]
+            split = {i: _split(r) for i, r in enumerate(results) if r.first_gap is not None and r.lifetime is not None}
+            splits = list(split.values())
             gaps = sorted(1000 * r.first_gap for r in results if r.first_gap is not None)
             met = sum(r.ok and r.ttft <= args.ttft and r.tpot <= args.tpot for r in results) / len(results)
             print(f"{rate} req/s, {len(splits)} requests: first gap median {statistics.median(gaps):.1f} ms, "
                   f"p90 {gaps[int(0.9 * len(gaps))]:.1f} ms; attainment {100 * met:.1f}%")
             if args.each:
-                for i, r in enumerate(results):
-                    if r.first_gap is not None and r.lifetime is not None:
-                        parts = "  ".join(f"{k} {1000 * v:5.1f}" for k, v in _split(r).items())
-                        print(f"  #{i:<3d} prompt {r.prompt_tokens:4d} output {r.output_tokens:4d}  {parts}")
+                for i, parts in split.items():
+                    text = "  ".join(f"{k} {1000 * v:5.1f}" for k, v in parts.items())
+                    print(f"  #{i:<3d} prompt {results[i].prompt_tokens:4d} output {results[i].output_tokens:4d}  {text}")
             for part in PARTS:
                 values = sorted(1000 * s[part] for s in splits)
                 print(f"  {part:11s} median {statistics.median(values):5.1f}  p90 {values[int(0.9 * len(values))]:5.1f}"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,9 +36,7 @@ class IovError(Exception):
 
 @functools.cache
 def helper() -> ctypes.CDLL | None:
-    """The compiled ucp_iov.c, or None where it cannot be built or C helpers are off (`DISTSERVE_CPU_KERNELS=0`)."""
-    if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
-        return None
+    """The compiled ucp_iov.c, or None where it cannot be built or C kernels are off (`DISTSERVE_CPU_KERNELS=0`)."""
     ucx = Path(libucx.__file__).parent
     lib = load_kernel("ucp_iov", HERE, (f"-I{ucx / 'include'}", f"-L{ucx / 'lib'}", f"-Wl,-rpath,{ucx / 'lib'}",
                                         "-lucp", "-lucs"))
@@ -73,22 +70,22 @@ class IovRequest:
     def send(cls, ep_handle: int, ep: object, tag: int, pool: np.ndarray, offsets: Sequence[int],
              lengths: Sequence[int]) -> IovRequest:
         """Post a send of pool[offsets[i]:offsets[i] + lengths[i]] for each i, as one message."""
-        return cls._post("iov_send", ep_handle, ep, tag, pool, offsets, lengths)
+        return cls._post(False, ep_handle, ep, tag, pool, offsets, lengths)
 
     @classmethod
     def recv(cls, worker_handle: int, ep: object, tag: int, pool: np.ndarray, offsets: Sequence[int],
              lengths: Sequence[int]) -> IovRequest:
         """Post a receive of one message of exactly sum(lengths) bytes into the ranges, in order."""
-        return cls._post("iov_recv", worker_handle, ep, tag, pool, offsets, lengths)
+        return cls._post(True, worker_handle, ep, tag, pool, offsets, lengths)
 
     @classmethod
-    def _post(cls, fn: str, handle: int, ep: object, tag: int, pool: np.ndarray, offsets: Sequence[int],
+    def _post(cls, receive: bool, handle: int, ep: object, tag: int, pool: np.ndarray, offsets: Sequence[int],
               lengths: Sequence[int]) -> IovRequest:
         lib = helper()
-        request = cls(lib, pool, ep, fn == "iov_recv")
+        request = cls(lib, pool, ep, receive)
         at, size = np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)
-        status = getattr(lib, fn)(handle, tag, len(at), pool.ctypes.data, at.ctypes.data, size.ctypes.data,
-                                  request._xfer)
+        post = lib.iov_recv if receive else lib.iov_send
+        status = post(handle, tag, len(at), pool.ctypes.data, at.ctypes.data, size.ctypes.data, request._xfer)
         if status != 0:
             raise IovError(f"posting a scatter-gather message failed: {lib.iov_status_text(status).decode()}")
         return request

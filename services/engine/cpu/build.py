@@ -36,10 +36,8 @@ HERE = Path(__file__).parent
 @functools.cache
 def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object,
                     folder: Path = HERE) -> ctypes._CFuncPtr | None:
-    """`symbol` of the compiled `folder/name.c`, typed; None where kernels are off (`DISTSERVE_CPU_KERNELS=0`) or
-    unbuilt (its caller then falls back to Python or torch)."""
-    if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
-        return None
+    """`symbol` of the compiled `folder/name.c`, typed; None where load_kernel gives none (its caller then falls back
+    to Python or torch)."""
     lib = load_kernel(name, folder)
     if lib is None:
         return None
@@ -49,8 +47,10 @@ def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object,
 
 
 def load_kernel(name: str, folder: Path = HERE, flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
-    """The compiled `folder/name.c` (`flags`: extra compiler and linker flags), or None (logged once) where no C
-    compiler can build it."""
+    """The compiled `folder/name.c` (`flags`: extra compiler and linker flags), or None where C kernels are off
+    (`DISTSERVE_CPU_KERNELS=0`) or no C compiler can build it (logged once)."""
+    if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
+        return None
     source = folder / f"{name}.c"
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:

@@ -6,6 +6,7 @@ withdraws its scatter-gather receives."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shutil
 import time
@@ -90,7 +91,8 @@ async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypa
         assert time.process_time() - cpu < 0.05
 
         built = helper() is not None
-        assert built or not (shutil.which("cc") or shutil.which("gcc")), "the scatter-gather helper did not build"
+        buildable = os.environ.get("DISTSERVE_CPU_KERNELS", "1") != "0" and (shutil.which("cc") or shutil.which("gcc"))
+        assert built or not buildable, "the scatter-gather helper did not build"
         rng = random.Random(0)
         for sides in ({"src"}, {"dst"}, {"src", "dst"}, set()) if built else (set(),):  # sides that scatter-gather
             monkeypatch.setattr(transport, "_scatter_gather",
