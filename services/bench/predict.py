@@ -1,15 +1,13 @@
-"""The planner's prediction for the benchmarked configuration: one prefill and one decode instance (TP = PP = 1)
-in its discrete-event simulator, driven by the latency model fitted to this device's profile, fed the very
-requests and arrival times the benchmark sends.
+"""The planner's prediction for the benchmarked configuration, driven by the latency model fitted to this device's
+profile and fed the very requests and arrival times the benchmark sends: disaggregated, one prefill and one
+decode instance (TP = PP = 1) in the planner's simulator; colocated and chunked, one instance per device sharing
+prefill and decode in one step loop (`services/planner/colocated.py`).
 
 `calibrated` rescales the fitted model to what lone requests take through the served stack (gRPC hops, the
 router, the step loop's own work, and whatever else shares the cores): prefill terms by the ratio of served to
 predicted lone TTFT, decode terms by that of lone TPOT. `fitted` describes the served system itself: the latency
 model refitted to the steps the instances served (a calibration load, then the points before the one
 predicted), and the request path's overheads measured on lone requests (`served.py`).
-
-The simulator models disaggregated placements only; colocated and chunked instances (prefill and decode sharing
-a step loop) have no model in the planner, so they get no prediction.
 """
 
 from __future__ import annotations
@@ -21,13 +19,14 @@ from dataclasses import dataclass, replace
 from services.bench.slo import SLO
 from services.bench.workload import Sample
 from services.planner import simulator
+from services.planner.colocated import simulate_colocated
 from services.planner.goodput import max_rate
 from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs, TPCoefficients
 from services.planner.placement import Cluster, Parallel, pack
 from services.planner.profile import fit_profile, read_profile
 from services.planner.serving import ServingOverheads
 
-PREDICTED_MODES = ("disagg",)
+PREDICTED_MODES = ("disagg", "colocated", "chunked")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,13 +35,15 @@ class Predictor:
     cluster: Cluster
     max_batch_tokens: int
     serving: ServingOverheads | None = None  # the served path's overheads; None: the planner's ideal path
+    mode: str = "disagg"  # or colocated / chunked: one instance per device
 
     @classmethod
-    def from_profile(cls, path: str, kv_tokens: int, max_batch_tokens: int, link_gbps: float) -> "Predictor":
-        """`kv_tokens`: the decode instance's KV capacity; `link_gbps`: the prefill-to-decode KV transfer rate."""
+    def from_profile(cls, path: str, kv_tokens: int, max_batch_tokens: int, link_gbps: float,
+                     mode: str = "disagg") -> "Predictor":
+        """`kv_tokens`: an instance's KV capacity; `link_gbps`: the prefill-to-decode KV transfer rate."""
         model = fit_profile(read_profile(path))
         model.kv_tokens = {(1, 1): kv_tokens}
-        return cls(model, Cluster(nodes=1, gpus_per_node=2, intra_node_gbps=link_gbps), max_batch_tokens)
+        return cls(model, Cluster(nodes=1, gpus_per_node=2, intra_node_gbps=link_gbps), max_batch_tokens, mode=mode)
 
     def calibrated(self, lone: list[tuple[int, int, float, float]]) -> tuple["Predictor", dict[str, float]]:
         """This predictor rescaled to lone requests (prompt tokens, output tokens, TTFT s, TPOT s) served one at a
@@ -59,9 +60,14 @@ class Predictor:
 
     def attainment(self, sample: Sample, rate: float, slo: SLO) -> float:
         """Simulated share of the sample's requests meeting both objectives at `rate`."""
-        placement = pack(self.cluster, Parallel(), 1, Parallel(), 1)
-        result = simulator.simulate(self.model, placement, self.cluster, sample.prompts, sample.outputs,
-                                    sample.arrivals(rate), self.max_batch_tokens, self.serving)
+        if self.mode == "disagg":
+            placement = pack(self.cluster, Parallel(), 1, Parallel(), 1)
+            result = simulator.simulate(self.model, placement, self.cluster, sample.prompts, sample.outputs,
+                                        sample.arrivals(rate), self.max_batch_tokens, self.serving)
+        else:
+            result = simulate_colocated(self.model.at(1), self.mode, self.cluster.gpus_per_node,
+                                        self.model.kv_capacity(1, 1), self.max_batch_tokens, sample.prompts,
+                                        sample.outputs, sample.arrivals(rate), self.serving)
         limits = simulator.SLO(ttft=slo.ttft_limit, tpot=slo.tpot_limit, attainment=slo.target)
         return result.attainment(limits)
 

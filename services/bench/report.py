@@ -125,14 +125,16 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
         console.print(f"{workload}: " + ", ".join(f"{k} = {'undefined (no goodput)' if v is None else f'{v:.2f}x'}"
                                                   for k, v in by.items()))
     errors = simulator_errors(results)
-    for key, name in (("error_points", "as profiled"), ("calibrated_error_points", "calibrated"),
-                      ("fitted_error_points", "fitted to served steps"),
-                      ("replayed_error_points", "on each point's own served steps")):
-        values = [abs(e[key]) for e in errors if e[key] is not None]
-        if values:
-            within = sum(v <= 2.0 for v in values)
-            console.print(f"simulator ({name}) vs measured attainment: mean |error| {sum(values) / len(values):.1f} "
-                          f"points, worst {max(values):.1f} points over {len(values)} rates, {within} within 2 points")
+    for mode in dict.fromkeys(e["mode"] for e in errors):
+        for key, name in (("error_points", "as profiled"), ("calibrated_error_points", "calibrated"),
+                          ("fitted_error_points", "fitted to served steps"),
+                          ("replayed_error_points", "on each point's own served steps")):
+            values = [abs(e[key]) for e in errors if e["mode"] == mode and e[key] is not None]
+            if values:
+                within = sum(v <= 2.0 for v in values)
+                console.print(f"{mode}: simulator ({name}) vs measured attainment: mean |error| "
+                              f"{sum(values) / len(values):.1f} points, worst {max(values):.1f} points over "
+                              f"{len(values)} rates, {within} within 2 points")
     if errors:
         noise = [e["measured_se_points"] for e in errors]
         console.print(f"measured attainment's own standard error (binomial, one run): mean {sum(noise) / len(noise):.1f} "

@@ -141,7 +141,7 @@ def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float,
               progress: Progress | None) -> tuple[ServingOverheads, float]:
     """The path's overheads from the warm-up's lone requests; then serves `sample` at `rate` so that the model
     can be fitted to the steps served from the returned time (unix seconds) on."""
-    lone_steps = [s for s in served_steps(served.redis_url, warm.began).get("decode", []) if s.start < warm.lone_end]
+    lone_steps = [s for s in served_steps(served.redis_url, warm.began) if s.start < warm.lone_end]
     overheads = path_overheads(warm.lone, lone_steps)
     reqs = sample.requests(rate, f"calib-{uuid.uuid4().hex[:6]}")
     began = time.time()
@@ -151,8 +151,7 @@ def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float,
 
 def served_fit(served: Served, since: float, profiled: TPCoefficients) -> ServedFit:
     """The latency model fitted to every step the stack served from `since` (unix seconds) on."""
-    steps = served_steps(served.redis_url, since)
-    return fit_steps(steps.get("prefill", []), steps.get("decode", []), profiled)
+    return fit_steps(served_steps(served.redis_url, since), profiled)
 
 
 def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
@@ -188,8 +187,8 @@ class Bench:
         self.calibration_sample = BenchWorkload(first, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv,
                                                 cfg.seed + 1).sample(count, shape.vocab)
 
-    def _predictor(self, link_gbps: float) -> Predictor:
-        return Predictor.from_profile(self.cfg.profile, self.kv_tokens, self.cfg.max_batch_tokens, link_gbps)
+    def _predictor(self, link_gbps: float, mode: str = "disagg") -> Predictor:
+        return Predictor.from_profile(self.cfg.profile, self.kv_tokens, self.cfg.max_batch_tokens, link_gbps, mode)
 
     def _start_rate(self, workload: str) -> float:
         if self.cfg.start_rate:
@@ -215,7 +214,7 @@ class Bench:
                 calibration = {}
                 fit_since = 0.0  # unix seconds: the fitted model learns from the steps served since then
                 if self.cfg.simulate and mode in PREDICTED_MODES:
-                    predictors["simulated"] = self._predictor(warm.link_gbps)
+                    predictors["simulated"] = self._predictor(warm.link_gbps, mode)
                     if warm.lone_points():
                         predictors["calibrated"], calibration = predictors["simulated"].calibrated(warm.lone_points())
                     calibration["link_gbps"] = warm.link_gbps
@@ -254,8 +253,7 @@ class Bench:
             for kind, predictor in predictors.items():
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
             if "fitted" in predictors:  # the simulator on the point's own served step costs (a diagnostic)
-                steps = served_steps(served.redis_url, began)
-                own = fit_steps(steps.get("prefill", []), steps.get("decode", []), profiled)
+                own = fit_steps(served_steps(served.redis_url, began), profiled)
                 point.served_fit = own.as_dict()
                 fitted = predictors["fitted"]
                 point.replayed_attainment = fitted.fitted(own.coeffs, fitted.serving).attainment(part, rate, slo)

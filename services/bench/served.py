@@ -29,24 +29,23 @@ MIN_TOKEN_COUNTS = 3  # distinct prefill batch token counts before the prefill t
 MIN_BATCH_SIZES = 2  # distinct decode batch sizes before the decode terms are
 
 
-async def _steps(redis_url: str, since: float) -> dict[str, list[StepRecord]]:
+async def _steps(redis_url: str, since: float) -> list[StepRecord]:
     registry = Registry.from_url(redis_url)
     try:
         instances = await registry.instances()
     finally:
         await registry.close()
-    out: dict[str, list[StepRecord]] = {}
+    out: list[StepRecord] = []
     for info in instances:
         async with grpc.aio.insecure_channel(info.address) as channel:
             stub = STUBS.get(info.role, worker_pb2_grpc.ColocatedStub)(channel)
             reply = await stub.Stats(worker_pb2.InstanceStatsRequest(steps_since=since), timeout=10)
-        out.setdefault(info.role, []).extend(
-            StepRecord(s.kind, s.seqs, s.tokens, s.sum_sq, s.context, s.start, s.seconds) for s in reply.step_log)
+        out += [StepRecord(s.kind, s.seqs, s.tokens, s.sum_sq, s.context, s.start, s.seconds) for s in reply.step_log]
     return out
 
 
-def served_steps(redis_url: str, since: float) -> dict[str, list[StepRecord]]:
-    """Per role, the steps every registered instance served from `since` (unix seconds) on."""
+def served_steps(redis_url: str, since: float) -> list[StepRecord]:
+    """The steps every registered instance served from `since` (unix seconds) on."""
     return asyncio.run(_steps(redis_url, since))
 
 
@@ -63,8 +62,9 @@ class ServedFit:
                 "prefill_steps": self.prefill_steps, "decode_steps": self.decode_steps}
 
 
-def fit_steps(prefill: list[StepRecord], decode: list[StepRecord], profiled: TPCoefficients) -> ServedFit:
-    """The latency model fitted to served prefill and decode steps, by the profiler's least squares.
+def fit_steps(steps: list[StepRecord], profiled: TPCoefficients) -> ServedFit:
+    """The latency model fitted to served prefill and decode steps, by the profiler's least squares (steps that
+    mix the two phases, as chunked prefill's do, are left out: the model composes their cost from both).
 
     The attention terms stay as profiled (prefill's per squared prompt token, decode's per context token: the
     profile measures them over prompts and contexts up to thousands of tokens, which one workload's served
@@ -72,8 +72,8 @@ def fit_steps(prefill: list[StepRecord], decode: list[StepRecord], profiled: TPC
     carry what serving adds per step and per streamed token, are fitted. A phase whose steps show too few
     distinct shapes (prefill: MIN_TOKEN_COUNTS token counts; decode: MIN_BATCH_SIZES batch sizes) keeps its
     profiled terms."""
-    pre = [r for r in prefill if r.kind == "prefill"]
-    dec = [r for r in decode if r.kind == "decode"]
+    pre = [r for r in steps if r.kind == "prefill"]
+    dec = [r for r in steps if r.kind == "decode"]
     fit_pre = len({r.tokens for r in pre}) >= MIN_TOKEN_COUNTS
     fit_dec = len({r.seqs for r in dec}) >= MIN_BATCH_SIZES
     p = (fit_prefill([(r.tokens, r.sum_sq, r.seconds) for r in pre], profiled.prefill.per_sq) if fit_pre
@@ -84,12 +84,14 @@ def fit_steps(prefill: list[StepRecord], decode: list[StepRecord], profiled: TPC
     return ServedFit(coeffs, len(pre) if fit_pre else 0, len(dec) if fit_dec else 0)
 
 
-def path_overheads(lone: list[RequestResult], decode_steps: list[StepRecord]) -> ServingOverheads:
-    """Medians over lone disaggregated requests (served one at a time, so no wait is queueing) of each hop of
-    the request path; `decode_steps`: the decode instance's steps meanwhile, for when each token's step ended."""
+def path_overheads(lone: list[RequestResult], steps: list[StepRecord]) -> ServingOverheads:
+    """Medians over lone requests (served one at a time, so no wait is queueing) of each hop of the request path;
+    `steps`: the steps served meanwhile, for when each token's step ended. The hand-off's hops (to the decode
+    instance, the reservation, the admission) only where the requests were disaggregated."""
     runs = [r for r in lone if r.ok and r.lifetime is not None and r.lifetime.decode_start and r.output_tokens > 1]
     if not runs:
         return ServingOverheads()
+    decode_steps = [s for s in steps if s.kind == "decode"]
 
     def median(values) -> float:
         return max(0.0, statistics.median(values))
@@ -99,10 +101,11 @@ def path_overheads(lone: list[RequestResult], decode_steps: list[StepRecord]) ->
         return r.done - (last.start + last.seconds) if last is not None else 0.0
 
     life = [(r, r.lifetime) for r in runs]
-    return ServingOverheads(
-        to_prefill=median(t.prefill_queued - r.sent for r, t in life),
-        first_token=median(r.first - t.prefill_end for r, t in life),
-        to_decode=median(t.decode_queued - t.prefill_end for _, t in life),
-        reserve=median(t.xfer_start - t.decode_queued for _, t in life),
-        admit=median(t.decode_start - t.xfer_end for _, t in life),
-        token=median(token(r) for r in runs))
+    hops = {"to_prefill": median(t.prefill_queued - r.sent for r, t in life),
+            "first_token": median(r.first - t.prefill_end for r, t in life),
+            "token": median(token(r) for r in runs)}
+    if all(t.xfer_start for _, t in life):
+        hops |= {"to_decode": median(t.decode_queued - t.prefill_end for _, t in life),
+                 "reserve": median(t.xfer_start - t.decode_queued for _, t in life),
+                 "admit": median(t.decode_start - t.xfer_end for _, t in life)}
+    return ServingOverheads(**hops)

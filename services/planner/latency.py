@@ -2,6 +2,7 @@
 
 prefill(batch) = c0 + per_token · t + per_sq · t2       (t tokens in the batch, t2 the sum of squared prompt lengths)
 decode(batch)  = c0 + per_ctx · t + per_req · b          (t context tokens, b requests; a second set above `large_batch`)
+mixed(batch)   = prefill(prompt tokens) + per_ctx · t + per_req · b   (chunked prefill: prompt chunks beside decodes)
 
 In appendix-A terms per_token = C1·(4h² + 2hm), per_sq = C2·3h/block, per_ctx = C5·3h, with h and m divided by
 the tensor-parallel degree; that is how `LatencyModel.at` fills in a degree that was never profiled.
@@ -44,6 +45,12 @@ class TPCoefficients:
         """Seconds for one decode step of `batch` requests holding `context_tokens` in all."""
         d = self.decode_large if batch >= self.large_batch else self.decode_small
         return d.c0 + d.per_ctx * context_tokens + d.per_req * batch
+
+    def mixed_time(self, prompt_tokens: int, prompt_sq: int, context_tokens: int, batch: int) -> float:
+        """Seconds for a step that computes prompt tokens (chunks) beside `batch` decoding requests: one fixed
+        cost, the prefill's, plus the prefill terms of the prompt tokens and the decode terms of the requests."""
+        d = self.decode_large if batch >= self.large_batch else self.decode_small
+        return self.prefill_time(prompt_tokens, prompt_sq) + d.per_ctx * context_tokens + d.per_req * batch
 
     def saturation_tokens(self, overhead: float = 0.1) -> int:
         """Lm: the batch size in tokens from which the fixed cost is under `overhead` of the batch time."""

@@ -79,10 +79,11 @@ def simulate_decode(coeffs: TPCoefficients, pp: int, capacity: int, prompts: np.
         inst.enqueue(rid, t)
     else:
         inst.advance(INF)
-    return _tpot(np.array(finish) - arrivals, outputs)
+    return per_output_token(np.array(finish) - arrivals, outputs)
 
 
-def _tpot(decode_time: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+def per_output_token(decode_time: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+    """TPOT: the time after the first token over the tokens after it (0 for single-token outputs)."""
     return np.where(outputs > 1, decode_time / np.maximum(outputs - 1, 1), 0.0)
 
 
@@ -140,4 +141,4 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
         inst.advance(INF)
 
     first_token = np.array(first) + hop.first_token  # at the client
-    return SimResult(ttft=first_token - arrivals, tpot=_tpot(np.array(finish) + hop.token - first_token, outputs))
+    return SimResult(ttft=first_token - arrivals, tpot=per_output_token(np.array(finish) + hop.token - first_token, outputs))

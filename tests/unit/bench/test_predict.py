@@ -1,12 +1,16 @@
 """The planner's prediction for the benchmarked placement, and its rescaling to served lone requests."""
 
+from dataclasses import replace
+
 import pytest
 
 from services.bench.slo import SLO
 from services.bench.workload import BenchWorkload
 
 
-def test_attainment_falls_as_the_rate_rises(predictor):
+@pytest.mark.parametrize("mode", ["disagg", "colocated", "chunked"])
+def test_attainment_falls_as_the_rate_rises(predictor, mode):
+    predictor = replace(predictor, mode=mode)
     sample = BenchWorkload("chatbot").sample(60, vocab=300)
     slo = SLO(ttft=0.7, tpot=0.04)
     low, high = predictor.attainment(sample, 0.2, slo), predictor.attainment(sample, 20.0, slo)
@@ -23,3 +27,12 @@ def test_calibration_recovers_the_served_to_profiled_ratios(predictor):
     assert slower.model.at(1).prefill_time(100, 100**2) == pytest.approx(2.0 * c.prefill_time(100, 100**2))
     assert slower.model.at(1).decode_time(500, 3) == pytest.approx(1.5 * c.decode_time(500, 3))
     assert predictor.model.at(1) is c
+
+
+def test_colocated_decodes_suffer_the_prefills_that_disaggregation_keeps_apart(predictor):
+    # long prompts: colocated decodes wait for every prompt's prefill step, disaggregated ones do not
+    sample = BenchWorkload("summarization").sample(200, vocab=300)
+    slo = SLO(ttft=10.0, tpot=0.04)
+    disagg = predictor.attainment(sample, 1.0, slo)
+    colocated = replace(predictor, mode="colocated").attainment(sample, 1.0, slo)
+    assert disagg > colocated + 0.1

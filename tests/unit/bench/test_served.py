@@ -27,7 +27,7 @@ def test_fit_recovers_the_coefficients_of_served_steps():
     prefill = [_prefill(b, served.prefill_time(sum(b), sum(p * p for p in b))) for b in batches]
     decode = [_decode([c] * n, served.decode_time(c * n, n)) for c in (50, 200, 400) for n in (1, 2, 3, 5)]
     decode.append(StepRecord("mixed", 2, 9, 65, 70, 0.0, 1.0))  # a step that mixes phases fits neither
-    fit = fit_steps(prefill, decode, PROFILED)
+    fit = fit_steps(prefill + decode, PROFILED)
     assert (fit.prefill_steps, fit.decode_steps) == (6, 12)
     for got, want in ((fit.coeffs.prefill, served.prefill), (fit.coeffs.decode_small, served.decode_small)):
         for name in want.__slots__:
@@ -37,14 +37,14 @@ def test_fit_recovers_the_coefficients_of_served_steps():
 def test_attention_terms_stay_as_profiled_and_too_few_shapes_keep_the_profile():
     # served steps of one context cannot tell a per-context term from a per-request one: the profile's stays
     decode = [_decode([100] * n, 0.006 + 100 * n * PROFILED.decode_small.per_ctx + 4e-3 * n) for n in (1, 2, 4)]
-    fit = fit_steps([_prefill([100], 0.1)] * 3, decode, PROFILED)
+    fit = fit_steps([_prefill([100], 0.1)] * 3 + decode, PROFILED)
     d = fit.coeffs.decode_small
     assert (d.c0, d.per_ctx, d.per_req) == pytest.approx((0.006, PROFILED.decode_small.per_ctx, 4e-3))
     assert fit.coeffs.prefill == PROFILED.prefill and fit.prefill_steps == 0
-    assert fit_steps([], [_decode([100], 0.02)], PROFILED).coeffs.decode_small == PROFILED.decode_small
+    assert fit_steps([_decode([100], 0.02)], PROFILED).coeffs.decode_small == PROFILED.decode_small
     # short prompts only (a code workload) must not teach the fit a quadratic term for long ones
     short = [_prefill([n] * 4, 0.01 + 1e-3 * 4 * n + 5e-6 * 4 * n * n) for n in (10, 20, 30, 40)]
-    assert fit_steps(short, [], PROFILED).coeffs.prefill.per_sq == PROFILED.prefill.per_sq
+    assert fit_steps(short, PROFILED).coeffs.prefill.per_sq == PROFILED.prefill.per_sq
 
 
 def test_path_overheads_are_the_medians_of_each_hop_of_lone_requests():
@@ -59,3 +59,17 @@ def test_path_overheads_are_the_medians_of_each_hop_of_lone_requests():
     got = path_overheads(lone, steps)
     assert got.as_dict() == pytest.approx({"to_prefill": 0.003, "first_token": 0.004, "to_decode": 0.005,
                                           "reserve": 0.0002, "admit": 0.0004, "token": 0.003}, abs=1e-9)
+
+
+def test_colocated_requests_have_no_hand_off_hops():
+    lone, steps = [], []
+    for i, base in enumerate((100.0, 200.0, 300.0)):
+        life = Lifetime(prefill_queued=base + 0.003, prefill_start=base + 0.003, prefill_end=base + 0.2,
+                        decode_start=base + 0.2)
+        steps.append(StepRecord("prefill", 1, 100, 10_000, 100, base + 0.003, 0.197))
+        steps += [StepRecord("decode", 1, 1, 1, 100 + k, base + 0.2 + 0.012 * k, 0.012) for k in range(3)]
+        lone.append(RequestResult(f"r{i}", 100, 4, sent=base, first=base + 0.204, done=base + 0.236 + 0.002,
+                                  lifetime=life))
+    got = path_overheads(lone, steps)
+    assert got.as_dict() == pytest.approx({"to_prefill": 0.003, "first_token": 0.004, "to_decode": 0.0,
+                                          "reserve": 0.0, "admit": 0.0, "token": 0.002}, abs=1e-9)
