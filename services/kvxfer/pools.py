@@ -139,14 +139,13 @@ def copy_all(dst_base: int, dst: Sequence[int], src_base: int, src: Sequence[int
         for d, s, n in zip(dst, src, lengths):
             ctypes.memmove(dst_base + d, src_base + s, n)
         return
-    dst_at, src_at = np.array(dst, np.int64) + dst_base, np.array(src, np.int64) + src_base
-    lengths_at = np.array(lengths, np.int64)
-    kernel(len(lengths), dst_at.ctypes.data, src_at.ctypes.data, lengths_at.ctypes.data)
+    dst_at, src_at, size = (np.array(x, np.int64) for x in (dst, src, lengths))  # held until the call returns
+    kernel(len(lengths), dst_base, dst_at.ctypes.data, src_base, src_at.ctypes.data, size.ctypes.data)
 
 
 def copy_kernel() -> ctypes._CFuncPtr | None:
     """The C loop of copy_ranges.c, or None (no compiler, or C helpers off)."""
-    return kernel_function("copy_ranges", "copy_ranges", (ctypes.c_int64,) + (ctypes.c_void_p,) * 3, None, HERE)
+    return kernel_function("copy_ranges", "copy_ranges", (ctypes.c_int64,) + (ctypes.c_void_p,) * 5, None, HERE)
 
 
 def copy_ranges(src: MappedPool, dst: MappedPool, ranges: Ranges) -> None:

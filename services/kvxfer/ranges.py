@@ -26,6 +26,8 @@ class Ranges:
 
     def pieces(self, max_bytes: int) -> list[Ranges]:
         """The same ranges in consecutive groups of at most max_bytes; a longer range is cut alone."""
+        if self.nbytes <= max_bytes:
+            return [self]
         ends = list(itertools.accumulate(self.length))
         pieces, i = [], 0
         while i < len(self.length):

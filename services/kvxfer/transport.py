@@ -26,7 +26,7 @@ import ucxx
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.frames import Frame, Staging, plan_frames
 from services.kvxfer.iov import helper
-from services.kvxfer.orders import PullOrder, PullSource
+from services.kvxfer.orders import PullOrder, PullSource, decode_order, encode_order
 from services.kvxfer.pools import PoolRanges
 from services.kvxfer.ucx_loop import UcxLoop
 
@@ -43,7 +43,7 @@ def _encode(message: dict) -> np.ndarray:
 
 
 def _decode(buf: np.ndarray) -> dict:
-    """A message: a 4-byte length, then JSON."""
+    """A reply or an ack: a 4-byte length, then JSON (orders carry their block ids as arrays: orders.py)."""
     size = int.from_bytes(buf[:4].tobytes(), "little")
     return json.loads(buf[4:4 + size].tobytes())
 
@@ -70,7 +70,7 @@ class UcxServer:
         while True:
             try:
                 await self._ucx.recv(ep, buf, ORDER_TAG)
-                order = PullOrder(**_decode(buf))
+                order = decode_order(buf)
             except Exception:  # the peer closed or aborted this endpoint
                 return
             if not await self._serve_one(ep, order, buf):
@@ -155,13 +155,12 @@ class UcxPuller:
         """Receive the frames; the source's crc once they are all in."""
         frames = plan_frames(dst.lengths, order.pack)
         slots = asyncio.Semaphore(2 * STAGED_IN_FLIGHT)  # both sides take slots in frame order: no deadlock
-        message = {name: getattr(order, name) for name in PullOrder.__slots__}  # asdict copies every block id
         reply_buf = np.empty(REPLY_BYTES, dtype=np.uint8)
         posted: list[asyncio.Future] = []
         try:
             posted.append(reply := self._ucx.recv(ep, reply_buf, REPLY_TAG))
             posted += [asyncio.ensure_future(self._recv_frame(ep, i, f, dst, slots)) for i, f in enumerate(frames)]
-            posted.append(self._ucx.send(ep, _encode(message), ORDER_TAG))
+            posted.append(self._ucx.send(ep, encode_order(order), ORDER_TAG))
             await reply
             answer = _decode(reply_buf)
             if not answer["ok"]:
