@@ -14,30 +14,26 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
-
-import numpy as np
+from pathlib import Path
 
 from services.bench.predict import Predictor
+from services.bench.runner import BLOCK_SIZE, BenchConfig, bench_sample, point_sample
 from services.bench.slo import SLO
-from services.bench.workload import BenchWorkload, Sample
 from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
 from services.planner.serving import ServingOverheads
-from services.planner.shapes import load_shape
-
-BLOCK_SIZE = 16
 
 
-def predictors(run: dict) -> dict[str, Predictor]:
+def predictors(results: list[dict], cfg: BenchConfig) -> dict[str, Predictor]:
     """Each mode's fitted predictor as the run recorded it."""
-    cfg, out = run["config"], {}
-    for r in run["results"]:
+    out = {}
+    for r in results:
         cal = r["calibration"]
         f = cal["served_fit"]
         decode = DecodeCoeffs(f["decode_c0"], f["decode_per_ctx"], f["decode_per_req"])
         coeffs = TPCoefficients(PrefillCoeffs(f["prefill_c0"], f["prefill_per_token"], f["prefill_per_sq"]), decode,
                                 decode)
-        base = Predictor.from_profile(cfg["profile"], cfg["num_blocks"] * BLOCK_SIZE, cfg["max_batch_tokens"],
-                                      cal["link_gbps"], r["mode"])
+        base = Predictor.from_profile(cfg.profile, cfg.num_blocks * BLOCK_SIZE, cfg.max_batch_tokens, cal["link_gbps"],
+                                      r["mode"])
         out[r["mode"]] = base.fitted(coeffs, ServingOverheads(**cal["overheads"]))
     return out
 
@@ -53,24 +49,17 @@ def main() -> None:
     ap.add_argument("--ttft", default="", help="TTFT objectives in seconds, comma-separated (default: the run's)")
     ap.add_argument("--tpot", default="", help="TPOT objectives in seconds, comma-separated (default: the run's)")
     args = ap.parse_args()
-    run = json.load(open(args.run))
-    cfg = run["config"]
-    shape = load_shape(cfg["model"])
-    sample = BenchWorkload(cfg["workloads"][0], cfg["prompt_scale"], cfg["output_scale"], shape.max_context,
-                           cfg["cv"], cfg["seed"]).sample(cfg["num_requests"], shape.vocab)
-    low = min(cfg["min_requests"], cfg["num_requests"])
-
-    def sample_at(rate: float) -> Sample:
-        return sample.head(int(np.clip(rate * cfg["window_s"], low, cfg["num_requests"])))
-
-    modes = predictors(run)
-    devices = len(cfg["devices"])
-    ttfts = [float(x) for x in args.ttft.split(",")] if args.ttft else [cfg["ttft"]]
-    tpots = [float(x) for x in args.tpot.split(",")] if args.tpot else [cfg["tpot"]]
+    run = json.loads(Path(args.run).read_text())
+    cfg = BenchConfig(**run["config"])
+    sample_at = point_sample(cfg, bench_sample(cfg, cfg.workloads[0], cfg.num_requests))
+    modes = predictors(run["results"], cfg)
+    devices = len(cfg.devices)
+    ttfts = [float(x) for x in args.ttft.split(",")] if args.ttft else [cfg.ttft]
+    tpots = [float(x) for x in args.tpot.split(",")] if args.tpot else [cfg.tpot]
     print("TTFT s  TPOT ms  " + "  ".join(modes) + "  (req/s per device)  disagg ÷ colocated  free hand-off")
     for ttft in ttfts:
         for tpot in tpots:
-            slo = SLO(ttft=ttft, tpot=tpot, target=cfg["target"])
+            slo = SLO(ttft=ttft, tpot=tpot, target=cfg.target)
             got = {m: p.goodput(sample_at, slo) / devices for m, p in modes.items()}
             free = free_hand_off(modes["disagg"]).goodput(sample_at, slo) / devices if "disagg" in modes else 0.0
             ratio = got.get("disagg", 0.0) / got["colocated"] if got.get("colocated") else float("nan")

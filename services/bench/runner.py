@@ -166,16 +166,27 @@ def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
     return replace(slo, ttft=cfg.ttft or slo.ttft, tpot=cfg.tpot or slo.tpot)
 
 
+def bench_sample(cfg: BenchConfig, workload: str, count: int, seed_offset: int = 0) -> Sample:
+    """`count` requests of `workload` as the bench draws them (its length scales, arrivals and seed)."""
+    shape = load_shape(cfg.model)
+    return BenchWorkload(workload, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv,
+                         cfg.seed + seed_offset).sample(count, shape.vocab)
+
+
+def point_sample(cfg: BenchConfig, sample: Sample) -> Callable[[float], Sample]:
+    """The requests a run at a rate sends: those arriving within the window, within the count bounds."""
+    low = min(cfg.min_requests, cfg.num_requests)
+    return lambda rate: sample.head(int(np.clip(rate * cfg.window_s, low, cfg.num_requests)))
+
+
 class Bench:
     """Holds the samples, SLOs and start rates shared by every mode, so modes differ in nothing else."""
 
     def __init__(self, cfg: BenchConfig, progress: Progress | None = None) -> None:
         self.cfg = cfg
         self.progress = progress
-        shape = load_shape(cfg.model)
-        self.kv_bytes = shape.kv_bytes_per_token()
-        self.samples = {wl: BenchWorkload(wl, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv, cfg.seed)
-                        .sample(cfg.num_requests, shape.vocab) for wl in cfg.workloads}
+        self.kv_bytes = load_shape(cfg.model).kv_bytes_per_token()
+        self.samples = {wl: bench_sample(cfg, wl, cfg.num_requests) for wl in cfg.workloads}
         self.slos = {wl: make_slo(cfg, s, cfg.profile) for wl, s in self.samples.items()}
         self.kv_tokens = cfg.num_blocks * BLOCK_SIZE
         self.start_rates = {wl: self._start_rate(wl) for wl in cfg.workloads}
@@ -184,8 +195,7 @@ class Bench:
         first = cfg.workloads[0]
         self.calibration_rate = cfg.calibration_rate or self.start_rates[first]
         count = max(cfg.calibration, math.ceil(self.calibration_rate * cfg.window_s), 1)
-        self.calibration_sample = BenchWorkload(first, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv,
-                                                cfg.seed + 1).sample(count, shape.vocab)
+        self.calibration_sample = bench_sample(cfg, first, count, seed_offset=1)
 
     def _predictor(self, link_gbps: float, mode: str = "disagg") -> Predictor:
         return Predictor.from_profile(self.cfg.profile, self.kv_tokens, self.cfg.max_batch_tokens, link_gbps, mode)
@@ -199,10 +209,7 @@ class Bench:
         return float(f"{max(guess, 0.05):.2g}")
 
     def sample_at(self, workload: str) -> Callable[[float], Sample]:
-        """The requests a run at a rate sends: those arriving within the window, within the count bounds."""
-        cfg, sample = self.cfg, self.samples[workload]
-        low = min(cfg.min_requests, cfg.num_requests)
-        return lambda rate: sample.head(int(np.clip(rate * cfg.window_s, low, cfg.num_requests)))
+        return point_sample(self.cfg, self.samples[workload])
 
     def run(self) -> list[ModeResult]:
         out = []

@@ -23,7 +23,7 @@ import numpy as np
 from services.planner.instances import INF
 from services.planner.latency import TPCoefficients
 from services.planner.serving import ServingOverheads
-from services.planner.simulator import SimResult, per_output_token
+from services.planner.simulator import SimResult, at_client
 
 Policy = Literal["colocated", "chunked"]
 MAX_SEQS = 64  # running requests at most, the engine's default `max_num_seqs`
@@ -119,7 +119,7 @@ class ColocatedInstance:
             self.reserved += need
             seq = _Seq(rid, self.prompt[rid], 0, self.output[rid])
             self.running.append(seq)
-            batch.append((seq, int(take)))
+            batch.append((seq, take))
             budget -= take
         return batch
 
@@ -166,6 +166,4 @@ def simulate_colocated(coeffs: TPCoefficients, policy: Policy, instances: int, c
         min(pool, key=lambda inst: inst.load(t)).enqueue(rid, t)
     for inst in pool:
         inst.advance(INF)
-    first_token = np.array(first) + hop.first_token
-    return SimResult(ttft=first_token - arrivals,
-                     tpot=per_output_token(np.array(finish) + hop.token - first_token, outputs))
+    return at_client(arrivals, first, finish, outputs, hop)

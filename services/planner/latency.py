@@ -41,15 +41,19 @@ class TPCoefficients:
         p = self.prefill
         return p.c0 + p.per_token * tokens + p.per_sq * sum_sq
 
+    def decode_coeffs(self, batch: int) -> DecodeCoeffs:
+        """The decode set for a batch of `batch` requests."""
+        return self.decode_large if batch >= self.large_batch else self.decode_small
+
     def decode_time(self, context_tokens: int, batch: int) -> float:
         """Seconds for one decode step of `batch` requests holding `context_tokens` in all."""
-        d = self.decode_large if batch >= self.large_batch else self.decode_small
+        d = self.decode_coeffs(batch)
         return d.c0 + d.per_ctx * context_tokens + d.per_req * batch
 
     def mixed_time(self, prompt_tokens: int, prompt_sq: int, context_tokens: int, batch: int) -> float:
         """Seconds for a step that computes prompt tokens (chunks) beside `batch` decoding requests: one fixed
         cost, the prefill's, plus the prefill terms of the prompt tokens and the decode terms of the requests."""
-        d = self.decode_large if batch >= self.large_batch else self.decode_small
+        d = self.decode_coeffs(batch)
         return self.prefill_time(prompt_tokens, prompt_sq) + d.per_ctx * context_tokens + d.per_req * batch
 
     def saturation_tokens(self, overhead: float = 0.1) -> int:

@@ -87,6 +87,13 @@ def per_output_token(decode_time: np.ndarray, outputs: np.ndarray) -> np.ndarray
     return np.where(outputs > 1, decode_time / np.maximum(outputs - 1, 1), 0.0)
 
 
+def at_client(arrivals: np.ndarray, first: list[float], finish: list[float], outputs: np.ndarray,
+              hop: ServingOverheads) -> SimResult:
+    """TTFT and TPOT as the client sees them, from when each request's first and last tokens were computed."""
+    first_token = np.array(first) + hop.first_token
+    return SimResult(ttft=first_token - arrivals, tpot=per_output_token(np.array(finish) + hop.token - first_token, outputs))
+
+
 def transfer_seconds(tokens: int, kv_bytes_per_token: int, src: Instance, dst: Instance, cluster: Cluster) -> float:
     """KV of `tokens` tokens from a prefill to a decode instance; stage pairs move their layers in parallel."""
     gbps = cluster.intra_node_gbps if src.nodes == dst.nodes else cluster.inter_node_gbps
@@ -140,5 +147,4 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
     for inst in decodes:
         inst.advance(INF)
 
-    first_token = np.array(first) + hop.first_token  # at the client
-    return SimResult(ttft=first_token - arrivals, tpot=per_output_token(np.array(finish) + hop.token - first_token, outputs))
+    return at_client(arrivals, first, finish, outputs, hop)
