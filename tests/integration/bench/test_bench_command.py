@@ -48,12 +48,14 @@ def test_quick_comparison_reports_consistent_points(tiny_llama_dir, tmp_path):
         assert result["goodput_per_device"] == result["goodput"] / 2
         disagg = result["mode"] == "disagg"
         assert all(p["simulated_attainment"] is not None and p["fitted_attainment"] is not None for p in points)
-        # fitted to the steps the instances served during the calibration load
         fit = result["calibration"]["served_fit"]
-        assert fit["decode_steps"] > 0 and fit["decode_per_req"] >= 0
+        assert fit["decode_per_req"] >= 0
         overheads = result["calibration"]["overheads"]
         assert set(overheads) == {"to_prefill", "first_token", "to_decode", "reserve", "admit", "token"}
-        if not disagg:  # no hand-off on a colocated path
+        if disagg:  # fitted to the steps the decode instance served during the calibration load
+            assert fit["decode_steps"] > 0
+        else:  # no hand-off on a colocated path; a few tiny requests may show one decode batch size only, and
+            # a fit from one size keeps the profiled decode terms (decode_steps 0)
             assert overheads["to_decode"] == overheads["reserve"] == overheads["admit"] == 0.0
         assert all(set(p["stages"]) >= ({"prefill", "transfer", "decode"} if disagg else {"prefill", "decode"}) for p in points)
     assert set(doc["ratios"]["chatbot"]) == {"disagg/colocated", "disagg/chunked"}
