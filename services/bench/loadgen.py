@@ -36,7 +36,7 @@ class RequestResult:
     sent: float = 0.0
     first: float = 0.0
     second: float = 0.0  # the second token's receipt (0 for a one-token output)
-    done: float = 0.0
+    last: float = 0.0  # the last token's receipt (the stream's end comes after: the router's bookkeeping, the status)
     error: str = ""
     stages: dict[str, float] = field(default_factory=dict)
     lifetime: Lifetime | None = None  # the router's record of it
@@ -51,10 +51,11 @@ class RequestResult:
 
     @property
     def tpot(self) -> float:
-        """Mean time per output token after the first (0 for a one-token output, as in the planner)."""
+        """Mean time per output token after the first, to the last token's receipt (0 for a one-token output, as in
+        the planner)."""
         if not self.ok:
             return float("inf")
-        return (self.done - self.first) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
+        return (self.last - self.first) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
 
     @property
     def first_gap(self) -> float | None:
@@ -63,7 +64,8 @@ class RequestResult:
 
     @property
     def e2e(self) -> float:
-        return self.done - self.sent if self.ok else float("inf")
+        """Sent → last token."""
+        return self.last - self.sent if self.ok else float("inf")
 
 
 async def run_load(address: str, requests: list[BenchRequest], on_done: Callable[[], None] = lambda: None,
@@ -90,7 +92,7 @@ async def _call(stub: router_pb2_grpc.RouterStub, req: BenchRequest, timeout_s: 
     try:
         async for chunk in stub.Generate(message, timeout=timeout_s):
             if chunk.token_ids:
-                now = time.time()
+                now = result.last = time.time()
                 if not result.first:
                     result.first = now
                     if len(chunk.token_ids) > 1:
@@ -98,7 +100,6 @@ async def _call(stub: router_pb2_grpc.RouterStub, req: BenchRequest, timeout_s: 
                 elif not result.second:
                     result.second = now
             result.output_tokens += len(chunk.token_ids)
-        result.done = time.time()
     except grpc.aio.AioRpcError as exc:
         result.error = f"{exc.code().name}: {exc.details()}"
     finally:

@@ -18,7 +18,7 @@ from rich.progress import Progress
 from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
-from services.bench.served import ServedFit, fit_steps, path_overheads, served_steps
+from services.bench.served import ServedFit, fit_steps, loaded_overheads, path_overheads, served_steps
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import goodput_search
 from services.bench.workload import BenchWorkload, Sample
@@ -139,14 +139,15 @@ def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, pro
 
 def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float,
               progress: Progress | None) -> tuple[ServingOverheads, float]:
-    """The path's overheads from the warm-up's lone requests; then serves `sample` at `rate` so that the model
-    can be fitted to the steps served from the returned time (unix seconds) on."""
+    """Serves `sample` at `rate`; returns the path's overheads (the warm-up's lone requests, then this load:
+    `loaded_overheads`) and when the load began (unix seconds), so that the model can be fitted to the steps
+    served from then on."""
     lone_steps = [s for s in served_steps(served.redis_url, warm.began) if s.start < warm.lone_end]
-    overheads = path_overheads(warm.lone, lone_steps)
+    lone = path_overheads(warm.lone, lone_steps)
     reqs = sample.requests(rate, f"calib-{uuid.uuid4().hex[:6]}")
     began = time.time()
-    run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
-    return overheads, began
+    results = run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
+    return loaded_overheads(lone, results, served_steps(served.redis_url, began)), began
 
 
 def served_fit(served: Served, since: float, profiled: TPCoefficients) -> ServedFit:

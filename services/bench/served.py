@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 
@@ -84,6 +84,10 @@ def fit_steps(steps: list[StepRecord], profiled: TPCoefficients) -> ServedFit:
     return ServedFit(coeffs, len(pre) if fit_pre else 0, len(dec) if fit_dec else 0)
 
 
+def _median(values) -> float:
+    return max(0.0, statistics.median(values))
+
+
 def path_overheads(lone: list[RequestResult], steps: list[StepRecord]) -> ServingOverheads:
     """Medians over lone requests (served one at a time, so no wait is queueing) of each hop of the request path;
     `steps`: the steps served meanwhile, for when each token's step ended. The hand-off's hops (to the decode
@@ -93,19 +97,39 @@ def path_overheads(lone: list[RequestResult], steps: list[StepRecord]) -> Servin
         return ServingOverheads()
     decode_steps = [s for s in steps if s.kind == "decode"]
 
-    def median(values) -> float:
-        return max(0.0, statistics.median(values))
-
     def token(r: RequestResult) -> float:
-        last = max((s for s in decode_steps if s.start < r.done), key=lambda s: s.start, default=None)
-        return r.done - (last.start + last.seconds) if last is not None else 0.0
+        last = max((s for s in decode_steps if s.start < r.last), key=lambda s: s.start, default=None)
+        return r.last - (last.start + last.seconds) if last is not None else 0.0
 
     life = [(r, r.lifetime) for r in runs]
-    hops = {"to_prefill": median(t.prefill_queued - r.sent for r, t in life),
-            "first_token": median(r.first - t.prefill_end for r, t in life),
-            "token": median(token(r) for r in runs)}
+    hops = {"to_prefill": _median(t.prefill_queued - r.sent for r, t in life),
+            "first_token": _median(r.first - t.prefill_end for r, t in life),
+            "token": _median(token(r) for r in runs)}
     if all(t.xfer_start for _, t in life):
-        hops |= {"to_decode": median(t.decode_queued - t.prefill_end for _, t in life),
-                 "reserve": median(t.xfer_start - t.decode_queued for _, t in life),
-                 "admit": median(t.decode_start - t.xfer_end for _, t in life)}
+        hops |= {"to_decode": _median(t.decode_queued - t.prefill_end for _, t in life),
+                 "reserve": _median(t.xfer_start - t.decode_queued for _, t in life),
+                 "admit": _median(t.decode_start - t.xfer_end for _, t in life)}
     return ServingOverheads(**hops)
+
+
+def loaded_overheads(lone: ServingOverheads, results: list[RequestResult], steps: list[StepRecord]) -> ServingOverheads:
+    """The hops as a load shows them (`results` and the `steps` served meanwhile): every process on the path then
+    shares its core with busy engines, and a token waits longer for its relay. Medians over the load's requests of
+    the hops to the prefill instance, of the first token to the client and of the hand-off to the decode
+    instance; the token's relay from the decode step that first carried the request (its start is the request's
+    decode start) to the second token at the client. The reservation and the admission stay as `lone` measured
+    them: under load they also hold the waits for KV blocks and for the step under way, which the simulator
+    models itself; so does the relay where no decode step carries the request's start (colocated)."""
+    life = [(r, r.lifetime) for r in results if r.ok and r.lifetime is not None and r.lifetime.prefill_end]
+    if not life:
+        return lone
+    hops = {"to_prefill": _median(t.prefill_queued - r.sent for r, t in life),
+            "first_token": _median(r.first - t.prefill_end for r, t in life)}
+    handed = [(r, t) for r, t in life if t.xfer_start]
+    if handed:
+        hops["to_decode"] = _median(t.decode_queued - t.prefill_end for _, t in handed)
+    ends = {s.start: s.start + s.seconds for s in steps if s.kind == "decode"}
+    relays = [r.second - ends[t.decode_start] for r, t in handed if r.second and t.decode_start in ends]
+    if relays:
+        hops["token"] = _median(relays)
+    return replace(lone, **hops)

@@ -15,7 +15,7 @@ def _result(i: int, ttft: float, tpot: float, tokens: int = 11, transfer: float 
     if transfer is not None:
         stages["transfer"] = transfer
     return RequestResult(f"r{i}", 8, tokens, sent=100.0, first=100.0 + ttft, second=100.0 + ttft + tpot,
-                         done=100.0 + ttft + tpot * (tokens - 1), stages=stages)
+                         last=100.0 + ttft + tpot * (tokens - 1), stages=stages)
 
 
 def test_a_point_counts_attainment_failures_and_the_transfer_share():
