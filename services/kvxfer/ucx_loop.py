@@ -23,7 +23,7 @@ from ucxx._lib_async.application_context import ProgressTasks
 from ucxx._lib_async.utils import hash64bits
 from ucxx.types import Tag, TagMaskFull
 
-from services.kvxfer.iov import IovRequest
+from services.kvxfer.iov import IovMessages, IovRequest
 
 
 class UcxLoop:
@@ -70,19 +70,20 @@ class UcxLoop:
         arr = Array(buf)
         return self._track(_ucp(ep).tag_recv(arr, _tag(ep._tags["msg_recv"], tag), TagMaskFull), arr)
 
-    def send_iov(self, ep: ucxx.Endpoint, tag: int, pool: np.ndarray, offsets: Sequence[int],
-                 lengths: Sequence[int]) -> asyncio.Future:
-        """Post a send of the pool's ranges as one message (iov.py); done once they may be reused."""
-        request = IovRequest.send(_ucp(ep).handle, ep, _tag(ep._tags["msg_send"], tag).value, pool, offsets, lengths)
-        return self._track(request, None)
+    def send_iov(self, ep: ucxx.Endpoint, tags: Sequence[int], pool: np.ndarray, counts: Sequence[int],
+                 offsets: Sequence[int], lengths: Sequence[int]) -> asyncio.Future:
+        """Post sends of the pool's ranges, counts[i] of them as message i with our tag tags[i] (iov.py); done
+        once all may be reused."""
+        handle = _ucp(ep).handle
+        messages = IovMessages([_tag(ep._tags["msg_send"], t).value for t in tags], counts, offsets, lengths)
+        return self._track(IovRequest.send(handle, ep, pool, messages), None)
 
-    def recv_iov(self, ep: ucxx.Endpoint, tag: int, pool: np.ndarray, offsets: Sequence[int],
-                 lengths: Sequence[int]) -> asyncio.Future:
-        """Post a receive of one message into the pool's ranges (iov.py); done once it is in."""
+    def recv_iov(self, ep: ucxx.Endpoint, tags: Sequence[int], pool: np.ndarray, counts: Sequence[int],
+                 offsets: Sequence[int], lengths: Sequence[int]) -> asyncio.Future:
+        """Post receives of messages into the pool's ranges, as send_iov sent them; done once all are in."""
         _ucp(ep)  # the endpoint is open
-        request = IovRequest.recv(self._worker.handle, ep, _tag(ep._tags["msg_recv"], tag).value, pool, offsets,
-                                  lengths)
-        return self._track(request, None)
+        messages = IovMessages([_tag(ep._tags["msg_recv"], t).value for t in tags], counts, offsets, lengths)
+        return self._track(IovRequest.recv(self._worker.handle, ep, pool, messages), None)
 
     def kick(self) -> None:
         """Progress soon (and settle requests that finished while ucxx progressed the worker itself)."""

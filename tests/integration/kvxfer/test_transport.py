@@ -1,7 +1,7 @@
 """The UCX transport in one process (source and destination over loopback): the ack goes after the
 pull has returned, and releases the lease; a failed verify keeps it; idle endpoints cost no CPU; a
-frame sent as a scatter-gather message is received packed and the reverse; aborting an endpoint
-withdraws its scatter-gather receives."""
+frame sent as a scatter-gather message is received packed and the reverse, with several frames in one batch;
+aborting an endpoint withdraws its scatter-gather receives."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ async def _until(condition, timeout_s: float = 5.0) -> None:
 
 async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypatch) -> None:
     apply_ucx_env(KVXferConfig())
-    from services.kvxfer import transport  # after the UCX environment is set
+    from services.kvxfer import frames, transport  # after the UCX environment is set
     from services.kvxfer.iov import helper
     from services.kvxfer.transport import UcxPuller, UcxServer
     from services.kvxfer.ucx_loop import UcxLoop
@@ -94,14 +94,21 @@ async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypa
         buildable = os.environ.get("DISTSERVE_CPU_KERNELS", "1") != "0" and (shutil.which("cc") or shutil.which("gcc"))
         assert built or not buildable, "the scatter-gather helper did not build"
         rng = random.Random(0)
+        # frames of up to 3 blocks, runs of 2 sent alone: several scatter-gather messages in one batch between
+        # single ranges (these blocks make ranges of 1, 1, 1, 2, 1, 1, 1, 1 blocks: frames 3, run, 3, 1)
+        monkeypatch.setattr(frames, "FRAME_BYTES", 3 * block)
+        monkeypatch.setattr(frames, "DIRECT_BYTES", 2 * block)
+        mixed = ([0, 2, 4, 6, 7, 9, 11, 13, 15], [15, 13, 11, 8, 9, 5, 3, 1, 0])
         for sides in ({"src"}, {"dst"}, {"src", "dst"}, set()) if built else (set(),):  # sides that scatter-gather
             monkeypatch.setattr(transport, "_scatter_gather",
                                 lambda ranges, sides=sides: ("src" if ranges.pool is src else "dst") in sides)
-            src_blocks, dst_blocks = rng.sample(range(LAYOUT.num_blocks), 9), rng.sample(range(LAYOUT.num_blocks), 9)
-            dst.data[:] = 0
-            await puller.pull(peer, *order(src_blocks, dst_blocks), verified)
-            for s, d in zip(src_blocks, dst_blocks):
-                assert np.array_equal(dst.data[d * block:(d + 1) * block], src.data[s * block:(s + 1) * block]), sides
+            drawn = rng.sample(range(LAYOUT.num_blocks), 9), rng.sample(range(LAYOUT.num_blocks), 9)
+            for src_blocks, dst_blocks in (drawn, mixed):
+                dst.data[:] = 0
+                await puller.pull(peer, *order(src_blocks, dst_blocks), verified)
+                for s, d in zip(src_blocks, dst_blocks):
+                    assert np.array_equal(dst.data[d * block:(d + 1) * block],
+                                          src.data[s * block:(s + 1) * block]), sides
 
         if built:
             await _abort_withdraws_scatter_gather_receives(ucx, peer, dst)
@@ -113,13 +120,13 @@ async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypa
 
 
 async def _abort_withdraws_scatter_gather_receives(ucx, peer: tuple[str, int], dst: MappedPool) -> None:
-    """A receive posted into the pool, and a send no one receives, end (failed) once their endpoint is aborted:
-    nothing writes into or reads from the pool later."""
+    """Batches of receives posted into the pool, and of sends no one receives, end (failed) once their endpoint
+    is aborted: nothing writes into or reads from the pool later."""
     ep = await ucx.connect(*peer, 5.0)
     block = LAYOUT.block_bytes
-    received = ucx.recv_iov(ep, 99, dst.data, [0, 2 * block], [block] * 2)
+    received = ucx.recv_iov(ep, [99, 100], dst.data, [2, 1], [0, 2 * block, 4 * block], [block] * 3)
     blocks = range(4, 12)  # 512 KB: over UCX_RNDV_THRESH, so it waits for a receive the peer never posts
-    sent = ucx.send_iov(ep, 98, dst.data, [b * block for b in blocks], [block] * len(blocks))
+    sent = ucx.send_iov(ep, [98, 101], dst.data, [4, 4], [b * block for b in blocks], [block] * len(blocks))
     await asyncio.sleep(0.05)
     assert not received.done() and not sent.done()
     ucx.abort(ep)
