@@ -19,6 +19,7 @@ import grpc
 from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.bench.loadgen import RequestResult
 from services.common.registry import Registry
+from services.common.stamps import Lifetime
 from services.engine.step_log import StepRecord
 from services.planner.latency import TPCoefficients
 from services.planner.profile import fit_decode, fit_prefill
@@ -88,6 +89,17 @@ def _median(values) -> float:
     return max(0.0, statistics.median(values))
 
 
+def _client_hops(life: list[tuple[RequestResult, Lifetime]]) -> dict[str, float]:
+    """Medians of the hops every mode has: client → prefill queue, prefill step end → first token at the client."""
+    return {"to_prefill": _median(t.prefill_queued - r.sent for r, t in life),
+            "first_token": _median(r.first - t.prefill_end for r, t in life)}
+
+
+def _to_decode(life: list[tuple[RequestResult, Lifetime]]) -> float:
+    """Median of prefill step end → decode request at the decode instance."""
+    return _median(t.decode_queued - t.prefill_end for _, t in life)
+
+
 def path_overheads(lone: list[RequestResult], steps: list[StepRecord]) -> ServingOverheads:
     """Medians over lone requests (served one at a time, so no wait is queueing) of each hop of the request path;
     `steps`: the steps served meanwhile, for when each token's step ended. The hand-off's hops (to the decode
@@ -102,11 +114,9 @@ def path_overheads(lone: list[RequestResult], steps: list[StepRecord]) -> Servin
         return r.last - (last.start + last.seconds) if last is not None else 0.0
 
     life = [(r, r.lifetime) for r in runs]
-    hops = {"to_prefill": _median(t.prefill_queued - r.sent for r, t in life),
-            "first_token": _median(r.first - t.prefill_end for r, t in life),
-            "token": _median(token(r) for r in runs)}
+    hops = _client_hops(life) | {"token": _median(token(r) for r in runs)}
     if all(t.xfer_start for _, t in life):
-        hops |= {"to_decode": _median(t.decode_queued - t.prefill_end for _, t in life),
+        hops |= {"to_decode": _to_decode(life),
                  "reserve": _median(t.xfer_start - t.decode_queued for _, t in life),
                  "admit": _median(t.decode_start - t.xfer_end for _, t in life)}
     return ServingOverheads(**hops)
@@ -123,11 +133,10 @@ def loaded_overheads(lone: ServingOverheads, results: list[RequestResult], steps
     life = [(r, r.lifetime) for r in results if r.ok and r.lifetime is not None and r.lifetime.prefill_end]
     if not life:
         return lone
-    hops = {"to_prefill": _median(t.prefill_queued - r.sent for r, t in life),
-            "first_token": _median(r.first - t.prefill_end for r, t in life)}
+    hops = _client_hops(life)
     handed = [(r, t) for r, t in life if t.xfer_start]
     if handed:
-        hops["to_decode"] = _median(t.decode_queued - t.prefill_end for _, t in handed)
+        hops["to_decode"] = _to_decode(handed)
     ends = {s.start: s.start + s.seconds for s in steps if s.kind == "decode"}
     relays = [r.second - ends[t.decode_start] for r, t in handed if r.second and t.decode_start in ends]
     if relays:

@@ -89,7 +89,10 @@ class UcxServer:
             reply = {"ok": True, "nbytes": sum(f.nbytes for f in frames), "nframes": len(frames), "crc": grant.crc}
             slots = asyncio.Semaphore(STAGED_IN_FLIGHT)
             # frames first: their rendezvous requests go out before the reply's send (~0.05 ms on loopback)
-            sends = self._send_frames(ep, frames, grant.ranges, slots)
+            src = grant.ranges
+            sends = _post_frames(frames, src, lambda f, tag: self._ucx.send(ep, src.view(f.first), tag),
+                                 lambda *iov: self._ucx.send_iov(ep, *iov),
+                                 lambda i, f: self._send_packed(ep, i, f, src, slots))
             sends.append(self._ucx.send(ep, _encode(reply), REPLY_TAG))
             await _all(sends)
             await self._ucx.recv(ep, buf, ORDER_TAG)
@@ -100,18 +103,6 @@ class UcxServer:
             return False
         finally:
             self._source.close_pull(order, ok)
-
-    def _send_frames(self, ep: ucxx.Endpoint, frames: list[Frame], src: PoolRanges,
-                     slots: asyncio.Semaphore) -> list[Awaitable[None]]:
-        """Post every frame's send: a single range from the pool, the packed frames as one scatter-gather batch
-        where this side can, else each through a staging buffer."""
-        sends = [self._ucx.send(ep, src.view(f.first), FRAME_TAG + i) for i, f in enumerate(frames) if not f.packed]
-        packed = [(i, f) for i, f in enumerate(frames) if f.packed]
-        if packed and _scatter_gather(src):
-            sends.append(self._ucx.send_iov(ep, *_iov_messages(packed, src)))
-        elif packed:
-            sends += [asyncio.ensure_future(self._send_packed(ep, i, f, src, slots)) for i, f in packed]
-        return sends
 
     async def _send_packed(self, ep: ucxx.Endpoint, index: int, frame: Frame, src: PoolRanges,
                            slots: asyncio.Semaphore) -> None:
@@ -163,7 +154,9 @@ class UcxPuller:
         posted: list[asyncio.Future] = []
         try:
             posted.append(reply := self._ucx.recv(ep, reply_buf, REPLY_TAG))
-            posted += self._recv_frames(ep, frames, dst, slots)
+            posted += _post_frames(frames, dst, lambda f, tag: self._ucx.recv(ep, dst.view(f.first), tag),
+                                   lambda *iov: self._ucx.recv_iov(ep, *iov),
+                                   lambda i, f: self._recv_packed(ep, i, f, dst, slots))
             posted.append(self._ucx.send(ep, encode_order(order), ORDER_TAG))
             await reply
             answer = _decode(reply_buf)
@@ -192,18 +185,6 @@ class UcxPuller:
         except Exception as e:  # the pull itself is over: the source keeps the lease till expiry
             log.warning("ack of a pull was not sent: %s", e)
         self._put_back(peer, ep)
-
-    def _recv_frames(self, ep: ucxx.Endpoint, frames: list[Frame], dst: PoolRanges,
-                     slots: asyncio.Semaphore) -> list[Awaitable[None]]:
-        """Post every frame's receive: a single range into the pool, the packed frames as one scatter-gather
-        batch where this side can, else each through a staging buffer."""
-        posted = [self._ucx.recv(ep, dst.view(f.first), FRAME_TAG + i) for i, f in enumerate(frames) if not f.packed]
-        packed = [(i, f) for i, f in enumerate(frames) if f.packed]
-        if packed and _scatter_gather(dst):
-            posted.append(self._ucx.recv_iov(ep, *_iov_messages(packed, dst)))
-        elif packed:
-            posted += [asyncio.ensure_future(self._recv_packed(ep, i, f, dst, slots)) for i, f in packed]
-        return posted
 
     async def _recv_packed(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst: PoolRanges,
                            slots: asyncio.Semaphore) -> None:
@@ -243,6 +224,21 @@ class UcxPuller:
 def _scatter_gather(ranges: PoolRanges) -> bool:
     """Whether this side moves packed frames as scatter-gather messages (host pools, helper built)."""
     return not ranges.pool.on_gpu and helper() is not None
+
+
+def _post_frames(frames: list[Frame], ranges: PoolRanges, single: Callable[[Frame, int], Awaitable[None]],
+                 batch: Callable[..., Awaitable[None]],
+                 staged: Callable[[int, Frame], Awaitable[None]]) -> list[Awaitable[None]]:
+    """Post every frame's send or receive: `single(frame, tag)` for a single range of the pool; the packed frames
+    as one scatter-gather `batch(*_iov_messages(...))` where this side can, else each through a staging buffer
+    (`staged(index, frame)`)."""
+    posted = [single(f, FRAME_TAG + i) for i, f in enumerate(frames) if not f.packed]
+    packed = [(i, f) for i, f in enumerate(frames) if f.packed]
+    if packed and _scatter_gather(ranges):
+        posted.append(batch(*_iov_messages(packed, ranges)))
+    elif packed:
+        posted += [asyncio.ensure_future(staged(i, f)) for i, f in packed]
+    return posted
 
 
 def _iov_messages(packed: list[tuple[int, Frame]], ranges: PoolRanges) -> tuple:
