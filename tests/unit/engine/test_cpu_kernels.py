@@ -24,6 +24,16 @@ def test_small_gemm_equals_torch(m: int, k: int, n: int, bias: bool) -> None:
     torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
 
 
+def test_small_gemm_row_does_not_depend_on_the_batch() -> None:
+    """Rows go through the kernel four, two or one at a time: each row's result is bit for bit the same at any M."""
+    gen = torch.Generator().manual_seed(7)
+    x, w_t = torch.randn(small_gemm.MAX_ROWS, 136, generator=gen), torch.randn(136, 40, generator=gen)
+    whole = small_gemm.small_gemm(x, w_t, None)
+    for rows in range(1, 10):
+        assert torch.equal(small_gemm.small_gemm(x[:rows].contiguous(), w_t, None), whole[:rows])
+    assert torch.equal(small_gemm.small_gemm(x[5:8].contiguous(), w_t, None), whole[5:8])
+
+
 def test_small_gemm_takes_only_what_it_computes() -> None:
     w_t = torch.randn(16, 8)
     assert small_gemm.takes_weight(w_t) and not small_gemm.takes_weight(w_t.t())
