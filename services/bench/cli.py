@@ -67,7 +67,7 @@ def _config(args: argparse.Namespace):
         tpot_scale=args.tpot_scale, slo_scale=args.slo_scale, target=args.attainment, rate=args.rate,
         start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
         num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, calibration_rate=args.calibration_rate,
-        **fields)
+        repeats=args.repeats, repeat_within=args.repeat_within, **fields)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -132,6 +132,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--factor", type=float, default=1.5, help="rate step before bisection")
     sweep.add_argument("--bisect-steps", type=int, default=None, help="bisections after the crossing (default 2; quick 1)")
     sweep.add_argument("--max-steps", type=int, default=None, help="rate steps in one direction at most (default 5; quick 3)")
+    sweep.add_argument("--repeats", type=int, default=1,
+                       help="runs of a rate at most: while the pooled attainment of its runs lies within "
+                            "--repeat-within standard errors of the target, the same requests run again (default 1)")
+    sweep.add_argument("--repeat-within", type=float, default=2.0, help="standard errors (default 2)")
     sweep.add_argument("--quick", action="store_true", help="fewer requests and probes: the comparison in minutes")
     pred = p.add_argument_group("prediction")
     pred.add_argument("--simulate", action="store_true", help="the planner's simulated attainment beside each point")

@@ -104,7 +104,7 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
     console.print(summary)
 
     points = Table(title="points (latencies in ms; stages are means of the router's records)")
-    cols = ("workload", "mode", "rate", "attain", "sim", "err pp", "cal", "cal err", "fit", "fit err", "replay err",
+    cols = ("workload", "mode", "rate", "runs", "attain", "sim", "err pp", "cal", "cal err", "fit", "fit err", "replay err",
             "TTFT p90", "TPOT p90", "1st gap p90", "min scale",
             *STAGES, "xfer share")
     for col in cols:
@@ -114,7 +114,7 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
             sim, cal, fit = p.simulated_attainment, p.calibrated_attainment, p.fitted_attainment
             scale = "-" if not math.isfinite(p.tightest_slo_scale) else f"{p.tightest_slo_scale:.2f}"
             mark = "*" if p.rate == r.goodput else ""
-            points.add_row(r.workload, r.mode, f"{p.rate:.3g}{mark}", _pct(p.attainment), _pct(sim),
+            points.add_row(r.workload, r.mode, f"{p.rate:.3g}{mark}", str(p.runs), _pct(p.attainment), _pct(sim),
                            _points(sim, p.attainment), _pct(cal), _points(cal, p.attainment), _pct(fit),
                            _points(fit, p.attainment), _points(p.replayed_attainment, p.attainment),
                            _ms(p.ttft.get("p90")), _ms(p.tpot.get("p90")), _ms(p.first_gap.get("p90")), scale,

@@ -20,7 +20,7 @@ class Point:
     ttft_attainment: float
     tpot_attainment: float
     tightest_slo_scale: float  # smallest SLO scale that this run would still meet at the target
-    requests: int
+    requests: int  # of all runs of the rate
     failed: int
     ttft: dict[str, float]  # mean / p50 / p90 seconds of completed requests
     tpot: dict[str, float]
@@ -35,6 +35,7 @@ class Point:
     fitted_attainment: float | None = None  # ... with the model fitted to served steps, plus the path's overheads
     replayed_attainment: float | None = None  # ... as fitted, but to this point's own served steps (not a prediction)
     served_fit: dict[str, float] = field(default_factory=dict)  # the latency model fitted to this point's steps
+    runs: int = 1  # runs of the same requests pooled in this point (--repeats)
 
 
 @dataclass(slots=True)
@@ -72,7 +73,7 @@ def _dist(values: np.ndarray) -> dict[str, float]:
 
 
 def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float) -> Point:
-    """A point from one run's requests."""
+    """A point from its requests (one run's, or several runs' pooled)."""
     ok = np.array([r.ok for r in results], bool)
     ttft = np.array([r.ttft for r in results])
     tpot = np.array([r.tpot for r in results])

@@ -20,7 +20,7 @@ from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
 from services.bench.served import ServedFit, fit_steps, loaded_overheads, path_overheads, served_steps
 from services.bench.slo import SLO, lone_latencies, scaled_slo
-from services.bench.sweep import goodput_search
+from services.bench.sweep import goodput_search, pooled_runs
 from services.bench.workload import BenchWorkload, Sample
 from services.common.net import free_port
 from services.launcher.stack import Stack, StackConfig
@@ -60,6 +60,8 @@ class BenchConfig:
     factor: float = 1.5
     bisect_steps: int = 2
     max_steps: int = 5
+    repeats: int = 1  # runs of a rate at most: it runs again while its pooled attainment is undecided
+    repeat_within: float = 2.0  # ... i.e. within this many standard errors of the target
     simulate: bool = False
     profile: str = ""  # profile file of this device (`distserve profile`)
     num_blocks: int = 1024
@@ -256,8 +258,19 @@ class Bench:
             reqs = part.requests(rate, f"bench-{run}-{len(points)}")
             refit()
             began, wall = time.time(), time.monotonic()
-            results = run_requests(served, reqs, self.progress, f"{served.mode} {workload} {rate:.3g} req/s")
+            label = f"{served.mode} {workload} {rate:.3g} req/s"
+
+            def run_once(i: int) -> list[RequestResult]:
+                again = [replace(r, request_id=f"{r.request_id}-r{i}") for r in reqs] if i else reqs
+                return run_requests(served, again, self.progress, label + (f" (run {i + 1})" if i else ""))
+
+            def judge(results: list[RequestResult]) -> tuple[float, float]:
+                pooled = summarize(rate, results, slo, 0.0)
+                return pooled.attainment, pooled.attainment_se
+
+            results, runs = pooled_runs(run_once, judge, slo.target, self.cfg.repeats, self.cfg.repeat_within)
             point = summarize(rate, results, slo, time.monotonic() - wall)
+            point.runs = runs
             for kind, predictor in predictors.items():
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
             if "fitted" in predictors:  # the simulator on the point's own served step costs (a diagnostic)

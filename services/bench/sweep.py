@@ -1,12 +1,17 @@
 """Goodput by measurement: step the rate by a factor from a start until attainment crosses the target, then bisect.
 
-Each probe is a real run, so the search is frugal: it never measures a rate twice, and it stops after
+Each probe is a real run, so the search is frugal: it never probes a rate twice, and it stops after
 `max_steps` factor steps in one direction (the goodput is then reported as the last rate that passed, or 0).
+Where one run leaves a rate undecided (its attainment within a few standard errors of the target), the same
+requests can run again and the decision is taken on all of them pooled (`pooled_runs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
+
+R = TypeVar("R")
 
 
 def goodput_search(measure: Callable[[float], float], start: float, target: float, factor: float = 1.5,
@@ -40,3 +45,21 @@ def goodput_search(measure: Callable[[float], float], start: float, target: floa
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if passes(mid) else (lo, mid)
     return lo
+
+
+def undecided(attainment: float, se: float, target: float, within: float) -> bool:
+    """Whether a point's attainment lies within `within` standard errors of the target (so one more run of the same
+    requests is worth its time before the search acts on it). A point with no spread (all met, or none) is decided."""
+    return se > 0 and abs(attainment - target) <= within * se
+
+
+def pooled_runs(run: Callable[[int], list[R]], judge: Callable[[list[R]], tuple[float, float]], target: float,
+                repeats: int, within: float) -> tuple[list[R], int]:
+    """Runs `run(i)` (i = 0, 1, …) until the pooled results are decided or `repeats` runs are done; `judge` gives
+    the pooled (attainment, standard error). Returns every run's results and the number of runs."""
+    results: list[R] = []
+    for i in range(max(repeats, 1)):
+        results += run(i)
+        if not undecided(*judge(results), target, within):
+            break
+    return results, i + 1
