@@ -18,13 +18,14 @@ from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.leases import LeaseEnd, LeaseError, LeaseState, LeaseTable
 from services.kvxfer.metrics import XferMetrics
 from services.kvxfer.orders import PeerDirectory, Puller, PullOrder, SourceGrant
-from services.kvxfer.pools import CudaIpc, MappedPool, copy_ranges, map_cuda, map_host
+from services.kvxfer.pools import CudaIpc, MappedPool, copy_blocks, map_cuda, map_host
 from services.kvxfer.ranges import Ranges, block_ranges, check_blocks
 from services.kvxfer.records import PullResult, SourceRef, Stats
 
 log = logging.getLogger(__name__)
-# Same-host copies run on the loop in pieces of this size (~0.5 ms each), yielding between pieces:
-# a copy in a thread cost 4-15% more at 16-64 MB here (the hop, and a core another process may hold).
+# Same-host copies run on the loop in pieces of this size (~0.5 ms each; one block where blocks are larger),
+# yielding between pieces: a copy in a thread cost 4-15% more at 16-64 MB here (the hop, and a core another
+# process may hold).
 COPY_PIECE_BYTES = 8 << 20
 
 
@@ -151,14 +152,15 @@ class KVXferCore:
         try:
             if lease.instance_id != source.instance_id:
                 raise XferError(Failure.BAD_REQUEST, f"lease {lease.lease_id} is not of {source.instance_id}")
-            dst, ranges = self._destination(dst_instance_id, dst_block_ids, src.layout, lease.block_ids)
-            await _copy(src, dst, ranges)
+            dst = self._destination(dst_instance_id, dst_block_ids, src.layout, lease.block_ids)
+            await _copy(src, dst, lease.block_ids, dst_block_ids)
             crc = None
             if checksum:
+                ranges = block_ranges(lease.block_ids, dst_block_ids, dst.layout.block_bytes)
                 crc = await _blocking(crc32, src.ranges(ranges, "src").views())
                 await _verify_crc(crc, dst, ranges)
             ok = True
-            return ranges.nbytes, crc
+            return len(dst_block_ids) * dst.layout.block_bytes, crc
         finally:
             self._emit(self.leases.unpin(lease.lease_id, release=ok))
 
@@ -167,7 +169,8 @@ class KVXferCore:
         if source.kvxfer_address == self.address:
             raise XferError(Failure.NOT_FOUND, f"source instance {source.instance_id} is not registered with "
                                                f"its kvxfer {self.address} (gone?)")
-        dst, ranges = self._destination(dst_instance_id, dst_block_ids, source.layout, source.block_ids)
+        dst = self._destination(dst_instance_id, dst_block_ids, source.layout, source.block_ids)
+        ranges = block_ranges(source.block_ids, dst_block_ids, dst.layout.block_bytes)
         order = PullOrder(source.lease_id, source.instance_id, source.block_ids, dst_block_ids,
                           source.layout.block_bytes, checksum, pack=not dst.on_gpu)
         got: list[int | None] = [None]
@@ -231,16 +234,20 @@ class KVXferCore:
             raise XferError(Failure.LEASE_GONE, str(e)) from e
 
     def _destination(self, dst_instance_id: str, dst_block_ids: list[int], src_layout: KVLayout,
-                     src_block_ids: list[int]) -> tuple[MappedPool, Ranges]:
+                     src_block_ids: list[int]) -> MappedPool:
+        """The destination pool, once the blocks may go there (same block shape, as many, valid ids)."""
         dst = self._pool(dst_instance_id)
         if not same_shape(src_layout, dst.layout):
             raise XferError(Failure.BAD_REQUEST, f"source layout {src_layout} and destination layout "
                                                  f"{dst.layout} differ")
+        if len(src_block_ids) != len(dst_block_ids):
+            raise XferError(Failure.BAD_REQUEST, f"{len(src_block_ids)} source blocks but {len(dst_block_ids)} "
+                                                 "destination blocks")
         try:
             check_blocks(dst_block_ids, dst.layout.num_blocks, "destination")
-            return dst, block_ranges(src_block_ids, dst_block_ids, dst.layout.block_bytes)
         except ValueError as e:
             raise XferError(Failure.BAD_REQUEST, str(e)) from e
+        return dst
 
     def _release_pending(self, lease_id: str) -> bool:
         lease = self.leases.leases.get(lease_id)
@@ -259,14 +266,14 @@ class KVXferCore:
             self._backlog.setdefault(end.instance_id, []).append(end)
 
 
-async def _copy(src: MappedPool, dst: MappedPool, ranges: Ranges) -> None:
+async def _copy(src: MappedPool, dst: MappedPool, src_ids: list[int], dst_ids: list[int]) -> None:
     """Copy piece by piece, letting other tasks run in between; a cancelled copy stops between
     pieces, so nothing writes into the destination once the pull has ended."""
-    pieces = ranges.pieces(COPY_PIECE_BYTES)
-    for i, piece in enumerate(pieces):
-        if i:
+    step = max(1, COPY_PIECE_BYTES // src.layout.block_bytes)
+    for first in range(0, len(src_ids), step):
+        if first:
             await asyncio.sleep(0)
-        copy_ranges(src, dst, piece)
+        copy_blocks(src, dst, src_ids[first:first + step], dst_ids[first:first + step])
 
 
 async def _blocking(fn, *args):
