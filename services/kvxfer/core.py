@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from services.engine.kv_pool import KVLayout
+from services.kvxfer.backlog import LeaseBacklog
 from services.kvxfer.checksum import crc32
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.leases import LeaseEnd, LeaseError, LeaseState, LeaseTable
@@ -36,7 +37,8 @@ def same_shape(a: KVLayout, b: KVLayout) -> bool:
 
 class KVXferCore:
     def __init__(self, address: str, peers: PeerDirectory, puller: Puller, default_ttl_s: float,
-                 pull_timeout_s: float, metrics: XferMetrics, clock: Callable[[], float] = time.time) -> None:
+                 pull_timeout_s: float, metrics: XferMetrics, clock: Callable[[], float] = time.time,
+                 backlog: LeaseBacklog | None = None) -> None:
         self.address = address  # this kvxfer's gRPC address, as written into handles
         self._peers = peers
         self._puller = puller
@@ -46,7 +48,7 @@ class KVXferCore:
         self.pools: dict[str, MappedPool] = {}
         self.leases = LeaseTable(clock)
         self._watchers: dict[str, list[asyncio.Queue[LeaseEnd]]] = {}
-        self._backlog: dict[str, list[LeaseEnd]] = {}
+        self._backlog = backlog or LeaseBacklog()
         self._in_flight = 0
 
     # pools
@@ -70,7 +72,7 @@ class KVXferCore:
     def unregister_pool(self, instance_id: str) -> int:
         """Unmap a pool; its leases end without events (their worker is leaving)."""
         self.pools.pop(instance_id, None)
-        self._backlog.pop(instance_id, None)
+        self._backlog.take(instance_id)
         dropped = self.leases.drop_instance(instance_id)
         self.metrics.live_leases(self.leases.live())
         return dropped
@@ -105,7 +107,7 @@ class KVXferCore:
     def watch(self, instance_id: str) -> asyncio.Queue[LeaseEnd]:
         """A queue of the instance's lease ends (with those that ended while nobody watched)."""
         queue: asyncio.Queue[LeaseEnd] = asyncio.Queue()
-        for end in self._backlog.pop(instance_id, []):
+        for end in self._backlog.take(instance_id):
             queue.put_nowait(end)
         self._watchers.setdefault(instance_id, []).append(queue)
         return queue
@@ -262,8 +264,11 @@ class KVXferCore:
         if queues:
             for queue in queues:
                 queue.put_nowait(end)
-        elif end.instance_id in self.pools:
-            self._backlog.setdefault(end.instance_id, []).append(end)
+        elif end.instance_id in self.pools and self._backlog.add(end) is not None:
+            self.metrics.lease_end_dropped()
+            if self._backlog.dropped[end.instance_id] == 1:
+                log.warning("nobody watches the leases of %s and %d of their ends are kept: dropping the oldest "
+                            "(its worker frees their blocks at expiry + grace)", end.instance_id, self._backlog.cap)
 
 
 async def _copy(src: MappedPool, dst: MappedPool, src_ids: list[int], dst_ids: list[int]) -> None:
