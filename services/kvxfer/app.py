@@ -16,7 +16,7 @@ from services.kvxfer.core import KVXferCore
 from services.kvxfer.iov import helper
 from services.kvxfer.metrics import XferMetrics
 from services.kvxfer.peers import GrpcPeers
-from services.kvxfer.pools import copy_kernel
+from services.kvxfer.pools import blocks_kernel, copy_kernel
 from services.kvxfer.server import KVXferServicer
 from services.kvxfer.ucx_env import apply_ucx_env
 
@@ -30,7 +30,8 @@ async def serve(config: KVXferConfig) -> None:
     from services.kvxfer.transport import UcxPuller, UcxServer  # after the UCX environment is set
     from services.kvxfer.ucx_loop import UcxLoop
 
-    c_loop, iov = copy_kernel() is not None, helper() is not None  # built now, not in the first pull
+    c_loop = copy_kernel() is not None and blocks_kernel() is not None  # built now, not in the first pull
+    iov = helper() is not None
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
     port = server.add_insecure_port(f"{config.host}:{config.port}")
     metrics = XferMetrics()

@@ -10,3 +10,18 @@ void copy_ranges(int64_t n, char *dst, const int64_t *dst_at, const char *src, c
         memcpy(dst + dst_at[i], src + src_at[i], (size_t)length[i]);
     }
 }
+
+/* Block src_ids[i] to block dst_ids[i], one memcpy per run of blocks consecutive in both pools: a same-host pull
+   passes its block ids as they come, where building byte ranges in Python cost ~0.15 µs a block. */
+void copy_blocks(int64_t n, char *dst, const int64_t *dst_ids, const char *src, const int64_t *src_ids,
+                 int64_t block_bytes) {
+    int64_t i = 0;
+    while (i < n) {
+        int64_t j = i + 1;
+        while (j < n && src_ids[j] == src_ids[j - 1] + 1 && dst_ids[j] == dst_ids[j - 1] + 1) {
+            j++;
+        }
+        memcpy(dst + dst_ids[i] * block_bytes, src + src_ids[i] * block_bytes, (size_t)((j - i) * block_bytes));
+        i = j;
+    }
+}

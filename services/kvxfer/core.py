@@ -13,18 +13,20 @@ import time
 from collections.abc import Callable
 
 from services.engine.kv_pool import KVLayout
+from services.kvxfer.backlog import LeaseBacklog
 from services.kvxfer.checksum import crc32
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.leases import LeaseEnd, LeaseError, LeaseState, LeaseTable
 from services.kvxfer.metrics import XferMetrics
 from services.kvxfer.orders import PeerDirectory, Puller, PullOrder, SourceGrant
-from services.kvxfer.pools import CudaIpc, MappedPool, copy_ranges, map_cuda, map_host
+from services.kvxfer.pools import CudaIpc, MappedPool, copy_blocks, map_cuda, map_host
 from services.kvxfer.ranges import Ranges, block_ranges, check_blocks
 from services.kvxfer.records import PullResult, SourceRef, Stats
 
 log = logging.getLogger(__name__)
-# Same-host copies run on the loop in pieces of this size (~0.5 ms each), yielding between pieces:
-# a copy in a thread cost 4-15% more at 16-64 MB here (the hop, and a core another process may hold).
+# Same-host copies run on the loop in pieces of this size (~0.5 ms each; one block where blocks are larger),
+# yielding between pieces: a copy in a thread cost 4-15% more at 16-64 MB here (the hop, and a core another
+# process may hold).
 COPY_PIECE_BYTES = 8 << 20
 
 
@@ -35,7 +37,8 @@ def same_shape(a: KVLayout, b: KVLayout) -> bool:
 
 class KVXferCore:
     def __init__(self, address: str, peers: PeerDirectory, puller: Puller, default_ttl_s: float,
-                 pull_timeout_s: float, metrics: XferMetrics, clock: Callable[[], float] = time.time) -> None:
+                 pull_timeout_s: float, metrics: XferMetrics, clock: Callable[[], float] = time.time,
+                 backlog: LeaseBacklog | None = None) -> None:
         self.address = address  # this kvxfer's gRPC address, as written into handles
         self._peers = peers
         self._puller = puller
@@ -45,7 +48,7 @@ class KVXferCore:
         self.pools: dict[str, MappedPool] = {}
         self.leases = LeaseTable(clock)
         self._watchers: dict[str, list[asyncio.Queue[LeaseEnd]]] = {}
-        self._backlog: dict[str, list[LeaseEnd]] = {}
+        self._backlog = backlog or LeaseBacklog()
         self._in_flight = 0
 
     # pools
@@ -69,7 +72,7 @@ class KVXferCore:
     def unregister_pool(self, instance_id: str) -> int:
         """Unmap a pool; its leases end without events (their worker is leaving)."""
         self.pools.pop(instance_id, None)
-        self._backlog.pop(instance_id, None)
+        self._backlog.take(instance_id)
         dropped = self.leases.drop_instance(instance_id)
         self.metrics.live_leases(self.leases.live())
         return dropped
@@ -104,7 +107,7 @@ class KVXferCore:
     def watch(self, instance_id: str) -> asyncio.Queue[LeaseEnd]:
         """A queue of the instance's lease ends (with those that ended while nobody watched)."""
         queue: asyncio.Queue[LeaseEnd] = asyncio.Queue()
-        for end in self._backlog.pop(instance_id, []):
+        for end in self._backlog.take(instance_id):
             queue.put_nowait(end)
         self._watchers.setdefault(instance_id, []).append(queue)
         return queue
@@ -151,14 +154,15 @@ class KVXferCore:
         try:
             if lease.instance_id != source.instance_id:
                 raise XferError(Failure.BAD_REQUEST, f"lease {lease.lease_id} is not of {source.instance_id}")
-            dst, ranges = self._destination(dst_instance_id, dst_block_ids, src.layout, lease.block_ids)
-            await _copy(src, dst, ranges)
+            dst = self._destination(dst_instance_id, dst_block_ids, src.layout, lease.block_ids)
+            await _copy(src, dst, lease.block_ids, dst_block_ids)
             crc = None
             if checksum:
+                ranges = block_ranges(lease.block_ids, dst_block_ids, dst.layout.block_bytes)
                 crc = await _blocking(crc32, src.ranges(ranges, "src").views())
                 await _verify_crc(crc, dst, ranges)
             ok = True
-            return ranges.nbytes, crc
+            return len(dst_block_ids) * dst.layout.block_bytes, crc
         finally:
             self._emit(self.leases.unpin(lease.lease_id, release=ok))
 
@@ -167,7 +171,8 @@ class KVXferCore:
         if source.kvxfer_address == self.address:
             raise XferError(Failure.NOT_FOUND, f"source instance {source.instance_id} is not registered with "
                                                f"its kvxfer {self.address} (gone?)")
-        dst, ranges = self._destination(dst_instance_id, dst_block_ids, source.layout, source.block_ids)
+        dst = self._destination(dst_instance_id, dst_block_ids, source.layout, source.block_ids)
+        ranges = block_ranges(source.block_ids, dst_block_ids, dst.layout.block_bytes)
         order = PullOrder(source.lease_id, source.instance_id, source.block_ids, dst_block_ids,
                           source.layout.block_bytes, checksum, pack=not dst.on_gpu)
         got: list[int | None] = [None]
@@ -231,16 +236,20 @@ class KVXferCore:
             raise XferError(Failure.LEASE_GONE, str(e)) from e
 
     def _destination(self, dst_instance_id: str, dst_block_ids: list[int], src_layout: KVLayout,
-                     src_block_ids: list[int]) -> tuple[MappedPool, Ranges]:
+                     src_block_ids: list[int]) -> MappedPool:
+        """The destination pool, once the blocks may go there (same block shape, as many, valid ids)."""
         dst = self._pool(dst_instance_id)
         if not same_shape(src_layout, dst.layout):
             raise XferError(Failure.BAD_REQUEST, f"source layout {src_layout} and destination layout "
                                                  f"{dst.layout} differ")
+        if len(src_block_ids) != len(dst_block_ids):
+            raise XferError(Failure.BAD_REQUEST, f"{len(src_block_ids)} source blocks but {len(dst_block_ids)} "
+                                                 "destination blocks")
         try:
             check_blocks(dst_block_ids, dst.layout.num_blocks, "destination")
-            return dst, block_ranges(src_block_ids, dst_block_ids, dst.layout.block_bytes)
         except ValueError as e:
             raise XferError(Failure.BAD_REQUEST, str(e)) from e
+        return dst
 
     def _release_pending(self, lease_id: str) -> bool:
         lease = self.leases.leases.get(lease_id)
@@ -255,18 +264,21 @@ class KVXferCore:
         if queues:
             for queue in queues:
                 queue.put_nowait(end)
-        elif end.instance_id in self.pools:
-            self._backlog.setdefault(end.instance_id, []).append(end)
+        elif end.instance_id in self.pools and self._backlog.add(end) is not None:
+            self.metrics.lease_end_dropped()
+            if self._backlog.dropped[end.instance_id] == 1:
+                log.warning("nobody watches the leases of %s and %d of their ends are kept: dropping the oldest "
+                            "(its worker frees their blocks at expiry + grace)", end.instance_id, self._backlog.cap)
 
 
-async def _copy(src: MappedPool, dst: MappedPool, ranges: Ranges) -> None:
+async def _copy(src: MappedPool, dst: MappedPool, src_ids: list[int], dst_ids: list[int]) -> None:
     """Copy piece by piece, letting other tasks run in between; a cancelled copy stops between
     pieces, so nothing writes into the destination once the pull has ended."""
-    pieces = ranges.pieces(COPY_PIECE_BYTES)
-    for i, piece in enumerate(pieces):
-        if i:
+    step = max(1, COPY_PIECE_BYTES // src.layout.block_bytes)
+    for first in range(0, len(src_ids), step):
+        if first:
             await asyncio.sleep(0)
-        copy_ranges(src, dst, piece)
+        copy_blocks(src, dst, src_ids[first:first + step], dst_ids[first:first + step])
 
 
 async def _blocking(fn, *args):

@@ -19,6 +19,8 @@ class XferMetrics:
                                buckets=GBPS_BUCKETS, registry=r)
         self._failed = Counter("distserve_kvxfer_pulls_failed", "Failed pulls", ["reason"], registry=r)
         self._expired = Counter("distserve_kvxfer_leases_expired", "Leases that expired unpulled", registry=r)
+        self._ends_dropped = Counter("distserve_kvxfer_lease_ends_dropped", "Lease ends dropped from a full "
+                                     "backlog (nobody watching the instance)", registry=r)
         self._live = Gauge("distserve_kvxfer_live_leases", "Leases held now", registry=r)
 
     def pull_ok(self, path: str, nbytes: int, seconds: float) -> None:
@@ -38,6 +40,9 @@ class XferMetrics:
             self._expired.inc()
         else:
             self.leases_released += 1
+
+    def lease_end_dropped(self) -> None:
+        self._ends_dropped.inc()
 
     def live_leases(self, n: int) -> None:
         self._live.set(n)

@@ -18,7 +18,7 @@ import torch
 
 from services.engine.cpu.build import kernel_function
 from services.engine.kv_pool import KVLayout, map_pool
-from services.kvxfer.ranges import Ranges
+from services.kvxfer.ranges import Ranges, block_ranges
 
 HERE = Path(__file__).parent  # copy_ranges.c
 KERNEL_FROM_RANGES = 8  # fewer ranges: a memmove each costs less than building the C loop's arrays (~15 µs)
@@ -146,6 +146,27 @@ def copy_all(dst_base: int, dst: Sequence[int], src_base: int, src: Sequence[int
 def copy_kernel() -> ctypes._CFuncPtr | None:
     """The C loop of copy_ranges.c, or None (no compiler, or C helpers off)."""
     return kernel_function("copy_ranges", "copy_ranges", (ctypes.c_int64,) + (ctypes.c_void_p,) * 5, None, HERE)
+
+
+def blocks_kernel() -> ctypes._CFuncPtr | None:
+    """copy_ranges.c's loop over block ids, or None (no compiler, or C helpers off)."""
+    return kernel_function("copy_ranges", "copy_blocks", (ctypes.c_int64,) + (ctypes.c_void_p,) * 4 + (ctypes.c_int64,),
+                           None, HERE)
+
+
+def copy_blocks(src: MappedPool, dst: MappedPool, src_ids: Sequence[int], dst_ids: Sequence[int]) -> None:
+    """Copy block src_ids[i] of src into block dst_ids[i] of dst (GIL released on the host).
+
+    Host pools: the ids go to the C loop as they are, which merges runs itself; byte ranges built in Python
+    (block_ranges, then their int64 arrays) cost ~0.15 µs a block, ~5% of a 64 KB block's copy. A GPU pool, or no
+    C compiler: by ranges."""
+    kernel = None if src.on_gpu or dst.on_gpu else blocks_kernel()
+    if kernel is None:
+        copy_ranges(src, dst, block_ranges(src_ids, dst_ids, src.layout.block_bytes))
+        return
+    src_at, dst_at = np.array(src_ids, np.int64), np.array(dst_ids, np.int64)  # held until the call returns
+    kernel(len(src_at), dst.data.ctypes.data, dst_at.ctypes.data, src.data.ctypes.data, src_at.ctypes.data,
+           src.layout.block_bytes)
 
 
 def copy_ranges(src: MappedPool, dst: MappedPool, ranges: Ranges) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,23 +21,6 @@ class Ranges:
     @property
     def nbytes(self) -> int:
         return sum(self.length)
-
-    def pieces(self, max_bytes: int) -> list[Ranges]:
-        """The same ranges in consecutive groups of at most max_bytes; a longer range is cut alone."""
-        if self.nbytes <= max_bytes:
-            return [self]
-        ends = list(itertools.accumulate(self.length))
-        pieces, i = [], 0
-        while i < len(self.length):
-            s, d, n = self.src[i], self.dst[i], self.length[i]
-            if n > max_bytes:
-                pieces += [Ranges([s + k], [d + k], [min(max_bytes, n - k)]) for k in range(0, n, max_bytes)]
-                i += 1
-                continue
-            j = bisect.bisect_right(ends, ends[i] - n + max_bytes, lo=i)  # ranges i..j-1 fit
-            pieces.append(Ranges(self.src[i:j], self.dst[i:j], self.length[i:j]))
-            i = j
-        return pieces
 
 
 def check_blocks(block_ids: Sequence[int], num_blocks: int, what: str) -> None:

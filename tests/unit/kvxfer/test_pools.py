@@ -1,5 +1,5 @@
-"""Host copies by address move exactly the ranges' bytes: pool to pool, and packed through a frame; with the C
-copy loop and with its fallback (no C compiler)."""
+"""Host copies by address move exactly the ranges' bytes: pool to pool (by ranges, and by block ids), and packed
+through a frame; with the C copy loops and with their fallback (no C compiler)."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ import pytest
 from services.kvxfer import pools
 
 from services.engine.kv_pool import KVLayout
-from services.kvxfer.pools import MappedPool, copy_ranges
+from services.kvxfer.pools import MappedPool, copy_blocks, copy_ranges
 from services.kvxfer.ranges import block_ranges
 
 LAYOUT = KVLayout(num_blocks=16, num_layers=1, block_size=2, num_kv_heads=1, head_dim=4)  # 64-byte blocks
@@ -31,11 +31,20 @@ def copier(request, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(pools, "KERNEL_FROM_RANGES", 1)  # these few ranges too
     else:
         monkeypatch.setattr(pools, "copy_kernel", lambda: None)
+        monkeypatch.setattr(pools, "blocks_kernel", lambda: None)
 
 
 def test_copy_ranges_moves_each_block_to_its_pair_and_nothing_else() -> None:
     src, dst = _pool("src", np.random.default_rng(0)), _pool("dst")
     copy_ranges(src, dst, block_ranges(SRC, DST, LAYOUT.block_bytes))
+    assert _blocks(dst, DST) == _blocks(src, SRC)
+    untouched = sorted(set(range(LAYOUT.num_blocks)) - set(DST))
+    assert not dst.data.reshape(LAYOUT.num_blocks, -1)[untouched].any()
+
+
+def test_copy_blocks_moves_each_block_to_its_pair_and_nothing_else() -> None:
+    src, dst = _pool("src", np.random.default_rng(2)), _pool("dst")
+    copy_blocks(src, dst, SRC, DST)  # 3, 4 -> 7, 8 is one run
     assert _blocks(dst, DST) == _blocks(src, SRC)
     untouched = sorted(set(range(LAYOUT.num_blocks)) - set(DST))
     assert not dst.data.reshape(LAYOUT.num_blocks, -1)[untouched].any()
