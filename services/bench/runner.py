@@ -139,17 +139,18 @@ def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, pro
     return WarmUp(lone, gbps, began, lone_end)
 
 
-def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float,
+def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profiled: TPCoefficients,
               progress: Progress | None) -> tuple[ServingOverheads, float]:
     """Serves `sample` at `rate`; returns the path's overheads (the warm-up's lone requests, then this load:
-    `loaded_overheads`) and when the load began (unix seconds), so that the model can be fitted to the steps
-    served from then on."""
+    `loaded_overheads`, with the model fitted to the load's steps) and when the load began (unix seconds), so
+    that the model can be fitted to the steps served from then on."""
     lone_steps = [s for s in served_steps(served.redis_url, warm.began) if s.start < warm.lone_end]
     lone = path_overheads(warm.lone, lone_steps)
     reqs = sample.requests(rate, f"calib-{uuid.uuid4().hex[:6]}")
     began = time.time()
     results = run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
-    return loaded_overheads(lone, results, served_steps(served.redis_url, began)), began
+    steps = served_steps(served.redis_url, began)
+    return loaded_overheads(lone, results, steps, fit_steps(steps, profiled).coeffs), began
 
 
 def served_fit(served: Served, since: float, profiled: TPCoefficients) -> ServedFit:
@@ -229,7 +230,7 @@ class Bench:
                         predictors["calibrated"], calibration = predictors["simulated"].calibrated(warm.lone_points())
                     calibration["link_gbps"] = warm.link_gbps
                     overheads, fit_since = calibrate(served, warm, self.calibration_sample, self.calibration_rate,
-                                                     self.progress)
+                                                     predictors["simulated"].model.at(1), self.progress)
                     fit = served_fit(served, fit_since, predictors["simulated"].model.at(1))
                     predictors["fitted"] = predictors["simulated"].fitted(fit.coeffs, overheads)
                     calibration |= {"calibration_rate": self.calibration_rate, "served_fit": fit.as_dict(),

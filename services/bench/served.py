@@ -122,14 +122,31 @@ def path_overheads(lone: list[RequestResult], steps: list[StepRecord]) -> Servin
     return ServingOverheads(**hops)
 
 
-def loaded_overheads(lone: ServingOverheads, results: list[RequestResult], steps: list[StepRecord]) -> ServingOverheads:
+def join_cost(steps: list[StepRecord], joins: set[float], coeffs: TPCoefficients) -> float:
+    """Decode-engine seconds one hand-off costs: over the decode steps, the mean excess over the model `coeffs` of
+    the step before a join (the Decode RPC and the pull's RPC arrive while it runs), the join step (`joins`: the
+    starts of the steps requests joined at) and the step after, beyond the excess of the steps away from joins."""
+    dec = sorted((s for s in steps if s.kind == "decode"), key=lambda s: s.start)
+    excess = [s.seconds - coeffs.decode_time(s.context, s.seqs) for s in dec]
+    at = [i for i, s in enumerate(dec) if s.start in joins]
+    near = {i + k for i in at for k in (-1, 0, 1)}
+    away = [e for i, e in enumerate(excess) if i not in near]
+    if not at or not away:
+        return 0.0
+    around = [[excess[i + k] for i in at if 0 <= i + k < len(dec)] for k in (-1, 0, 1)]
+    return max(0.0, sum(statistics.fmean(e) for e in around if e) - 3 * statistics.fmean(away))
+
+
+def loaded_overheads(lone: ServingOverheads, results: list[RequestResult], steps: list[StepRecord],
+                     coeffs: TPCoefficients | None = None) -> ServingOverheads:
     """The hops as a load shows them (`results` and the `steps` served meanwhile): every process on the path then
     shares its core with busy engines, and a token waits longer for its relay. Medians over the load's requests of
     the hops to the prefill instance, of the first token to the client and of the hand-off to the decode
     instance; the token's relay from the decode step that first carried the request (its start is the request's
     decode start) to the second token at the client. The reservation and the admission stay as `lone` measured
     them: under load they also hold the waits for KV blocks and for the step under way, which the simulator
-    models itself; so does the relay where no decode step carries the request's start (colocated)."""
+    models itself; so does the relay where no decode step carries the request's start (colocated). With the
+    decode model `coeffs` fitted to these steps, the hand-off's cost to the decode engine (`join_cost`)."""
     life = [(r, r.lifetime) for r in results if r.ok and r.lifetime is not None and r.lifetime.prefill_end]
     if not life:
         return lone
@@ -141,4 +158,6 @@ def loaded_overheads(lone: ServingOverheads, results: list[RequestResult], steps
     relays = [r.second - ends[t.decode_start] for r, t in handed if r.second and t.decode_start in ends]
     if relays:
         hops["token"] = _median(relays)
+    if handed and coeffs is not None:
+        hops["join"] = join_cost(steps, {t.decode_start for _, t in handed}, coeffs)
     return replace(lone, **hops)

@@ -88,8 +88,8 @@ class DecodeInstance:
 
     def __init__(self, coeffs: TPCoefficients, pp: int, capacity: int, prompt: list[int], output: list[int],
                  start_at: list[float], finish_at: list[float],
-                 on_finish: Callable[[int, float], None] | None = None) -> None:
-        self.coeffs, self.capacity, self.on_finish = coeffs, capacity, on_finish
+                 on_finish: Callable[[int, float], None] | None = None, join_s: float = 0.0) -> None:
+        self.coeffs, self.capacity, self.on_finish, self.join_s = coeffs, capacity, on_finish, join_s
         self.prompt, self.output, self.start_at, self.finish_at = prompt, output, start_at, finish_at
         self.lanes = [_Lane() for _ in range(pp)]
         self.queue: deque[int] = deque()
@@ -131,16 +131,17 @@ class DecodeInstance:
                 return
             self._step(lane)
 
-    def _admit(self, lane: _Lane, now: float) -> None:
-        queue = self.queue
+    def _admit(self, lane: _Lane, now: float) -> int:
+        """Admits queued requests into `lane` at its step boundary; returns how many joined."""
+        queue, joined = self.queue, 0
         if not queue:
-            return
+            return 0
         share = -(-(sum(x.size for x in self.lanes) + len(queue)) // len(self.lanes))  # keep lanes even
         while queue and lane.size < share:
             rid = queue[0]
             need = self.prompt[rid] + self.output[rid]
             if self.reserved + need > self.capacity:
-                return
+                return joined
             queue.popleft()
             self.queued_tokens -= need
             self.reserved += need
@@ -148,14 +149,16 @@ class DecodeInstance:
             heapq.heappush(lane.active, (lane.steps + self.output[rid] - 1, rid))
             lane.context += self.prompt[rid] + 1
             lane.size += 1
+            joined += 1
+        return joined
 
     def _step(self, lane: _Lane) -> None:
         now = lane.next_time
-        self._admit(lane, now)
+        joined = self._admit(lane, now)
         if not lane.size:
             lane.next_time = INF
             return
-        end = now + self.coeffs.decode_time(lane.context, lane.size)
+        end = now + self.coeffs.decode_time(lane.context, lane.size) + self.join_s * joined
         lane.steps += 1
         lane.context += lane.size
         active = lane.active

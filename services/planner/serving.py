@@ -7,6 +7,8 @@ client → router → prefill queue (`to_prefill`) · prefill batches · first t
 its step ends · the decode request reaches the decode instance `to_decode` after the step ends · its blocks are
 reserved (`reserve`; at once, not at a step boundary) · the K/V is pulled (the transfer) · it joins the
 batch at the next step boundary after `admit` · every token reaches the client `token` after its step ends.
+A hand-off also costs the decode engine `join` of its time (the Decode RPC, the pull's RPC and the admission run
+on the engine's core): the step the request joins takes that much longer.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class ServingOverheads:
     reserve: float = 0.0  # s: block reservation
     admit: float = 0.0  # s: pull done → ready to join the next step
     token: float = 0.0  # s: decode step end → its token at the client
+    join: float = 0.0  # s of decode-engine time per hand-off (its RPCs share the engine's core), on the join step
 
     def as_dict(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in self.__slots__}

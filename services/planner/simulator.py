@@ -123,7 +123,7 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
     for inst in prefills:
         inst.advance(INF)
 
-    decodes = [DecodeInstance(d_coeffs, placement.decode.pp, capacity, prompt, output, start, finish)
+    decodes = [DecodeInstance(d_coeffs, placement.decode.pp, capacity, prompt, output, start, finish, join_s=hop.join)
                for _ in range(placement.n_decode)]
     p_inst, d_inst = placement.of_role("prefill"), placement.of_role("decode")
     kv_bytes = model.shape.kv_bytes_per_token()

@@ -3,7 +3,7 @@
 import pytest
 
 from services.bench.loadgen import RequestResult
-from services.bench.served import fit_steps, loaded_overheads, path_overheads
+from services.bench.served import fit_steps, join_cost, loaded_overheads, path_overheads
 from services.common.stamps import Lifetime
 from services.engine.step_log import StepRecord
 from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
@@ -59,7 +59,7 @@ def test_path_overheads_are_the_medians_of_each_hop_of_lone_requests():
         lone.append(RequestResult(f"r{i}", 100, 4, sent=base, first=base + 0.204, last=last, lifetime=life))
     got = path_overheads(lone, steps)
     assert got.as_dict() == pytest.approx({"to_prefill": 0.003, "first_token": 0.004, "to_decode": 0.005,
-                                          "reserve": 0.0002, "admit": 0.0004, "token": 0.003}, abs=1e-9)
+                                          "reserve": 0.0002, "admit": 0.0004, "token": 0.003, "join": 0.0}, abs=1e-9)
 
 
 def test_colocated_requests_have_no_hand_off_hops():
@@ -73,7 +73,7 @@ def test_colocated_requests_have_no_hand_off_hops():
                                   lifetime=life))
     got = path_overheads(lone, steps)
     assert got.as_dict() == pytest.approx({"to_prefill": 0.003, "first_token": 0.004, "to_decode": 0.0,
-                                          "reserve": 0.0, "admit": 0.0, "token": 0.002}, abs=1e-9)
+                                          "reserve": 0.0, "admit": 0.0, "token": 0.002, "join": 0.0}, abs=1e-9)
 
 
 LONE = ServingOverheads(to_prefill=0.001, first_token=0.002, to_decode=0.003, reserve=0.0001, admit=0.0002, token=0.0003)
@@ -91,7 +91,7 @@ def test_under_load_the_relay_is_timed_from_the_step_that_first_carried_the_requ
     results.append(RequestResult("failed", 100, error="UNAVAILABLE: gone"))
     got = loaded_overheads(LONE, results, steps)
     assert got.as_dict() == pytest.approx({"to_prefill": 0.002, "first_token": 0.004, "to_decode": 0.006,
-                                          "reserve": 0.0001, "admit": 0.0002, "token": 0.002}, abs=1e-9)
+                                          "reserve": 0.0001, "admit": 0.0002, "token": 0.002, "join": 0.0}, abs=1e-9)
 
 
 def test_without_a_hand_off_the_load_changes_only_the_hops_it_has():
@@ -99,5 +99,20 @@ def test_without_a_hand_off_the_load_changes_only_the_hops_it_has():
     colocated = [RequestResult("r", 100, 4, sent=100.0, first=100.21, second=100.23, last=100.25, lifetime=life)]
     got = loaded_overheads(LONE, colocated, [StepRecord("decode", 1, 1, 1, 101, 100.2, 0.012)])
     assert got.as_dict() == pytest.approx({"to_prefill": 0.003, "first_token": 0.01, "to_decode": 0.003,
-                                          "reserve": 0.0001, "admit": 0.0002, "token": 0.0003}, abs=1e-9)
+                                          "reserve": 0.0001, "admit": 0.0002, "token": 0.0003, "join": 0.0}, abs=1e-9)
     assert loaded_overheads(LONE, [], []) == LONE
+
+
+def test_a_hand_off_costs_the_decode_engine_the_excess_of_the_steps_around_its_join():
+    coeffs = TPCoefficients(prefill=PrefillCoeffs(0.0, 0.0, 0.0), decode_small=DecodeCoeffs(0.005, 0.0, 0.001),
+                            decode_large=DecodeCoeffs(0.005, 0.0, 0.001))
+    steps, joins = [], set()
+    t = 100.0
+    for i in range(40):  # batch 2: 7 ms by the model; joins at steps 10 and 30: +2, +1, +0.5 ms around each
+        extra = {9: 0.002, 10: 0.001, 11: 0.0005, 29: 0.002, 30: 0.001, 31: 0.0005}.get(i, 0.0)
+        steps.append(StepRecord("decode", 2, 2, 2, 200, t, 0.0072 + extra))  # every step 0.2 ms over the model
+        if i in (10, 30):
+            joins.add(t)
+        t += 0.0072 + extra
+    assert join_cost(steps, joins, coeffs) == pytest.approx(0.0035, abs=1e-9)
+    assert join_cost(steps, set(), coeffs) == 0.0

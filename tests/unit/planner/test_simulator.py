@@ -130,3 +130,15 @@ def test_a_pulled_request_on_a_busy_decode_is_reserved_at_once_and_joins_at_the_
     assert ideal.tpot[1] == pytest.approx(0.25 + x + 0.05 - 0.22)
     assert served.tpot[1] == pytest.approx(0.251 + x + 0.05 - 0.22)
     assert served.ttft == pytest.approx(ideal.ttft)
+
+
+def test_a_hand_off_lengthens_the_step_its_request_joins_for_everyone_in_it():
+    model, cluster = _constant_model(0.1, 0.05), Cluster(1, 2)
+    placement = pack(cluster, Parallel(1, 1), 1, Parallel(1, 1), 1)
+    x = transfer_seconds(100, model.shape.kv_bytes_per_token(), *placement.instances, cluster)
+    prompts, outputs, arrivals = np.array([100, 100]), np.array([10, 2]), np.array([0.0, 0.12])
+    ideal = simulate(model, placement, cluster, prompts, outputs, arrivals)
+    joined = simulate(model, placement, cluster, prompts, outputs, arrivals, serving=ServingOverheads(join=0.004))
+    # A's first step (it joins) and B's join step at 0.25 + x each take 4 ms more; A's other 7 steps do not.
+    assert joined.tpot[1] == pytest.approx(ideal.tpot[1] + 0.008)
+    assert joined.tpot[0] == pytest.approx(ideal.tpot[0] + 0.008 / 9)
