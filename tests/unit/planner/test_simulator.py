@@ -118,13 +118,19 @@ def test_serving_overheads_fall_where_the_served_path_pays_them():
     assert lone.tpot == pytest.approx([(0.005 + 0.001 + x + 0.002 + 2 * 0.05 + 0.006 - 0.004) / 2])
 
 
-def test_a_pulled_request_on_a_busy_decode_is_reserved_at_once_and_joins_at_the_next_boundary():
+def _two_on_one_decode(serving: ServingOverheads):
+    """A (10 tokens) and B (2 tokens, 0.12 s later) on 1 prefill (100 ms) + 1 decode (50 ms steps) instance: the
+    KV transfer time and the results without and with `serving`."""
     model, cluster = _constant_model(0.1, 0.05), Cluster(1, 2)
     placement = pack(cluster, Parallel(1, 1), 1, Parallel(1, 1), 1)
     x = transfer_seconds(100, model.shape.kv_bytes_per_token(), *placement.instances, cluster)
     prompts, outputs, arrivals = np.array([100, 100]), np.array([10, 2]), np.array([0.0, 0.12])
-    ideal = simulate(model, placement, cluster, prompts, outputs, arrivals)
-    served = simulate(model, placement, cluster, prompts, outputs, arrivals, serving=ServingOverheads(reserve=0.001))
+    return (x, simulate(model, placement, cluster, prompts, outputs, arrivals),
+            simulate(model, placement, cluster, prompts, outputs, arrivals, serving=serving))
+
+
+def test_a_pulled_request_on_a_busy_decode_is_reserved_at_once_and_joins_at_the_next_boundary():
+    x, ideal, served = _two_on_one_decode(ServingOverheads(reserve=0.001))
     # A decodes from 0.1 + x (ideal) or 0.101 + x (served), in steps of 50 ms. B's first token at 0.22: it is pulled
     # at once (served: reserved 1 ms later, without waiting for A's step to end) and joins at A's next boundary.
     assert ideal.tpot[1] == pytest.approx(0.25 + x + 0.05 - 0.22)
@@ -133,12 +139,7 @@ def test_a_pulled_request_on_a_busy_decode_is_reserved_at_once_and_joins_at_the_
 
 
 def test_a_hand_off_lengthens_the_step_its_request_joins_for_everyone_in_it():
-    model, cluster = _constant_model(0.1, 0.05), Cluster(1, 2)
-    placement = pack(cluster, Parallel(1, 1), 1, Parallel(1, 1), 1)
-    x = transfer_seconds(100, model.shape.kv_bytes_per_token(), *placement.instances, cluster)
-    prompts, outputs, arrivals = np.array([100, 100]), np.array([10, 2]), np.array([0.0, 0.12])
-    ideal = simulate(model, placement, cluster, prompts, outputs, arrivals)
-    joined = simulate(model, placement, cluster, prompts, outputs, arrivals, serving=ServingOverheads(join=0.004))
+    _, ideal, joined = _two_on_one_decode(ServingOverheads(join=0.004))
     # A's first step (it joins) and B's join step at 0.25 + x each take 4 ms more; A's other 7 steps do not.
     assert joined.tpot[1] == pytest.approx(ideal.tpot[1] + 0.008)
     assert joined.tpot[0] == pytest.approx(ideal.tpot[0] + 0.008 / 9)
