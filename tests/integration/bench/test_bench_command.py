@@ -51,12 +51,13 @@ def test_quick_comparison_reports_consistent_points(tiny_llama_dir, tmp_path):
         fit = result["calibration"]["served_fit"]
         assert fit["decode_per_req"] >= 0
         overheads = result["calibration"]["overheads"]
-        assert set(overheads) == {"to_prefill", "first_token", "to_decode", "reserve", "admit", "token"}
+        assert set(overheads) == {"to_prefill", "first_token", "to_decode", "reserve", "admit", "token", "join"}
+        assert overheads["join"] >= 0 and all(p["runs"] == 1 for p in points)  # --repeats 1 by default
         if disagg:  # fitted to the steps the decode instance served during the calibration load
             assert fit["decode_steps"] > 0
         else:  # no hand-off on a colocated path; a few tiny requests may show one decode batch size only, and
             # a fit from one size keeps the profiled decode terms (decode_steps 0)
-            assert overheads["to_decode"] == overheads["reserve"] == overheads["admit"] == 0.0
+            assert overheads["to_decode"] == overheads["reserve"] == overheads["admit"] == overheads["join"] == 0.0
         assert all(set(p["stages"]) >= ({"prefill", "transfer", "decode"} if disagg else {"prefill", "decode"}) for p in points)
     assert set(doc["ratios"]["chatbot"]) == {"disagg/colocated", "disagg/chunked"}
     assert len(doc["simulator_error"]) == sum(len(r["points"]) for r in doc["results"])
