@@ -139,18 +139,25 @@ def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, pro
     return WarmUp(lone, gbps, began, lone_end)
 
 
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    overheads: ServingOverheads  # the path's, as the warm-up's lone requests and then the load show them
+    began: float  # unix seconds: the fitted model learns from the steps served from then on
+    fit: ServedFit  # the model fitted to the load's steps
+
+
 def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profiled: TPCoefficients,
-              progress: Progress | None) -> tuple[ServingOverheads, float]:
-    """Serves `sample` at `rate`; returns the path's overheads (the warm-up's lone requests, then this load:
-    `loaded_overheads`, with the model fitted to the load's steps) and when the load began (unix seconds), so
-    that the model can be fitted to the steps served from then on."""
+              progress: Progress | None) -> Calibration:
+    """Serves `sample` at `rate`: the path's overheads (`path_overheads` of the warm-up's lone requests, then
+    `loaded_overheads` of this load with the model fitted to its steps)."""
     lone_steps = [s for s in served_steps(served.redis_url, warm.began) if s.start < warm.lone_end]
     lone = path_overheads(warm.lone, lone_steps)
     reqs = sample.requests(rate, f"calib-{uuid.uuid4().hex[:6]}")
     began = time.time()
     results = run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
     steps = served_steps(served.redis_url, began)
-    return loaded_overheads(lone, results, steps, fit_steps(steps, profiled).coeffs), began
+    fit = fit_steps(steps, profiled)
+    return Calibration(loaded_overheads(lone, results, steps, fit.coeffs), began, fit)
 
 
 def served_fit(served: Served, since: float, profiled: TPCoefficients) -> ServedFit:
@@ -229,12 +236,12 @@ class Bench:
                     if warm.lone_points():
                         predictors["calibrated"], calibration = predictors["simulated"].calibrated(warm.lone_points())
                     calibration["link_gbps"] = warm.link_gbps
-                    overheads, fit_since = calibrate(served, warm, self.calibration_sample, self.calibration_rate,
-                                                     predictors["simulated"].model.at(1), self.progress)
-                    fit = served_fit(served, fit_since, predictors["simulated"].model.at(1))
-                    predictors["fitted"] = predictors["simulated"].fitted(fit.coeffs, overheads)
-                    calibration |= {"calibration_rate": self.calibration_rate, "served_fit": fit.as_dict(),
-                                    "overheads": overheads.as_dict()}
+                    calib = calibrate(served, warm, self.calibration_sample, self.calibration_rate,
+                                      predictors["simulated"].model.at(1), self.progress)
+                    fit_since = calib.began
+                    predictors["fitted"] = predictors["simulated"].fitted(calib.fit.coeffs, calib.overheads)
+                    calibration |= {"calibration_rate": self.calibration_rate, "served_fit": calib.fit.as_dict(),
+                                    "overheads": calib.overheads.as_dict()}
                 for wl in self.cfg.workloads:
                     result = self.measure(served, wl, predictors, fit_since)
                     result.lone, result.calibration = warm.served_lone(), calibration
@@ -265,13 +272,9 @@ class Bench:
                 again = [replace(r, request_id=f"{r.request_id}-r{i}") for r in reqs] if i else reqs
                 return run_requests(served, again, self.progress, label + (f" (run {i + 1})" if i else ""))
 
-            def judge(results: list[RequestResult]) -> tuple[float, float]:
-                pooled = summarize(rate, results, slo, 0.0)
-                return pooled.attainment, pooled.attainment_se
-
-            results, runs = pooled_runs(run_once, judge, slo.target, self.cfg.repeats, self.cfg.repeat_within)
-            point = summarize(rate, results, slo, time.monotonic() - wall)
-            point.runs = runs
+            point, runs = pooled_runs(run_once, lambda results: summarize(rate, results, slo, 0.0), slo.target,
+                                      self.cfg.repeats, self.cfg.repeat_within)
+            point.runs, point.wall_s = runs, time.monotonic() - wall
             for kind, predictor in predictors.items():
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
             if "fitted" in predictors:  # the simulator on the point's own served step costs (a diagnostic)

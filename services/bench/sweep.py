@@ -9,9 +9,17 @@ requests can run again and the decision is taken on all of them pooled (`pooled_
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 R = TypeVar("R")
+
+
+class Judged(Protocol):
+    attainment: float
+    attainment_se: float
+
+
+J = TypeVar("J", bound=Judged)
 
 
 def goodput_search(measure: Callable[[float], float], start: float, target: float, factor: float = 1.5,
@@ -53,13 +61,14 @@ def undecided(attainment: float, se: float, target: float, within: float) -> boo
     return se > 0 and abs(attainment - target) <= within * se
 
 
-def pooled_runs(run: Callable[[int], list[R]], judge: Callable[[list[R]], tuple[float, float]], target: float,
-                repeats: int, within: float) -> tuple[list[R], int]:
-    """Runs `run(i)` (i = 0, 1, …) until the pooled results are decided or `repeats` runs are done; `judge` gives
-    the pooled (attainment, standard error). Returns every run's results and the number of runs."""
+def pooled_runs(run: Callable[[int], list[R]], judge: Callable[[list[R]], J], target: float, repeats: int,
+                within: float) -> tuple[J, int]:
+    """Runs `run(i)` (i = 0, 1, …) until the judgement of all their results pooled (its `attainment` and
+    `attainment_se`) is decided or `repeats` runs are done. Returns that judgement and the number of runs."""
     results: list[R] = []
     for i in range(max(repeats, 1)):
         results += run(i)
-        if not undecided(*judge(results), target, within):
+        judged = judge(results)
+        if not undecided(judged.attainment, judged.attainment_se, target, within):
             break
-    return results, i + 1
+    return judged, i + 1

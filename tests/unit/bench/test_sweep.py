@@ -1,5 +1,7 @@
 """The rate search finds the crossing of the attainment target and measures no rate twice."""
 
+from dataclasses import dataclass
+
 import pytest
 
 from services.bench.sweep import goodput_search, pooled_runs, undecided
@@ -46,6 +48,13 @@ def test_the_target_is_inclusive():
     assert goodput_search(lambda rate: 0.9 if rate <= 1.0 else 0.0, 1.0, 0.9, factor=2.0, bisect_steps=0) == 1.0
 
 
+@dataclass
+class _Judged:
+    attainment: float
+    attainment_se: float
+    requests: int
+
+
 def _runs(outcomes: list[list[bool]]):
     """A rate whose i-th run meets the objectives for outcomes[i] (True: met); judged on the pooled results."""
     calls: list[int] = []
@@ -54,25 +63,25 @@ def _runs(outcomes: list[list[bool]]):
         calls.append(i)
         return outcomes[i]
 
-    def judge(results: list[bool]) -> tuple[float, float]:
+    def judge(results: list[bool]) -> _Judged:
         a = sum(results) / len(results)
-        return a, (a * (1 - a) / len(results)) ** 0.5
+        return _Judged(a, (a * (1 - a) / len(results)) ** 0.5, len(results))
 
     return run, judge, calls
 
 
 def test_a_decided_rate_runs_once():
     run, judge, calls = _runs([[True] * 19 + [False]] * 3 + [[True] * 20])
-    results, runs = pooled_runs(run, judge, 0.5, repeats=3, within=2.0)  # 0.95 ± 0.05: far above 0.5
-    assert (runs, calls, len(results)) == (1, [0], 20)
+    judged, runs = pooled_runs(run, judge, 0.5, repeats=3, within=2.0)  # 0.95 ± 0.05: far above 0.5
+    assert (runs, calls, judged.requests) == (1, [0], 20)
     assert pooled_runs(*_runs([[True] * 20] * 3)[:2], 0.9, repeats=3, within=2.0)[1] == 1  # no spread: decided
 
 
 def test_an_undecided_rate_runs_again_and_is_judged_on_all_its_runs():
     run, judge, calls = _runs([[True] * 17 + [False] * 3, [True] * 19 + [False], [True] * 20])
-    results, runs = pooled_runs(run, judge, 0.9, repeats=3, within=2.0)
+    judged, runs = pooled_runs(run, judge, 0.9, repeats=3, within=2.0)
     # 0.85 ± 0.08 is undecided; pooled with 0.95 it is 0.90 ± 0.047, still undecided; the third run is the last.
-    assert (runs, calls, len(results)) == (3, [0, 1, 2], 60)
+    assert (runs, calls, judged.requests) == (3, [0, 1, 2], 60)
     assert pooled_runs(*_runs([[True] * 17 + [False] * 3] * 5)[:2], 0.9, repeats=2, within=2.0)[1] == 2
 
 
