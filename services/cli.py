@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Modules that define `register(subparsers)`; each adds its subcommands with `func` set.
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="distserve", description=__doc__)
     parser.add_argument("--log-level", default="INFO", help="logging level")
     parser.add_argument("--log-json", action="store_true", help="log one JSON object per line")
+    parser.add_argument("--cores", default="", help="run this process on these CPU cores only (comma-separated)")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
@@ -32,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     from services.common.logs import setup_logging
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     setup_logging(args.log_level, args.log_json)
+    if args.cores:  # before the command starts any thread, so that they all inherit it
+        try:
+            os.sched_setaffinity(0, {int(core) for core in args.cores.split(",")})
+        except (ValueError, OSError) as exc:
+            parser.error(f"--cores {args.cores}: {exc}")
     sys.exit(args.func(args) or 0)

@@ -66,6 +66,7 @@ class BenchConfig:
     profile: str = ""  # profile file of this device (`distserve profile`)
     num_blocks: int = 1024
     max_batch_tokens: int = 512
+    service_cores: tuple[int, ...] | None = None  # the started stack's router and Redis; None: its default
     warmup: int = 6  # lone requests (then a burst of as many) before measuring
     calibration: int = 40  # requests of the calibration load (--simulate) at least, from a sample of another seed
     calibration_rate: float | None = None  # req/s of it; None: the first workload's start rate
@@ -87,7 +88,8 @@ def serving(cfg: BenchConfig, mode: str) -> Iterator[Served]:
     n = len(cfg.devices)
     stack = Stack(StackConfig(model=cfg.model, mode=mode, prefill=n // 2, decode=n - n // 2, devices=cfg.devices,
                               grpc_port=free_port(), http_port=0, num_blocks=cfg.num_blocks,
-                              max_batch_tokens=cfg.max_batch_tokens, log_level="WARNING"))
+                              max_batch_tokens=cfg.max_batch_tokens, service_cores=cfg.service_cores,
+                              log_level="WARNING"))
     stack.start()
     try:
         yield Served(mode, stack.router_address, stack.redis_url)

@@ -14,6 +14,7 @@ from typing import Literal
 from services.common.net import free_port
 from services.common.pool_files import remove_pool_files
 from services.common.redis_server import EmbeddedRedis
+from services.launcher.cores import host_service_cores, pin_process
 from services.launcher.health import wait_serving
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class StackConfig:
     lease_ttl_s: float = 30.0
     ready_timeout_s: float = 180.0
     log_level: str = "INFO"
+    service_cores: tuple[int, ...] | None = None  # router, Redis, planner; None: see launcher/cores.py
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def instance_roles(self) -> list[str]:
@@ -67,10 +69,20 @@ class Stack:
     def router_address(self) -> str:
         return f"{self.config.host}:{self.config.grpc_port}"
 
+    @property
+    def service_cores(self) -> tuple[int, ...]:
+        """The cores the host services run on; () for anywhere."""
+        c = self.config
+        if c.service_cores is not None:
+            return c.service_cores
+        roles = c.instance_roles()
+        return host_service_cores(c.mode, roles, [self.device(i) for i in range(len(roles))])
+
     def _spawn(self, name: str, args: list[str], address: str, role: str = "", device: str = "",
-               metrics: bool = True) -> Proc:
+               metrics: bool = True, cores: tuple[int, ...] = ()) -> Proc:
         metrics_port = free_port(self.config.host) if metrics else 0
-        cmd = [sys.executable, "-m", "services", "--log-level", self.config.log_level, *args]
+        pinning = ["--cores", ",".join(map(str, cores))] if cores else []
+        cmd = [sys.executable, "-m", "services", "--log-level", self.config.log_level, *pinning, *args]
         if metrics:
             cmd += ["--metrics-port", str(metrics_port)]
         env = {**os.environ, **self.config.extra_env}
@@ -96,6 +108,8 @@ class Stack:
         if not self.redis_url:
             self.redis = EmbeddedRedis(host=c.host).start()
             self.redis_url = self.redis.url
+            if self.service_cores:
+                pin_process(self.redis.process.pid, self.service_cores)
         try:
             waits = []
             if c.mode == "disagg":
@@ -109,11 +123,13 @@ class Stack:
                 wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             router = self._spawn("router", [
                 "router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(c.grpc_port),
-                "--http-port", str(c.http_port), "--redis-url", self.redis_url], self.router_address)
+                "--http-port", str(c.http_port), "--redis-url", self.redis_url], self.router_address,
+                cores=self.service_cores)
             wait_serving(router.address, router.process, c.ready_timeout_s, "router")
             if c.planner_port:
                 self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
-                                        "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}", metrics=False)
+                                        "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}", metrics=False,
+                            cores=self.service_cores)
         except BaseException:
             self.stop()
             raise

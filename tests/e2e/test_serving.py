@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
@@ -114,6 +115,19 @@ async def test_cancelled_requests_free_every_block(stack) -> None:
     stats = await wait_idle(stack)
     assert [s.blocks_used for s in stats] == [0] * len(stats)
     assert all(s.running == 0 and s.waiting == 0 and s.held == 0 for s in stats)
+
+
+def test_the_router_runs_on_the_prefill_core_when_disaggregated(stack) -> None:
+    anywhere = os.sched_getaffinity(0)
+    router = next(p for p in stack.procs if p.name == "router")
+    want = {0} if stack.config.mode == "disagg" else anywhere  # the prefill instance is on cpu:0
+    assert os.sched_getaffinity(router.process.pid) == want
+    for proc in stack.procs:
+        if proc.name == "kvxfer":  # its copies run where a core is free
+            assert os.sched_getaffinity(proc.process.pid) == anywhere
+    for proc in stack.procs:
+        if proc.role:
+            assert os.sched_getaffinity(proc.process.pid) == {int(proc.device.split(":")[1])}, proc.name
 
 
 def test_router_serves_reflection_and_health(stack) -> None:
