@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import grpc
+import numpy as np
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.bench.loadgen import RequestResult
@@ -22,7 +24,7 @@ from services.common.registry import Registry
 from services.common.stamps import Lifetime
 from services.engine.step_log import StepRecord
 from services.planner.latency import TPCoefficients
-from services.planner.profile import fit_decode, fit_prefill
+from services.planner.profile import fit_decode, fit_prefill, nonneg_lstsq
 from services.planner.serving import ServingOverheads
 
 STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.DecodeStub}
@@ -122,19 +124,21 @@ def path_overheads(lone: list[RequestResult], steps: list[StepRecord]) -> Servin
     return ServingOverheads(**hops)
 
 
-def join_cost(steps: list[StepRecord], joins: set[float], coeffs: TPCoefficients) -> float:
-    """Decode-engine seconds one hand-off costs: over the decode steps, the mean excess over the model `coeffs` of
-    the step before a join (the Decode RPC and the pull's RPC arrive while it runs), the join step (`joins`: the
-    starts of the steps requests joined at) and the step after, beyond the excess of the steps away from joins."""
+def join_cost(steps: list[StepRecord], joins: Counter[float], coeffs: TPCoefficients) -> float:
+    """Decode-engine seconds one hand-off costs. `joins` counts the requests that joined at each decode step (by
+    its start); a join may slow the step before it (the Decode RPC and the pull's RPC arrive while it runs), its
+    own and the step after. The steps' excess over the model `coeffs` is fitted by non-negative least squares to
+    (1, joins at the next step, at this one, at the previous one): the cost is the sum of the three, per request,
+    so steps that several requests join, and joins on neighbouring steps, are counted as often as they happen."""
     dec = sorted((s for s in steps if s.kind == "decode"), key=lambda s: s.start)
-    excess = [s.seconds - coeffs.decode_time(s.context, s.seqs) for s in dec]
-    at = [i for i, s in enumerate(dec) if s.start in joins]
-    near = {i + k for i in at for k in (-1, 0, 1)}
-    away = [e for i, e in enumerate(excess) if i not in near]
-    if not at or not away:
+    at = np.array([joins.get(s.start, 0) for s in dec], dtype=float)
+    if len(dec) < 3 or not at.any():
         return 0.0
-    around = [[excess[i + k] for i in at if 0 <= i + k < len(dec)] for k in (-1, 0, 1)]
-    return max(0.0, sum(statistics.fmean(e) for e in around if e) - 3 * statistics.fmean(away))
+    excess = np.array([s.seconds - coeffs.decode_time(s.context, s.seqs) for s in dec])
+    before, after = np.append(at[1:], 0.0), np.insert(at[:-1], 0, 0.0)
+    # shifted so that the intercept (the other steps' excess, which may be negative) is fitted as non-negative
+    coef = nonneg_lstsq(np.column_stack([np.ones(len(dec)), before, at, after]), excess - excess.min())
+    return float(coef[1:].sum())
 
 
 def loaded_overheads(lone: ServingOverheads, results: list[RequestResult], steps: list[StepRecord],
@@ -159,5 +163,5 @@ def loaded_overheads(lone: ServingOverheads, results: list[RequestResult], steps
     if relays:
         hops["token"] = _median(relays)
     if handed and coeffs is not None:
-        hops["join"] = join_cost(steps, {t.decode_start for _, t in handed}, coeffs)
+        hops["join"] = join_cost(steps, Counter(t.decode_start for _, t in handed), coeffs)
     return replace(lone, **hops)

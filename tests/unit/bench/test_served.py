@@ -1,5 +1,7 @@
 """The latency model fitted to served steps, and the request path's overheads measured on lone requests and under load."""
 
+from collections import Counter
+
 import pytest
 
 from services.bench.loadgen import RequestResult
@@ -103,16 +105,31 @@ def test_without_a_hand_off_the_load_changes_only_the_hops_it_has():
     assert loaded_overheads(LONE, [], []) == LONE
 
 
-def test_a_hand_off_costs_the_decode_engine_the_excess_of_the_steps_around_its_join():
-    coeffs = TPCoefficients(prefill=PrefillCoeffs(0.0, 0.0, 0.0), decode_small=DecodeCoeffs(0.005, 0.0, 0.001),
+JOIN_MODEL = TPCoefficients(prefill=PrefillCoeffs(0.0, 0.0, 0.0), decode_small=DecodeCoeffs(0.005, 0.0, 0.001),
                             decode_large=DecodeCoeffs(0.005, 0.0, 0.001))
-    steps, joins = [], set()
-    t = 100.0
-    for i in range(40):  # batch 2: 7 ms by the model; joins at steps 10 and 30: +2, +1, +0.5 ms around each
-        extra = {9: 0.002, 10: 0.001, 11: 0.0005, 29: 0.002, 30: 0.001, 31: 0.0005}.get(i, 0.0)
-        steps.append(StepRecord("decode", 2, 2, 2, 200, t, 0.0072 + extra))  # every step 0.2 ms over the model
-        if i in (10, 30):
-            joins.add(t)
-        t += 0.0072 + extra
-    assert join_cost(steps, joins, coeffs) == pytest.approx(0.0035, abs=1e-9)
-    assert join_cost(steps, set(), coeffs) == 0.0
+
+
+def _steps_with_joins(joined: dict[int, int]) -> tuple[list[StepRecord], Counter[float]]:
+    """40 decode steps of batch 2 (7 ms by JOIN_MODEL, served 0.2 ms over it); each request joining step i adds
+    +2 ms to step i − 1, +1 ms to step i and +0.5 ms to step i + 1."""
+    extra = [0.0] * 40
+    for i, n in joined.items():
+        for k, ms in ((-1, 2.0), (0, 1.0), (1, 0.5)):
+            extra[i + k] += n * ms / 1000
+    steps, joins, t = [], Counter(), 100.0
+    for i in range(40):
+        steps.append(StepRecord("decode", 2, 2, 2, 200, t, 0.0072 + extra[i]))
+        joins[t] += joined.get(i, 0)
+        t += 0.0072 + extra[i]
+    return steps, +joins
+
+
+def test_a_hand_off_costs_the_decode_engine_the_excess_of_the_steps_around_its_join():
+    steps, joins = _steps_with_joins({10: 1, 30: 1})
+    assert join_cost(steps, joins, JOIN_MODEL) == pytest.approx(0.0035, abs=1e-9)
+    assert join_cost(steps, Counter(), JOIN_MODEL) == 0.0
+
+
+def test_requests_joining_one_step_or_neighbouring_steps_each_cost_one_hand_off():
+    steps, joins = _steps_with_joins({5: 2, 12: 1, 13: 1, 25: 3, 33: 1})
+    assert join_cost(steps, joins, JOIN_MODEL) == pytest.approx(0.0035, abs=1e-9)
