@@ -8,6 +8,7 @@ import math
 import statistics
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from rich.progress import Progress
 from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
-from services.bench.served import ServedFit, fit_steps, loaded_overheads, path_overheads, served_steps
+from services.bench.served import ServedFit, fit_steps, joins_of, loaded_overheads, path_overheads, served_steps
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import goodput_search, pooled_runs
 from services.bench.workload import BenchWorkload, Sample
@@ -146,6 +147,7 @@ class Calibration:
     overheads: ServingOverheads  # the path's, as the warm-up's lone requests and then the load show them
     began: float  # unix seconds: the fitted model learns from the steps served from then on
     fit: ServedFit  # the model fitted to the load's steps
+    joins: Counter[float]  # requests that joined each decode step of the load (`joins_of`)
 
 
 def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profiled: TPCoefficients,
@@ -158,13 +160,15 @@ def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profile
     began = time.time()
     results = run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
     steps = served_steps(served.redis_url, began)
-    fit = fit_steps(steps, profiled)
-    return Calibration(loaded_overheads(lone, results, steps, fit.coeffs), began, fit)
+    joins = joins_of(results)
+    fit = fit_steps(steps, profiled, joins)
+    return Calibration(loaded_overheads(lone, results, steps, fit.join_s), began, fit, joins)
 
 
-def served_fit(served: Served, since: float, profiled: TPCoefficients) -> ServedFit:
-    """The latency model fitted to every step the stack served from `since` (unix seconds) on."""
-    return fit_steps(served_steps(served.redis_url, since), profiled)
+def served_fit(served: Served, since: float, profiled: TPCoefficients, joins: Counter[float]) -> ServedFit:
+    """The latency model fitted to every step the stack served from `since` (unix seconds) on; `joins`: the
+    hand-offs of the requests served meanwhile."""
+    return fit_steps(served_steps(served.redis_url, since), profiled, joins)
 
 
 def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
@@ -233,6 +237,7 @@ class Bench:
                 predictors: dict[str, Predictor] = {}
                 calibration = {}
                 fit_since = 0.0  # unix seconds: the fitted model learns from the steps served since then
+                joins: Counter[float] = Counter()  # ... and the hand-offs of the requests served since then
                 if self.cfg.simulate and mode in PREDICTED_MODES:
                     predictors["simulated"] = self._predictor(warm.link_gbps, mode)
                     if warm.lone_points():
@@ -240,19 +245,21 @@ class Bench:
                     calibration["link_gbps"] = warm.link_gbps
                     calib = calibrate(served, warm, self.calibration_sample, self.calibration_rate,
                                       predictors["simulated"].model.at(1), self.progress)
-                    fit_since = calib.began
+                    fit_since, joins = calib.began, Counter(calib.joins)
                     predictors["fitted"] = predictors["simulated"].fitted(calib.fit.coeffs, calib.overheads)
                     calibration |= {"calibration_rate": self.calibration_rate, "served_fit": calib.fit.as_dict(),
                                     "overheads": calib.overheads.as_dict()}
                 for wl in self.cfg.workloads:
-                    result = self.measure(served, wl, predictors, fit_since)
+                    result = self.measure(served, wl, predictors, fit_since, joins)
                     result.lone, result.calibration = warm.served_lone(), calibration
                     out.append(result)
         return out
 
-    def measure(self, served: Served, workload: str, predictors: dict[str, Predictor], fit_since: float) -> ModeResult:
+    def measure(self, served: Served, workload: str, predictors: dict[str, Predictor], fit_since: float,
+                joins: Counter[float]) -> ModeResult:
         """The sweep (or the fixed rate) of one workload on one served mode. The fitted prediction of a point is
-        made from the steps served before it (the calibration load's and the earlier points')."""
+        made from the steps served before it (the calibration load's and the earlier points'); `joins` counts
+        their hand-offs and grows with every run."""
         sample, slo, points = self.samples[workload], self.slos[workload], []
         sample_at = self.sample_at(workload)
         run = uuid.uuid4().hex[:6]
@@ -260,8 +267,8 @@ class Bench:
 
         def refit() -> None:
             if "fitted" in predictors:
-                fitted = predictors["fitted"]
-                predictors["fitted"] = fitted.fitted(served_fit(served, fit_since, profiled).coeffs, fitted.serving)
+                fitted, fit = predictors["fitted"], served_fit(served, fit_since, profiled, joins)
+                predictors["fitted"] = fitted.fitted(fit.coeffs, replace(fitted.serving, join=fit.join_s))
 
         def at(rate: float) -> float:
             part = sample_at(rate)
@@ -269,10 +276,13 @@ class Bench:
             refit()
             began, wall = time.time(), time.monotonic()
             label = f"{served.mode} {workload} {rate:.3g} req/s"
+            handed: Counter[float] = Counter()  # this point's hand-offs
 
             def run_once(i: int) -> list[RequestResult]:
                 again = [replace(r, request_id=f"{r.request_id}-r{i}") for r in reqs] if i else reqs
-                return run_requests(served, again, self.progress, label + (f" (run {i + 1})" if i else ""))
+                results = run_requests(served, again, self.progress, label + (f" (run {i + 1})" if i else ""))
+                handed.update(joins_of(results))
+                return results
 
             point, runs = pooled_runs(run_once, lambda results: summarize(rate, results, slo, 0.0), slo.target,
                                       self.cfg.repeats, self.cfg.repeat_within)
@@ -280,10 +290,12 @@ class Bench:
             for kind, predictor in predictors.items():
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
             if "fitted" in predictors:  # the simulator on the point's own served step costs (a diagnostic)
-                own = fit_steps(served_steps(served.redis_url, began), profiled)
+                own = fit_steps(served_steps(served.redis_url, began), profiled, handed)
                 point.served_fit = own.as_dict()
                 fitted = predictors["fitted"]
-                point.replayed_attainment = fitted.fitted(own.coeffs, fitted.serving).attainment(part, rate, slo)
+                serving = replace(fitted.serving, join=own.join_s)
+                point.replayed_attainment = fitted.fitted(own.coeffs, serving).attainment(part, rate, slo)
+            joins.update(handed)
             points.append(point)
             return point.attainment
 

@@ -23,7 +23,7 @@ from services.bench.loadgen import RequestResult
 from services.common.registry import Registry
 from services.common.stamps import Lifetime
 from services.engine.step_log import StepRecord
-from services.planner.latency import TPCoefficients
+from services.planner.latency import DecodeCoeffs, TPCoefficients
 from services.planner.profile import fit_decode, fit_prefill, nonneg_lstsq
 from services.planner.serving import ServingOverheads
 
@@ -57,15 +57,38 @@ class ServedFit:
     coeffs: TPCoefficients
     prefill_steps: int  # steps the prefill terms were fitted to (0: kept as profiled)
     decode_steps: int
+    join_s: float = 0.0  # decode-engine seconds one hand-off costs (fitted beside the decode terms)
 
     def as_dict(self) -> dict[str, float]:
         p, d = self.coeffs.prefill, self.coeffs.decode_small
         return {"prefill_c0": p.c0, "prefill_per_token": p.per_token, "prefill_per_sq": p.per_sq,
-                "decode_c0": d.c0, "decode_per_ctx": d.per_ctx, "decode_per_req": d.per_req,
+                "decode_c0": d.c0, "decode_per_ctx": d.per_ctx, "decode_per_req": d.per_req, "join_s": self.join_s,
                 "prefill_steps": self.prefill_steps, "decode_steps": self.decode_steps}
 
 
-def fit_steps(steps: list[StepRecord], profiled: TPCoefficients) -> ServedFit:
+def joins_of(results: list[RequestResult]) -> Counter[float]:
+    """How many handed-off requests joined each decode step (by the step's start, their decode start)."""
+    return Counter(r.lifetime.decode_start for r in results
+                   if r.ok and r.lifetime is not None and r.lifetime.xfer_start and r.lifetime.decode_start)
+
+
+def fit_decode_joins(steps: list[StepRecord], per_ctx: float, joins: Counter[float]) -> tuple[DecodeCoeffs, float]:
+    """Decode terms and the cost of a hand-off, fitted together. A request joining a decode step may slow the step
+    before it (its Decode RPC and the pull's RPC arrive while that one runs), its own and the next one; each
+    step's seconds, less the kept attention term, are fitted by non-negative least squares to (1, requests, joins
+    at the next step, at this one, at the previous one). The cost is the sum of the three join terms. Fitted
+    apart, the fixed and per-request terms would absorb the hand-offs' average cost, which the simulator then
+    charged again per hand-off. Steps are taken in time order (neighbours: the bench's one decode instance)."""
+    dec = sorted(steps, key=lambda s: s.start)
+    at = np.array([joins.get(s.start, 0) for s in dec], dtype=float)
+    target = np.array([s.seconds - per_ctx * s.context for s in dec])
+    features = np.column_stack([np.ones(len(dec)), [s.seqs for s in dec],
+                                np.append(at[1:], 0.0), at, np.insert(at[:-1], 0, 0.0)])
+    coef = nonneg_lstsq(features, target)
+    return DecodeCoeffs(float(coef[0]), per_ctx, float(coef[1])), float(coef[2:].sum())
+
+
+def fit_steps(steps: list[StepRecord], profiled: TPCoefficients, joins: Counter[float] | None = None) -> ServedFit:
     """The latency model fitted to served prefill and decode steps, by the profiler's least squares (steps that
     mix the two phases, as chunked prefill's do, are left out: the model composes their cost from both).
 
@@ -74,17 +97,21 @@ def fit_steps(steps: list[StepRecord], profiled: TPCoefficients) -> ServedFit:
     batches do not span, so fitted they extrapolate badly); the fixed, per-token and per-request terms, which
     carry what serving adds per step and per streamed token, are fitted. A phase whose steps show too few
     distinct shapes (prefill: MIN_TOKEN_COUNTS token counts; decode: MIN_BATCH_SIZES batch sizes) keeps its
-    profiled terms."""
+    profiled terms. With `joins` (`joins_of` the requests served meanwhile), the hand-off's cost to the decode
+    engine is fitted beside the decode terms (`fit_decode_joins`)."""
     pre = [r for r in steps if r.kind == "prefill"]
     dec = [r for r in steps if r.kind == "decode"]
     fit_pre = len({r.tokens for r in pre}) >= MIN_TOKEN_COUNTS
     fit_dec = len({r.seqs for r in dec}) >= MIN_BATCH_SIZES
     p = (fit_prefill([(r.tokens, r.sum_sq, r.seconds) for r in pre], profiled.prefill.per_sq) if fit_pre
          else profiled.prefill)
-    d = (fit_decode([(r.context, r.seqs, r.seconds) for r in dec], profiled.decode_small.per_ctx) if fit_dec
-         else profiled.decode_small)
+    d, join_s = profiled.decode_small, 0.0
+    if fit_dec and joins:
+        d, join_s = fit_decode_joins(dec, profiled.decode_small.per_ctx, joins)
+    elif fit_dec:
+        d = fit_decode([(r.context, r.seqs, r.seconds) for r in dec], profiled.decode_small.per_ctx)
     coeffs = TPCoefficients(prefill=p, decode_small=d, decode_large=d)
-    return ServedFit(coeffs, len(pre) if fit_pre else 0, len(dec) if fit_dec else 0)
+    return ServedFit(coeffs, len(pre) if fit_pre else 0, len(dec) if fit_dec else 0, join_s)
 
 
 def _median(values) -> float:
@@ -124,33 +151,16 @@ def path_overheads(lone: list[RequestResult], steps: list[StepRecord]) -> Servin
     return ServingOverheads(**hops)
 
 
-def join_cost(steps: list[StepRecord], joins: Counter[float], coeffs: TPCoefficients) -> float:
-    """Decode-engine seconds one hand-off costs. `joins` counts the requests that joined at each decode step (by
-    its start); a join may slow the step before it (the Decode RPC and the pull's RPC arrive while it runs), its
-    own and the step after. The steps' excess over the model `coeffs` is fitted by non-negative least squares to
-    (1, joins at the next step, at this one, at the previous one): the cost is the sum of the three, per request,
-    so steps that several requests join, and joins on neighbouring steps, are counted as often as they happen."""
-    dec = sorted((s for s in steps if s.kind == "decode"), key=lambda s: s.start)
-    at = np.array([joins.get(s.start, 0) for s in dec], dtype=float)
-    if len(dec) < 3 or not at.any():
-        return 0.0
-    excess = np.array([s.seconds - coeffs.decode_time(s.context, s.seqs) for s in dec])
-    before, after = np.append(at[1:], 0.0), np.insert(at[:-1], 0, 0.0)
-    # shifted so that the intercept (the other steps' excess, which may be negative) is fitted as non-negative
-    coef = nonneg_lstsq(np.column_stack([np.ones(len(dec)), before, at, after]), excess - excess.min())
-    return float(coef[1:].sum())
-
-
 def loaded_overheads(lone: ServingOverheads, results: list[RequestResult], steps: list[StepRecord],
-                     coeffs: TPCoefficients | None = None) -> ServingOverheads:
+                     join_s: float = 0.0) -> ServingOverheads:
     """The hops as a load shows them (`results` and the `steps` served meanwhile): every process on the path then
     shares its core with busy engines, and a token waits longer for its relay. Medians over the load's requests of
     the hops to the prefill instance, of the first token to the client and of the hand-off to the decode
     instance; the token's relay from the decode step that first carried the request (its start is the request's
     decode start) to the second token at the client. The reservation and the admission stay as `lone` measured
     them: under load they also hold the waits for KV blocks and for the step under way, which the simulator
-    models itself; so does the relay where no decode step carries the request's start (colocated). With the
-    decode model `coeffs` fitted to these steps, the hand-off's cost to the decode engine (`join_cost`)."""
+    models itself; so does the relay where no decode step carries the request's start (colocated). `join_s`: the
+    hand-off's cost to the decode engine, as `fit_steps` fitted it to these steps."""
     life = [(r, r.lifetime) for r in results if r.ok and r.lifetime is not None and r.lifetime.prefill_end]
     if not life:
         return lone
@@ -162,6 +172,6 @@ def loaded_overheads(lone: ServingOverheads, results: list[RequestResult], steps
     relays = [r.second - ends[t.decode_start] for r, t in handed if r.second and t.decode_start in ends]
     if relays:
         hops["token"] = _median(relays)
-    if handed and coeffs is not None:
-        hops["join"] = join_cost(steps, Counter(t.decode_start for _, t in handed), coeffs)
+    if handed:
+        hops["join"] = join_s
     return replace(lone, **hops)

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from services.bench.loadgen import RequestResult
-from services.bench.served import fit_steps, join_cost, loaded_overheads, path_overheads
+from services.bench.served import fit_steps, joins_of, loaded_overheads, path_overheads
 from services.common.stamps import Lifetime
 from services.engine.step_log import StepRecord
 from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
@@ -105,31 +105,42 @@ def test_without_a_hand_off_the_load_changes_only_the_hops_it_has():
     assert loaded_overheads(LONE, [], []) == LONE
 
 
-JOIN_MODEL = TPCoefficients(prefill=PrefillCoeffs(0.0, 0.0, 0.0), decode_small=DecodeCoeffs(0.005, 0.0, 0.001),
-                            decode_large=DecodeCoeffs(0.005, 0.0, 0.001))
+SERVED_DECODE = DecodeCoeffs(0.005, PROFILED.decode_small.per_ctx, 0.001)
 
 
 def _steps_with_joins(joined: dict[int, int]) -> tuple[list[StepRecord], Counter[float]]:
-    """40 decode steps of batch 2 (7 ms by JOIN_MODEL, served 0.2 ms over it); each request joining step i adds
-    +2 ms to step i − 1, +1 ms to step i and +0.5 ms to step i + 1."""
+    """40 decode steps of batches 2–5 served by SERVED_DECODE; each request joining step i adds +2 ms to step
+    i − 1, +1 ms to step i and +0.5 ms to step i + 1."""
     extra = [0.0] * 40
     for i, n in joined.items():
         for k, ms in ((-1, 2.0), (0, 1.0), (1, 0.5)):
             extra[i + k] += n * ms / 1000
     steps, joins, t = [], Counter(), 100.0
     for i in range(40):
-        steps.append(StepRecord("decode", 2, 2, 2, 200, t, 0.0072 + extra[i]))
+        seqs = 2 + i % 4
+        seconds = SERVED_DECODE.c0 + SERVED_DECODE.per_ctx * 100 * seqs + SERVED_DECODE.per_req * seqs + extra[i]
+        steps.append(StepRecord("decode", seqs, seqs, seqs, 100 * seqs, t, seconds))
         joins[t] += joined.get(i, 0)
-        t += 0.0072 + extra[i]
+        t += seconds
     return steps, +joins
 
 
-def test_a_hand_off_costs_the_decode_engine_the_excess_of_the_steps_around_its_join():
-    steps, joins = _steps_with_joins({10: 1, 30: 1})
-    assert join_cost(steps, joins, JOIN_MODEL) == pytest.approx(0.0035, abs=1e-9)
-    assert join_cost(steps, Counter(), JOIN_MODEL) == 0.0
+@pytest.mark.parametrize("joined", [{10: 1, 30: 1}, {5: 2, 12: 1, 13: 1, 25: 3, 33: 1}],
+                         ids=["apart", "sharing-and-neighbouring-steps"])
+def test_a_hand_off_is_fitted_per_request_beside_the_decode_terms(joined: dict[int, int]):
+    steps, joins = _steps_with_joins(joined)
+    fit = fit_steps(steps, PROFILED, joins)
+    assert fit.join_s == pytest.approx(0.0035, abs=1e-9)
+    for name in SERVED_DECODE.__slots__:
+        assert getattr(fit.coeffs.decode_small, name) == pytest.approx(getattr(SERVED_DECODE, name), rel=1e-6, abs=1e-12)
+    apart = fit_steps(steps, PROFILED)  # without the joins the step model absorbs their average cost
+    assert apart.join_s == 0.0 and apart.coeffs.decode_small.c0 > SERVED_DECODE.c0
 
 
-def test_requests_joining_one_step_or_neighbouring_steps_each_cost_one_hand_off():
-    steps, joins = _steps_with_joins({5: 2, 12: 1, 13: 1, 25: 3, 33: 1})
-    assert join_cost(steps, joins, JOIN_MODEL) == pytest.approx(0.0035, abs=1e-9)
+def test_the_hand_offs_of_a_load_are_its_disaggregated_requests_by_decode_step():
+    handed = Lifetime(prefill_end=1.0, xfer_start=1.01, xfer_end=1.02, decode_start=1.03)
+    colocated = Lifetime(prefill_end=1.0, decode_start=1.0)
+    results = [RequestResult(r, 10, 4, sent=0.5, first=1.01, lifetime=life)
+               for r, life in (("a", handed), ("b", handed), ("c", colocated))]
+    results.append(RequestResult("d", 10, error="UNAVAILABLE: gone", lifetime=handed))
+    assert joins_of(results) == Counter({1.03: 2})
