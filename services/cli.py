@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 
@@ -39,7 +40,12 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level, args.log_json)
     if args.cores:  # before the command starts any thread, so that they all inherit it
         try:
-            os.sched_setaffinity(0, {int(core) for core in args.cores.split(",")})
-        except (ValueError, OSError) as exc:
+            cores = {int(core) for core in args.cores.split(",")}
+        except ValueError as exc:
             parser.error(f"--cores {args.cores}: {exc}")
+        allowed = cores & os.sched_getaffinity(0)  # as `--device cpu:N`: a core this process may not use is skipped
+        if allowed:
+            os.sched_setaffinity(0, allowed)
+        else:
+            logging.getLogger(__name__).warning("--cores %s: none of them is available here; not pinned", args.cores)
     sys.exit(args.func(args) or 0)

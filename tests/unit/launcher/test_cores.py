@@ -63,3 +63,10 @@ def test_the_cores_flag_refuses_what_is_not_a_core_list() -> None:
     bad = subprocess.run([sys.executable, "-m", "services", "--cores", "0,x", "health", "127.0.0.1:1"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--cores 0,x" in bad.stderr
+
+
+def test_the_cores_flag_skips_cores_this_process_may_not_use() -> None:
+    unusable = max(os.sched_getaffinity(0)) + 1000
+    out = subprocess.run([sys.executable, "-m", "services", "--cores", str(unusable), "health", "127.0.0.1:1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "not pinned" in out.stderr  # health's own answer: nothing serves there
