@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from services.bench.workload import WORKLOADS
-from services.launcher.cores import parse_cores
+from services.launcher.cores import cores_argument
 from services.engine.fingerprint import engine_fingerprint
 
 MODES = ("disagg", "colocated", "chunked")
@@ -44,13 +44,6 @@ def ensure_profile(model_dir: str, device: str, given: str | None) -> str:
     return str(path)
 
 
-def _service_cores(text: str) -> tuple[int, ...] | None:
-    try:
-        return parse_cores(text)
-    except ValueError as exc:
-        raise SystemExit(f"--service-cores: {exc}") from None
-
-
 def _config(args: argparse.Namespace):
     from services.bench.runner import BenchConfig
     from services.engine.cli import resolve_model
@@ -75,7 +68,7 @@ def _config(args: argparse.Namespace):
         tpot_scale=args.tpot_scale, slo_scale=args.slo_scale, target=args.attainment, rate=args.rate,
         start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
         num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, calibration_rate=args.calibration_rate,
-        repeats=args.repeats, repeat_within=args.repeat_within, service_cores=_service_cores(args.service_cores), **fields)
+        repeats=args.repeats, repeat_within=args.repeat_within, service_cores=args.service_cores, **fields)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -117,7 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--devices", default="cpu:0,cpu:1", help="devices; disagg puts the first half on prefill")
     where.add_argument("--num-blocks", type=int, default=1024, help="KV blocks per instance")
     where.add_argument("--max-batch-tokens", type=int, default=512, help="prefill Lm / colocated and chunked step budget")
-    where.add_argument("--service-cores", default="auto", help="with --start: CPU cores of the router and "
+    where.add_argument("--service-cores", type=cores_argument, default="auto", help="with --start: CPU cores of the router and "
                        "Redis: auto (disagg on CPU: the prefill instances' cores; else any), any, or e.g. 0")
     load = p.add_argument_group("workload")
     load.add_argument("--workload", default="chatbot", help="comma-separated: chatbot, code, summarization")

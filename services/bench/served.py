@@ -24,7 +24,7 @@ from services.common.registry import Registry
 from services.common.stamps import Lifetime
 from services.engine.step_log import StepRecord
 from services.planner.latency import DecodeCoeffs, TPCoefficients
-from services.planner.profile import fit_decode, fit_prefill, nonneg_lstsq
+from services.planner.profile import fit_prefill, nonneg_lstsq
 from services.planner.serving import ServingOverheads
 
 STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.DecodeStub}
@@ -105,11 +105,8 @@ def fit_steps(steps: list[StepRecord], profiled: TPCoefficients, joins: Counter[
     fit_dec = len({r.seqs for r in dec}) >= MIN_BATCH_SIZES
     p = (fit_prefill([(r.tokens, r.sum_sq, r.seconds) for r in pre], profiled.prefill.per_sq) if fit_pre
          else profiled.prefill)
-    d, join_s = profiled.decode_small, 0.0
-    if fit_dec and joins:
-        d, join_s = fit_decode_joins(dec, profiled.decode_small.per_ctx, joins)
-    elif fit_dec:
-        d = fit_decode([(r.context, r.seqs, r.seconds) for r in dec], profiled.decode_small.per_ctx)
+    d, join_s = (fit_decode_joins(dec, profiled.decode_small.per_ctx, joins or Counter()) if fit_dec
+                 else (profiled.decode_small, 0.0))
     coeffs = TPCoefficients(prefill=p, decode_small=d, decode_large=d)
     return ServedFit(coeffs, len(pre) if fit_pre else 0, len(dec) if fit_dec else 0, join_s)
 

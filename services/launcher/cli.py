@@ -6,23 +6,19 @@ import argparse
 import signal
 import threading
 
-from services.launcher.cores import parse_cores
+from services.launcher.cores import cores_argument
 from services.launcher.stack import Stack, StackConfig
 
 
 def _up(args: argparse.Namespace) -> int:
     from services.engine.cli import resolve_model
 
-    try:
-        service_cores = parse_cores(args.service_cores)
-    except ValueError as exc:
-        raise SystemExit(f"--service-cores: {exc}") from None
     config = StackConfig(
         model=resolve_model(args.model), mode=args.mode, prefill=args.prefill, decode=args.decode,
         devices=tuple(d for d in args.devices.split(",") if d) if args.devices else (), host=args.host,
         grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
         redis_url=args.redis_url or "", num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens,
-        log_level=args.log_level, service_cores=service_cores)
+        log_level=args.log_level, service_cores=args.service_cores)
     stack = Stack(config)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -65,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--redis-url", default=None)
     p.add_argument("--num-blocks", type=int, default=1024, help="KV blocks per instance")
     p.add_argument("--max-batch-tokens", type=int, default=512, help="Lm / token budget per step")
-    p.add_argument("--service-cores", default="auto", help="CPU cores of the router, Redis and planner: "
+    p.add_argument("--service-cores", type=cores_argument, default="auto", help="CPU cores of the router, Redis and planner: "
                    "auto (disagg on CPU: the prefill instances' cores; else any), any, or e.g. 0,1")
     p.add_argument("--replan-profile", default="", help="a `distserve profile` file of this host: replan on workload "
                    "shifts and scale the instances to the plan")

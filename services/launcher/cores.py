@@ -10,6 +10,7 @@ both phases, so there the services run anywhere.
 
 from __future__ import annotations
 
+import argparse
 import glob
 import os
 
@@ -27,6 +28,14 @@ def parse_cores(text: str) -> tuple[int, ...] | None:
     if any(core < 0 for core in cores):
         raise ValueError(f"core numbers are >= 0, got {text!r}")
     return cores
+
+
+def cores_argument(text: str) -> tuple[int, ...] | None:
+    """`parse_cores` as an argparse `type` (a bad value is reported as the flag's error)."""
+    try:
+        return parse_cores(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def host_service_cores(mode: str, roles: list[str], devices: list[str]) -> tuple[int, ...]:
