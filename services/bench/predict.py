@@ -27,7 +27,6 @@ from services.planner.profile import fit_profile, read_profile
 from services.planner.serving import ServingOverheads
 
 PREDICTED_MODES = ("disagg", "colocated", "chunked")
-MIN_FREE = 0.05  # the least share of a prefill core left to its steps by the host's work (`Predictor.host_s`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +36,6 @@ class Predictor:
     max_batch_tokens: int
     serving: ServingOverheads | None = None  # the served path's overheads; None: the planner's ideal path
     mode: str = "disagg"  # or colocated / chunked: one instance per device
-    host_s: float = 0.0  # prefill-core seconds per request of the host's work: prefill terms / (1 - host_s × rate)
 
     @classmethod
     def from_profile(cls, path: str, kv_tokens: int, max_batch_tokens: int, link_gbps: float,
@@ -56,28 +54,19 @@ class Predictor:
         model = replace(self.model, by_tp={1: _scaled(c, prefill, decode)})
         return replace(self, model=model), {"prefill_factor": prefill, "decode_factor": decode}
 
-    def fitted(self, coeffs: TPCoefficients, serving: ServingOverheads, host_s: float = 0.0) -> Predictor:
-        """This predictor with coefficients fitted to served steps, the served path's overheads and the host's
-        share of the prefill core per request (`served.fit_prefill_shared`)."""
-        return replace(self, model=replace(self.model, by_tp={1: coeffs}), serving=serving, host_s=host_s)
-
-    def model_at(self, rate: float) -> LatencyModel:
-        """The latency model at `rate`: prefill slowed by the host's work at that rate."""
-        if not self.host_s:
-            return self.model
-        slower = 1.0 / max(1.0 - self.host_s * rate, MIN_FREE)
-        return replace(self.model, by_tp={1: _scaled(self.model.at(1), slower, 1.0)})
+    def fitted(self, coeffs: TPCoefficients, serving: ServingOverheads) -> Predictor:
+        """This predictor with coefficients fitted to served steps and the served path's overheads."""
+        return replace(self, model=replace(self.model, by_tp={1: coeffs}), serving=serving)
 
     def attainment(self, sample: Sample, rate: float, slo: SLO) -> float:
         """Simulated share of the sample's requests meeting both objectives at `rate`."""
-        model = self.model_at(rate)
         if self.mode == "disagg":
             placement = pack(self.cluster, Parallel(), 1, Parallel(), 1)
-            result = simulator.simulate(model, placement, self.cluster, sample.prompts, sample.outputs,
+            result = simulator.simulate(self.model, placement, self.cluster, sample.prompts, sample.outputs,
                                         sample.arrivals(rate), self.max_batch_tokens, self.serving)
         else:
-            result = simulate_colocated(model.at(1), self.mode, self.cluster.gpus_per_node,
-                                        model.kv_capacity(1, 1), self.max_batch_tokens, sample.prompts,
+            result = simulate_colocated(self.model.at(1), self.mode, self.cluster.gpus_per_node,
+                                        self.model.kv_capacity(1, 1), self.max_batch_tokens, sample.prompts,
                                         sample.outputs, sample.arrivals(rate), self.serving)
         limits = simulator.SLO(ttft=slo.ttft_limit, tpot=slo.tpot_limit, attainment=slo.target)
         return result.attainment(limits)

@@ -35,7 +35,6 @@ class Point:
     fitted_attainment: float | None = None  # ... with the model fitted to served steps, plus the path's overheads
     replayed_attainment: float | None = None  # ... as fitted, but to this point's own served steps (not a prediction)
     served_fit: dict[str, float] = field(default_factory=dict)  # the latency model fitted to this point's steps
-    fitted_host_s: float = 0.0  # the host's share of the prefill core per request the fitted prediction took
     runs: int = 1  # runs of the same requests pooled in this point (--repeats)
 
 

@@ -19,7 +19,7 @@ from rich.progress import Progress
 from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
-from services.bench.served import Load, ServedFit, fit_steps, joins_of, loaded_overheads, path_overheads, served_steps
+from services.bench.served import ServedFit, fit_steps, joins_of, loaded_overheads, path_overheads, served_steps
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import goodput_search, pooled_runs
 from services.bench.workload import BenchWorkload, Sample
@@ -148,7 +148,6 @@ class Calibration:
     began: float  # unix seconds: the fitted model learns from the steps served from then on
     fit: ServedFit  # the model fitted to the load's steps
     joins: Counter[float]  # requests that joined each decode step of the load (`joins_of`)
-    load: Load  # when it ran, at which rate
 
 
 def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profiled: TPCoefficients,
@@ -160,18 +159,16 @@ def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profile
     reqs = sample.requests(rate, f"calib-{uuid.uuid4().hex[:6]}")
     began = time.time()
     results = run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
-    load = Load(began, time.time(), rate)
     steps = served_steps(served.redis_url, began)
     joins = joins_of(results)
     fit = fit_steps(steps, profiled, joins)
-    return Calibration(loaded_overheads(lone, results, steps, fit.join_s), began, fit, joins, load)
+    return Calibration(loaded_overheads(lone, results, steps, fit.join_s), began, fit, joins)
 
 
-def served_fit(served: Served, since: float, profiled: TPCoefficients, joins: Counter[float],
-               loads: list[Load] | None) -> ServedFit:
+def served_fit(served: Served, since: float, profiled: TPCoefficients, joins: Counter[float]) -> ServedFit:
     """The latency model fitted to every step the stack served from `since` (unix seconds) on; `joins`: the
-    hand-offs of the requests served meanwhile; `loads`: their rates, for the host's share of the prefill core."""
-    return fit_steps(served_steps(served.redis_url, since), profiled, joins, loads)
+    hand-offs of the requests served meanwhile."""
+    return fit_steps(served_steps(served.redis_url, since), profiled, joins)
 
 
 def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
@@ -241,7 +238,6 @@ class Bench:
                 calibration = {}
                 fit_since = 0.0  # unix seconds: the fitted model learns from the steps served since then
                 joins: Counter[float] = Counter()  # ... and the hand-offs of the requests served since then
-                loads: list[Load] | None = None  # ... and their rates (disaggregated: the host shares the prefill core)
                 if self.cfg.simulate and mode in PREDICTED_MODES:
                     predictors["simulated"] = self._predictor(warm.link_gbps, mode)
                     if warm.lone_points():
@@ -250,21 +246,20 @@ class Bench:
                     calib = calibrate(served, warm, self.calibration_sample, self.calibration_rate,
                                       predictors["simulated"].model.at(1), self.progress)
                     fit_since, joins = calib.began, Counter(calib.joins)
-                    loads = [calib.load] if mode == "disagg" else None
                     predictors["fitted"] = predictors["simulated"].fitted(calib.fit.coeffs, calib.overheads)
                     calibration |= {"calibration_rate": self.calibration_rate, "served_fit": calib.fit.as_dict(),
                                     "overheads": calib.overheads.as_dict()}
                 for wl in self.cfg.workloads:
-                    result = self.measure(served, wl, predictors, fit_since, joins, loads)
+                    result = self.measure(served, wl, predictors, fit_since, joins)
                     result.lone, result.calibration = warm.served_lone(), calibration
                     out.append(result)
         return out
 
     def measure(self, served: Served, workload: str, predictors: dict[str, Predictor], fit_since: float,
-                joins: Counter[float], loads: list[Load] | None = None) -> ModeResult:
+                joins: Counter[float]) -> ModeResult:
         """The sweep (or the fixed rate) of one workload on one served mode. The fitted prediction of a point is
         made from the steps served before it (the calibration load's and the earlier points'); `joins` counts
-        their hand-offs and `loads` (when given) their rates; both grow with every run."""
+        their hand-offs and grows with every run."""
         sample, slo, points = self.samples[workload], self.slos[workload], []
         sample_at = self.sample_at(workload)
         run = uuid.uuid4().hex[:6]
@@ -272,8 +267,8 @@ class Bench:
 
         def refit() -> None:
             if "fitted" in predictors:
-                fitted, fit = predictors["fitted"], served_fit(served, fit_since, profiled, joins, loads)
-                predictors["fitted"] = fitted.fitted(fit.coeffs, replace(fitted.serving, join=fit.join_s), fit.host_s)
+                fitted, fit = predictors["fitted"], served_fit(served, fit_since, profiled, joins)
+                predictors["fitted"] = fitted.fitted(fit.coeffs, replace(fitted.serving, join=fit.join_s))
 
         def at(rate: float) -> float:
             part = sample_at(rate)
@@ -283,13 +278,9 @@ class Bench:
             label = f"{served.mode} {workload} {rate:.3g} req/s"
             handed: Counter[float] = Counter()  # this point's hand-offs
 
-            ran: list[Load] = []  # this point's runs
-
             def run_once(i: int) -> list[RequestResult]:
                 again = [replace(r, request_id=f"{r.request_id}-r{i}") for r in reqs] if i else reqs
-                start = time.time()
                 results = run_requests(served, again, self.progress, label + (f" (run {i + 1})" if i else ""))
-                ran.append(Load(start, time.time(), rate))
                 handed.update(joins_of(results))
                 return results
 
@@ -299,15 +290,12 @@ class Bench:
             for kind, predictor in predictors.items():
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
             if "fitted" in predictors:  # the simulator on the point's own served step costs (a diagnostic)
-                point.fitted_host_s = predictors["fitted"].host_s
                 own = fit_steps(served_steps(served.redis_url, began), profiled, handed)
                 point.served_fit = own.as_dict()
                 fitted = predictors["fitted"]
                 serving = replace(fitted.serving, join=own.join_s)
                 point.replayed_attainment = fitted.fitted(own.coeffs, serving).attainment(part, rate, slo)
             joins.update(handed)
-            if loads is not None:
-                loads.extend(ran)
             points.append(point)
             return point.attainment
 

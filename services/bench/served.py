@@ -23,15 +23,13 @@ from services.bench.loadgen import RequestResult
 from services.common.registry import Registry
 from services.common.stamps import Lifetime
 from services.engine.step_log import StepRecord
-from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
+from services.planner.latency import DecodeCoeffs, TPCoefficients
 from services.planner.profile import fit_prefill, nonneg_lstsq
 from services.planner.serving import ServingOverheads
 
 STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.DecodeStub}
 MIN_TOKEN_COUNTS = 3  # distinct prefill batch token counts before the prefill terms are fitted to served steps
 MIN_BATCH_SIZES = 2  # distinct decode batch sizes before the decode terms are
-MIN_RATES = 2  # distinct load rates before the host's share of the prefill core is fitted
-HOST_GRID = 200  # host shares tried, from 0 to below a full core at the highest rate
 
 
 async def _steps(redis_url: str, since: float) -> list[StepRecord]:
@@ -55,35 +53,17 @@ def served_steps(redis_url: str, since: float) -> list[StepRecord]:
 
 
 @dataclass(frozen=True, slots=True)
-class Load:
-    """A stretch of serving at one arrival rate (a run of a point, the calibration load)."""
-
-    began: float  # unix seconds
-    end: float
-    rate: float  # req/s
-
-
-def rates_at(loads: list[Load], times: list[float]) -> np.ndarray:
-    """The rate of the load each time falls in (0 outside every load)."""
-    at, out = np.array(times, dtype=float), np.zeros(len(times))
-    for load in loads:
-        out[(at >= load.began) & (at <= load.end)] = load.rate
-    return out
-
-
-@dataclass(frozen=True, slots=True)
 class ServedFit:
     coeffs: TPCoefficients
     prefill_steps: int  # steps the prefill terms were fitted to (0: kept as profiled)
     decode_steps: int
     join_s: float = 0.0  # decode-engine seconds one hand-off costs (fitted beside the decode terms)
-    host_s: float = 0.0  # prefill-core seconds per request taken from the prefill steps (`fit_prefill_shared`)
 
     def as_dict(self) -> dict[str, float]:
         p, d = self.coeffs.prefill, self.coeffs.decode_small
         return {"prefill_c0": p.c0, "prefill_per_token": p.per_token, "prefill_per_sq": p.per_sq,
                 "decode_c0": d.c0, "decode_per_ctx": d.per_ctx, "decode_per_req": d.per_req, "join_s": self.join_s,
-                "host_s": self.host_s, "prefill_steps": self.prefill_steps, "decode_steps": self.decode_steps}
+                "prefill_steps": self.prefill_steps, "decode_steps": self.decode_steps}
 
 
 def joins_of(results: list[RequestResult]) -> Counter[float]:
@@ -108,30 +88,7 @@ def fit_decode_joins(steps: list[StepRecord], per_ctx: float, joins: Counter[flo
     return DecodeCoeffs(float(coef[0]), per_ctx, float(coef[1])), float(coef[2:].sum())
 
 
-def fit_prefill_shared(steps: list[StepRecord], rates: np.ndarray, per_sq: float) -> tuple[PrefillCoeffs, float]:
-    """Prefill terms and the host's share of the prefill core, fitted together. Work that grows with the request
-    rate shares the prefill core with its steps (disaggregated on CPU: the router relaying every token, Redis, the
-    instance's own request handling), so a step served at rate r takes base / (1 - h r), base being the latency
-    model's (1, t, t²) terms and h the core's seconds that work takes per request. h by a grid search from 0 to
-    below a full core at the highest rate, minimising the squared error of the steps' seconds; the fixed and
-    per-token terms by non-negative least squares at each h (the attention term kept, as in `fit_steps`)."""
-    tokens = np.array([s.tokens for s in steps], dtype=float)
-    quad = per_sq * np.array([s.sum_sq for s in steps], dtype=float)
-    seconds = np.array([s.seconds for s in steps])
-    features = np.column_stack([np.ones(len(steps)), tokens])
-    best = (np.inf, 0.0, np.zeros(2))
-    for h in np.linspace(0.0, 0.95 / rates.max(), HOST_GRID, endpoint=False):
-        free = 1.0 - h * rates
-        coef = nonneg_lstsq(features, seconds * free - quad)
-        error = float((((features @ coef + quad) / free - seconds) ** 2).sum())
-        if error < best[0]:
-            best = (error, float(h), coef)
-    _, h, coef = best
-    return PrefillCoeffs(float(coef[0]), float(coef[1]), per_sq), h
-
-
-def fit_steps(steps: list[StepRecord], profiled: TPCoefficients, joins: Counter[float] | None = None,
-              loads: list[Load] | None = None) -> ServedFit:
+def fit_steps(steps: list[StepRecord], profiled: TPCoefficients, joins: Counter[float] | None = None) -> ServedFit:
     """The latency model fitted to served prefill and decode steps, by the profiler's least squares (steps that
     mix the two phases, as chunked prefill's do, are left out: the model composes their cost from both).
 
@@ -141,23 +98,17 @@ def fit_steps(steps: list[StepRecord], profiled: TPCoefficients, joins: Counter[
     carry what serving adds per step and per streamed token, are fitted. A phase whose steps show too few
     distinct shapes (prefill: MIN_TOKEN_COUNTS token counts; decode: MIN_BATCH_SIZES batch sizes) keeps its
     profiled terms. With `joins` (`joins_of` the requests served meanwhile), the hand-off's cost to the decode
-    engine is fitted beside the decode terms (`fit_decode_joins`); with `loads` (the rates the steps were served
-    at) spanning MIN_RATES rates, the host's share of the prefill core beside the prefill terms
-    (`fit_prefill_shared`)."""
+    engine is fitted beside the decode terms (`fit_decode_joins`)."""
     pre = [r for r in steps if r.kind == "prefill"]
     dec = [r for r in steps if r.kind == "decode"]
     fit_pre = len({r.tokens for r in pre}) >= MIN_TOKEN_COUNTS
     fit_dec = len({r.seqs for r in dec}) >= MIN_BATCH_SIZES
-    rates = rates_at(loads or [], [r.start for r in pre])
-    p, host_s = profiled.prefill, 0.0
-    if fit_pre and len(set(rates[rates > 0].tolist())) >= MIN_RATES:
-        p, host_s = fit_prefill_shared(pre, rates, profiled.prefill.per_sq)
-    elif fit_pre:
-        p = fit_prefill([(r.tokens, r.sum_sq, r.seconds) for r in pre], profiled.prefill.per_sq)
+    p = (fit_prefill([(r.tokens, r.sum_sq, r.seconds) for r in pre], profiled.prefill.per_sq) if fit_pre
+         else profiled.prefill)
     d, join_s = (fit_decode_joins(dec, profiled.decode_small.per_ctx, joins or Counter()) if fit_dec
                  else (profiled.decode_small, 0.0))
     coeffs = TPCoefficients(prefill=p, decode_small=d, decode_large=d)
-    return ServedFit(coeffs, len(pre) if fit_pre else 0, len(dec) if fit_dec else 0, join_s, host_s)
+    return ServedFit(coeffs, len(pre) if fit_pre else 0, len(dec) if fit_dec else 0, join_s)
 
 
 def _median(values) -> float:

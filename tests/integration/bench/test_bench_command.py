@@ -53,8 +53,6 @@ def test_quick_comparison_reports_consistent_points(tiny_llama_dir, tmp_path):
         overheads = result["calibration"]["overheads"]
         assert set(overheads) == {"to_prefill", "first_token", "to_decode", "reserve", "admit", "token", "join"}
         assert overheads["join"] == fit["join_s"] >= 0 and all(p["runs"] == 1 for p in points)  # --repeats 1 by default
-        assert fit["host_s"] == 0.0  # one load rate cannot show the host's share of the prefill core
-        assert all(p["fitted_host_s"] >= 0.0 if disagg else p["fitted_host_s"] == 0.0 for p in points)
         if disagg:  # fitted to the steps the decode instance served during the calibration load
             assert fit["decode_steps"] > 0
         else:  # no hand-off on a colocated path; a few tiny requests may show one decode batch size only, and

@@ -36,15 +36,3 @@ def test_colocated_decodes_suffer_the_prefills_that_disaggregation_keeps_apart(p
     disagg = predictor.attainment(sample, 1.0, slo)
     colocated = replace(predictor, mode="colocated").attainment(sample, 1.0, slo)
     assert disagg > colocated + 0.1
-
-
-def test_the_host_share_slows_prefill_as_the_rate_rises(predictor):
-    c = predictor.model.at(1)
-    shared = predictor.fitted(c, predictor.serving, host_s=0.1)  # 0.1 s of the prefill core per request
-    assert shared.model_at(2.0).at(1).prefill_time(100, 100**2) == pytest.approx(c.prefill_time(100, 100**2) / 0.8)
-    assert shared.model_at(2.0).at(1).decode_time(500, 3) == pytest.approx(c.decode_time(500, 3))
-    assert shared.model_at(50.0).at(1).prefill_time(100, 100**2) == pytest.approx(c.prefill_time(100, 100**2) / 0.05)
-    sample = BenchWorkload("chatbot").sample(60, vocab=300)
-    slo = SLO(ttft=0.7, tpot=0.04)
-    assert shared.attainment(sample, 0.2, slo) > 0.9
-    assert shared.attainment(sample, 4.0, slo) < predictor.fitted(c, predictor.serving).attainment(sample, 4.0, slo)

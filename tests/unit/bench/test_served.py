@@ -1,12 +1,11 @@
 """The latency model fitted to served steps, and the request path's overheads measured on lone requests and under load."""
 
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 
 from services.bench.loadgen import RequestResult
-from services.bench.served import Load, fit_steps, joins_of, loaded_overheads, path_overheads
+from services.bench.served import fit_steps, joins_of, loaded_overheads, path_overheads
 from services.common.stamps import Lifetime
 from services.engine.step_log import StepRecord
 from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
@@ -36,22 +35,6 @@ def test_fit_recovers_the_coefficients_of_served_steps():
     for got, want in ((fit.coeffs.prefill, served.prefill), (fit.coeffs.decode_small, served.decode_small)):
         for name in want.__slots__:
             assert getattr(got, name) == pytest.approx(getattr(want, name), rel=1e-6, abs=1e-12)
-
-
-def test_the_host_share_of_the_prefill_core_is_fitted_across_load_rates():
-    # a prefill step served at r req/s takes base / (1 - h r): h = 40 ms of the core per request
-    base = TPCoefficients(PrefillCoeffs(0.012, 8.5e-4, PROFILED.prefill.per_sq), PROFILED.decode_small,
-                          PROFILED.decode_large)
-    loads = [Load(100.0 * i, 100.0 * i + 50, rate) for i, rate in enumerate((1.5, 3.0, 4.5, 6.0))]
-    steps = [replace(_prefill(b, base.prefill_time(sum(b), sum(p * p for p in b)) / (1 - 0.04 * load.rate)),
-                     start=load.began + 10 * k) for load in loads for k, b in enumerate([[40], [300], [200, 150]])]
-    fit = fit_steps(steps, PROFILED, loads=loads)
-    assert fit.host_s == pytest.approx(0.04, abs=0.95 / 6.0 / 200)  # the grid's step
-    assert (fit.coeffs.prefill.c0, fit.coeffs.prefill.per_token) == pytest.approx((0.012, 8.5e-4), rel=0.05)
-    # one rate cannot tell the share from the terms: the plain fit, no share
-    one = [s for s in steps if s.start < 100]
-    assert fit_steps(one, PROFILED, loads=loads) == fit_steps(one, PROFILED)
-    assert fit_steps(one, PROFILED).host_s == 0.0
 
 
 def test_attention_terms_stay_as_profiled_and_too_few_shapes_keep_the_profile():
