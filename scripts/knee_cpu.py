@@ -13,44 +13,14 @@ the core (or to waits).
 from __future__ import annotations
 
 import argparse
-import glob
-import os
 import time
+
+from procs import stack_pids, thread_cpu  # scripts/procs.py
 
 from services.bench.results import summarize
 from services.bench.runner import Bench, BenchConfig, run_requests, serving, warm_up
 from services.bench.served import served_steps
 from services.engine.cli import resolve_model
-
-PROCESSES = ("prefill", "decode", "router", "kvxfer")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _pids(redis_port: str) -> dict[str, int]:
-    """The stack's processes by role, from their command lines (redis-server names its port in its title)."""
-    found: dict[str, int] = {}
-    for folder in glob.glob("/proc/[0-9]*"):
-        try:
-            argv = open(f"{folder}/cmdline").read().split("\0")
-        except OSError:
-            continue
-        role = "redis" if "redis-server" in argv[0] and argv[0].endswith(f":{redis_port}") else next(
-            (a for a in argv if a in PROCESSES), "")
-        if role and (role == "redis" or "services" in argv):
-            found.setdefault(role, int(os.path.basename(folder)))
-    return found
-
-
-def _threads(pid: int) -> dict[str, float]:
-    """User + system seconds of each thread of a process, by thread id."""
-    out = {}
-    for task in glob.glob(f"/proc/{pid}/task/*/stat"):
-        try:
-            fields = open(task).read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[task.split("/")[4]] = (int(fields[11]) + int(fields[12])) / TICK
-    return out
 
 
 def main() -> None:
@@ -64,13 +34,13 @@ def main() -> None:
     bench = Bench(cfg)
     with serving(cfg, "disagg") as served:
         warm_up(cfg, served, bench.samples["chatbot"], bench.kv_bytes, None)
-        pids = _pids(served.redis_url.rsplit(":", 1)[1].split("/")[0])
+        pids = stack_pids(served.redis_url.rsplit(":", 1)[1].split("/")[0])
         for i, rate in enumerate(args.rates):
-            before = {role: _threads(pid) for role, pid in pids.items()}
+            before = {role: thread_cpu(pid) for role, pid in pids.items()}
             began, start = time.time(), time.monotonic()
             results = run_requests(served, bench.sample_at("chatbot")(rate).requests(rate, f"knee-{i}"), None, "")
             wall = time.monotonic() - start
-            cpu = {role: {t: s - before[role].get(t, 0.0) for t, s in _threads(pid).items()} for role, pid in pids.items()}
+            cpu = {role: {t: s - before[role].get(t, 0.0) for t, s in thread_cpu(pid).items()} for role, pid in pids.items()}
             steps = [s for s in served_steps(served.redis_url, began) if s.kind == "prefill"]
             step_s, tokens = sum(s.seconds for s in steps), sum(s.tokens for s in steps)
             engine = max(cpu["prefill"].values())

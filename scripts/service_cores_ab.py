@@ -12,42 +12,18 @@ percentiles, the first inter-token gap, and the CPU each process spent per reque
 from __future__ import annotations
 
 import argparse
-import glob
 import os
+
+from procs import stack_pids, thread_cpu  # scripts/procs.py
 
 from services.bench.runner import Bench, BenchConfig, run_requests, serving, warm_up
 from services.engine.cli import resolve_model
 from services.launcher.cores import pin_process
 
-PROCESSES = ("prefill", "decode", "router", "kvxfer", "redis")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _pids(redis_port: str) -> dict[str, int]:
-    """The stack's processes by role, from their command lines (redis-server names its port in its title)."""
-    found: dict[str, int] = {}
-    for folder in glob.glob("/proc/[0-9]*"):
-        try:
-            argv = open(f"{folder}/cmdline").read().split("\0")
-        except OSError:
-            continue
-        role = "redis" if "redis-server" in argv[0] and argv[0].endswith(f":{redis_port}") else next(
-            (a for a in argv if a in PROCESSES), "")
-        if role and (role == "redis" or "services" in argv):
-            found.setdefault(role, int(os.path.basename(folder)))
-    return found
-
 
 def _cpu_seconds(pid: int) -> float:
     """User + system seconds of every thread of a process."""
-    total = 0
-    for task in glob.glob(f"/proc/{pid}/task/*/stat"):
-        try:
-            fields = open(task).read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / TICK
+    return sum(thread_cpu(pid).values())
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -71,7 +47,7 @@ def main() -> None:
     sample = bench.samples["chatbot"]
     with serving(cfg, "disagg") as served:
         warm_up(cfg, served, sample, bench.kv_bytes, None)
-        pids = _pids(served.redis_url.rsplit(":", 1)[1].split("/")[0])
+        pids = stack_pids(served.redis_url.rsplit(":", 1)[1].split("/")[0])
         everywhere = tuple(sorted(os.sched_getaffinity(0)))
         for round_ in range(args.rounds):
             for arm in arms:
