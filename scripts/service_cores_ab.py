@@ -16,6 +16,7 @@ import os
 
 from procs import stack_pids, thread_cpu  # scripts/procs.py
 
+from services.bench.results import summarize
 from services.bench.runner import Bench, BenchConfig, run_requests, serving, warm_up
 from services.engine.cli import resolve_model
 from services.launcher.cores import pin_process
@@ -56,14 +57,11 @@ def main() -> None:
                 before = {role: _cpu_seconds(pid) for role, pid in pids.items()}
                 results = run_requests(served, sample.requests(args.rate, f"ab-{round_}-{'+'.join(arm)}"), None, "")
                 cpu = {role: 1000 * (_cpu_seconds(pid) - before[role]) / len(results) for role, pid in pids.items()}
-                ok = [r for r in results if r.ok]
-                met = sum(1 for r in ok if r.ttft <= args.ttft and r.tpot <= args.tpot) / len(results)
-                tpot = [1000 * r.tpot for r in ok if r.output_tokens > 1]
-                gap = [1000 * r.first_gap for r in ok if r.first_gap is not None]
-                ttft = [r.ttft for r in ok]
-                print(f"round {round_} {'+'.join(arm) or 'none':22s} attainment {met:.3f}  TPOT p50/p90 "
-                      f"{_pct(tpot, .5):.1f}/{_pct(tpot, .9):.1f} ms  first gap p50 {_pct(gap, .5):.1f} ms  TTFT p50/p90 "
-                      f"{_pct(ttft, .5):.3f}/{_pct(ttft, .9):.3f} s  CPU ms/request "
+                point = summarize(args.rate, results, bench.slos["chatbot"], 0.0)
+                tpot = [1000 * r.tpot for r in results if r.ok and r.output_tokens > 1]  # no one-token outputs
+                print(f"round {round_} {'+'.join(arm) or 'none':22s} attainment {point.attainment:.3f}  TPOT p50/p90 "
+                      f"{_pct(tpot, .5):.1f}/{_pct(tpot, .9):.1f} ms  first gap p50 {1000 * point.first_gap['p50']:.1f} ms  "
+                      f"TTFT p50/p90 {point.ttft['p50']:.3f}/{point.ttft['p90']:.3f} s  CPU ms/request "
                       + " ".join(f"{role} {ms:.1f}" for role, ms in cpu.items()), flush=True)
 
 
