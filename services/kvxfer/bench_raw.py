@@ -1,5 +1,6 @@
 """The cross-host baseline of bench-xfer: raw ucxx send/recv of one contiguous buffer between two
-processes. `python -m services.kvxfer.bench_raw PORT_FILE MAX_BYTES` runs the receiving side."""
+processes. `python -m services.kvxfer.bench_raw PORT_FILE MAX_BYTES [DEVICE]` runs the receiving side (its buffer
+on DEVICE, cpu or cuda:N)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,15 @@ def _ucx_loop():
     return UcxLoop()
 
 
-async def receive(port_file: str, max_bytes: int) -> None:
+async def receive(port_file: str, max_bytes: int, device: str = "cpu") -> None:
     """Per round: an 8-byte size, that many bytes into one preallocated buffer, then a 1-byte ack."""
     ucx = _ucx_loop()
-    buf = np.ones(max_bytes, dtype=np.uint8)  # touched, like the pools in the bench
+    if device == "cpu":
+        buf = np.ones(max_bytes, dtype=np.uint8)  # touched, like the pools in the bench
+    else:
+        import torch
+
+        buf = torch.ones(max_bytes, dtype=torch.uint8, device=device)
     done = asyncio.Event()
 
     async def handle(ep) -> None:
@@ -74,4 +80,4 @@ class RawSender:
 
 
 if __name__ == "__main__":
-    asyncio.run(receive(sys.argv[1], int(sys.argv[2])))
+    asyncio.run(receive(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "cpu"))

@@ -17,6 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench-xfer", help="KV transfer throughput, same host and across hosts")
     bench.add_argument("--json", action="store_true", help="print the rows as one JSON list")
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    bench.add_argument("--device", default="cpu", help="where the pools live: cpu, or cuda:N (shared with kvxfer by "
+                                                        "CUDA IPC; the baselines then run on that GPU too)")
     bench.set_defaults(func=_bench)
 
 
@@ -36,4 +38,4 @@ def _serve(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from services.kvxfer.bench import run_bench
 
-    return run_bench(as_json=args.json, quick=args.quick)
+    return run_bench(as_json=args.json, quick=args.quick, device=args.device)

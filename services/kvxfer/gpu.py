@@ -1,4 +1,4 @@
-"""The GPU path: pools in device memory shared by CUDA IPC, copied with cudaMemcpy (cupy).
+"""The GPU path: pools in device memory shared by CUDA IPC, copied on the device (cupy).
 
 Imported only for pools registered with a cuda device, so hosts without cupy never load it.
 Across hosts the cupy views go to ucxx as they are: UCX sends from device memory.
@@ -7,19 +7,56 @@ Across hosts the cupy views go to ucxx as they are: UCX sends from device memory
 from __future__ import annotations
 
 import ctypes
+import weakref
 from collections.abc import Sequence
 
 import cupy
 import numpy as np
 
+WORD = 16  # bytes a thread moves at a time (uint4)
+# Grid rows walk the KV blocks, columns their 16-byte words (grid-stride both ways): any pull is one launch.
+_COPY_BLOCKS = cupy.RawKernel(r"""
+extern "C" __global__ void copy_blocks(char* dst, const long long* dst_ids, const char* src,
+                                       const long long* src_ids, long long n, long long words) {
+    for (long long b = blockIdx.y; b < n; b += gridDim.y) {
+        uint4* d = reinterpret_cast<uint4*>(dst + dst_ids[b] * words * 16);
+        const uint4* s = reinterpret_cast<const uint4*>(src + src_ids[b] * words * 16);
+        for (long long w = blockIdx.x * (long long)blockDim.x + threadIdx.x; w < words;
+             w += (long long)gridDim.x * blockDim.x) {
+            d[w] = s[w];
+        }
+    }
+}
+""", "copy_blocks")
+THREADS = 256
+
+
+class _Allocation:
+    """Another process's allocation opened here by its IPC handle; closed once no array over it is left. Opened once
+    per process: two pools may lie in one allocation, and a second open of a handle may fail (torch caches its
+    opens for that reason)."""
+
+    def __init__(self, handle: bytes, device_index: int) -> None:
+        with cupy.cuda.Device(device_index):
+            self.ptr = cupy.cuda.runtime.ipcOpenMemHandle(handle)
+        weakref.finalize(self, _close, self.ptr, device_index).atexit = False
+
+
+_opened: weakref.WeakValueDictionary[tuple[bytes, int], _Allocation] = weakref.WeakValueDictionary()
+
 
 def open_ipc(handle: bytes, offset: int, device_index: int, nbytes: int) -> cupy.ndarray:
-    """Open another process's exported allocation; a flat uint8 array of the pool inside it."""
+    """A flat uint8 array of the pool at offset in another process's exported allocation."""
+    allocation = _opened.get((handle, device_index))
+    if allocation is None:
+        allocation = _opened[handle, device_index] = _Allocation(handle, device_index)
+    memory = cupy.cuda.UnownedMemory(allocation.ptr, offset + nbytes, owner=allocation, device_id=device_index)
+    return cupy.ndarray((nbytes,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(memory, offset))
+
+
+def _close(ptr: int, device_index: int) -> None:
     with cupy.cuda.Device(device_index):
-        ptr = cupy.cuda.runtime.ipcOpenMemHandle(handle)
-        memory = cupy.cuda.UnownedMemory(ptr, offset + nbytes, owner=None, device_id=device_index)
-        data = cupy.ndarray((nbytes,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(memory, offset))
-    return data
+        cupy.cuda.runtime.ipcCloseMemHandle(ptr)
 
 
 def export_ipc(tensor) -> tuple[bytes, int, int]:
@@ -27,6 +64,23 @@ def export_ipc(tensor) -> tuple[bytes, int, int]:
     storage = tensor.untyped_storage()
     device_index, handle, _size, storage_offset, *_ = storage._share_cuda_()
     return bytes(handle), storage_offset + tensor.storage_offset() * tensor.element_size(), device_index
+
+
+def copy_blocks(dst: cupy.ndarray, dst_ids: Sequence[int], src: cupy.ndarray, src_ids: Sequence[int],
+                block_bytes: int) -> bool:
+    """Copy block src_ids[i] of pool src into block dst_ids[i] of pool dst in one kernel launch, and wait for it.
+
+    A cudaMemcpy per block costs a few µs of launch each, where 4096 blocks of 64 KB move in ~0.1 ms on the
+    device. False (nothing copied) unless both pools are on one device and 16-byte aligned: copy by ranges."""
+    if dst.device.id != src.device.id or block_bytes % WORD or dst.data.ptr % WORD or src.data.ptr % WORD:
+        return False
+    n, words = len(src_ids), block_bytes // WORD
+    with cupy.cuda.Device(dst.device.id):
+        ids = cupy.asarray(np.array([dst_ids, src_ids], np.int64))  # one host-to-device copy
+        grid = (min(-(-words // THREADS), 1024), min(n, 65535))
+        _COPY_BLOCKS(grid, (THREADS,), (dst, ids[0], src, ids[1], np.int64(n), np.int64(words)))
+        cupy.cuda.get_current_stream().synchronize()
+    return True
 
 
 def copy_views(dst_views: Sequence, src_views: Sequence) -> None:

@@ -16,4 +16,13 @@ def test_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_bench_flags() -> None:
     args = build_parser().parse_args(["bench-xfer", "--json", "--quick"])
-    assert args.json and args.quick and callable(args.func)
+    assert args.json and args.quick and args.device == "cpu" and callable(args.func)
+    assert build_parser().parse_args(["bench-xfer", "--device", "cuda:1"]).device == "cuda:1"
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:99"])
+def test_bench_refuses_a_device_it_cannot_use(device: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from services.kvxfer.bench import run_bench
+
+    assert run_bench(as_json=False, quick=True, device=device) == 2
+    assert f"--device {device!r}" in capsys.readouterr().out
