@@ -31,7 +31,7 @@ from rich.table import Table
 
 from services.common.pool_files import shm_path
 from services.engine.kv_pool import KVLayout, KVPool
-from services.kvxfer.bench_raw import RawSender
+from services.kvxfer.bench_raw import RawSender, touched_buffer
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.local import ROOT, start_local_kvxfer
 from services.kvxfer.pools import PAGE
@@ -64,13 +64,6 @@ def _repeats(nbytes: int, quick: bool) -> int:
 
 def _gbps(nbytes: int, seconds: list[float]) -> float:
     return nbytes / statistics.median(seconds) / 1e9
-
-
-def _buffers(nbytes: int, device: torch.device) -> tuple:
-    """Two touched buffers for the baselines: numpy on the host, torch on a GPU."""
-    if device.type == "cuda":
-        return tuple(torch.ones(nbytes, dtype=torch.uint8, device=device) for _ in range(2))
-    return np.ones(nbytes, dtype=np.uint8), np.ones(nbytes, dtype=np.uint8)
 
 
 def _memcpy_seconds(dst, src, nbytes: int, rng: random.Random) -> float:
@@ -132,7 +125,7 @@ async def _bench(quick: bool, device: torch.device, say) -> list[Row]:
             assert raw.poll() is None, "raw ucxx receiver exited"
             await asyncio.sleep(0.05)
         sender = await RawSender.connect(int(open(port_file).read()))
-        src_buf, dst_buf = _buffers(max(sizes), device)
+        src_buf, dst_buf = (touched_buffer(max(sizes), str(device)) for _ in range(2))
         rng = random.Random(0)
         for nblocks, contiguous in ((4, False), (4, False), (512, False), (512, True)):
             # warm up both paths: connections, staging buffers, UCX's first large transfers

@@ -23,15 +23,19 @@ def _ucx_loop():
     return UcxLoop()
 
 
+def touched_buffer(nbytes: int, device: str):
+    """nbytes with every page touched, like the bench's pools: numpy on the host, torch on a GPU."""
+    if device == "cpu":
+        return np.ones(nbytes, dtype=np.uint8)
+    import torch
+
+    return torch.ones(nbytes, dtype=torch.uint8, device=device)
+
+
 async def receive(port_file: str, max_bytes: int, device: str = "cpu") -> None:
     """Per round: an 8-byte size, that many bytes into one preallocated buffer, then a 1-byte ack."""
     ucx = _ucx_loop()
-    if device == "cpu":
-        buf = np.ones(max_bytes, dtype=np.uint8)  # touched, like the pools in the bench
-    else:
-        import torch
-
-        buf = torch.ones(max_bytes, dtype=torch.uint8, device=device)
+    buf = touched_buffer(max_bytes, device)
     done = asyncio.Event()
 
     async def handle(ep) -> None:
