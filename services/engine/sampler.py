@@ -17,7 +17,9 @@ def _generator(seed: int, step: int) -> torch.Generator:
 
 def _sample_one(logits: torch.Tensor, seq: Sequence) -> int:
     p = seq.params
-    logits = logits.float() / p.temperature
+    # the largest logit shifted to 0 before scaling: a small temperature sends the others to -inf, never NaN
+    logits = logits.float()
+    logits = (logits - logits.max()) / p.temperature
     if 0 < p.top_k < logits.shape[-1]:
         kth = torch.topk(logits, p.top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -26,6 +28,7 @@ def _sample_one(logits: torch.Tensor, seq: Sequence) -> int:
         sorted_probs, order = torch.sort(probs, descending=True)
         # keep the smallest prefix whose mass reaches top_p (the first token always stays)
         drop = sorted_probs.cumsum(-1) - sorted_probs >= p.top_p
+        drop[0] = False  # also when top_p rounds to 0 in float32
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
     return int(torch.multinomial(probs.cpu(), 1, generator=_generator(p.seed or 0, seq.num_tokens)))
@@ -34,4 +37,4 @@ def _sample_one(logits: torch.Tensor, seq: Sequence) -> int:
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
     """logits: [B, V] for the B sequences → one new token each."""
     greedy = logits.argmax(dim=-1).tolist()
-    return [greedy[i] if s.params.temperature == 0 else _sample_one(logits[i], s) for i, s in enumerate(seqs)]
+    return [greedy[i] if s.params.greedy else _sample_one(logits[i], s) for i, s in enumerate(seqs)]
