@@ -1,6 +1,6 @@
 """The KV pools kvxfer has mapped: each as one flat uint8 array over the whole pool.
 
-Host pools are /dev/shm files mapped with the engine's `map_pool`; GPU pools are CUDA IPC
+Host pools are /dev/shm pool files (services.common.pool_files, which confines what may be mapped); GPU pools are CUDA IPC
 allocations opened with cupy (services.kvxfer.gpu, imported only for them).
 """
 
@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from services.engine.cpu.build import kernel_function
-from services.engine.kv_pool import KVLayout, map_pool
+from services.common.pool_files import map_pool_file
+from services.engine.kv_pool import KVLayout
 from services.kvxfer.ranges import Ranges, block_ranges
 
 HERE = Path(__file__).parent  # copy_ranges.c
@@ -95,12 +94,7 @@ class PoolRanges:
 
 def map_host(instance_id: str, layout: KVLayout, path: str) -> MappedPool:
     """Map a worker's /dev/shm pool file; its size must be the layout's pool size."""
-    if not path.startswith("/dev/shm/") or not os.path.isfile(path):
-        raise ValueError(f"pool file {path!r} is not a file under /dev/shm")
-    size = os.path.getsize(path)
-    if size != layout.pool_bytes:
-        raise ValueError(f"pool file {path} has {size} bytes, layout needs {layout.pool_bytes}")
-    data = map_pool(path, layout).view(-1).view(torch.uint8).numpy()
+    data = map_pool_file(path, layout.pool_bytes)
     int(data[::PAGE].sum())  # fault the mapping in now: first touches would cost a pull 7x its memcpy time
     return MappedPool(instance_id, layout, "cpu", data)
 
