@@ -21,7 +21,7 @@ import statistics
 
 from services.bench.loadgen import RequestResult
 from services.bench.runner import Bench, BenchConfig, run_requests, serving, warm_up
-from services.engine.cli import resolve_model
+from services.engine.presets import resolve_model
 
 PARTS = {"to decode": ("first", "decode_queued"), "reserve": ("decode_queued", "xfer_start"),
          "pull": ("xfer_start", "xfer_end"), "admit": ("xfer_end", "decode_start"),

@@ -20,7 +20,7 @@ from procs import stack_pids, thread_cpu  # scripts/procs.py
 from services.bench.results import summarize
 from services.bench.runner import Bench, BenchConfig, run_requests, serving, warm_up
 from services.bench.served import served_steps
-from services.engine.cli import resolve_model
+from services.engine.presets import resolve_model
 
 
 def main() -> None:

@@ -12,13 +12,14 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.common.instance_config import InstanceSettings
-from services.common.metrics import KV_HELD, KV_RESERVED, KV_TOTAL, KV_USED, QUEUE, RUNNING, serve_metrics
+from services.common.metrics import KV_TOTAL, serve_metrics
 from services.common.pool_files import shm_path
 from services.common.registry import InstanceInfo, Registry
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
+from services.instance.config import InstanceSettings
+from services.instance.stats import export_gauges
 from services.kvxfer.client import KVXferClient
 
 log = logging.getLogger(__name__)
@@ -26,21 +27,6 @@ log = logging.getLogger(__name__)
 
 ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str, KVXferClient | None],
                            Awaitable[Callable[[], Awaitable[None]]]]
-
-
-async def _report(engine: AsyncEngine, instance_id: str) -> None:
-    def snapshot(e: LLMEngine) -> tuple[int, int, int, int, int]:
-        seqs = [*e.scheduler.waiting, *e.scheduler.running]
-        held = sum(len(p.block_ids) for p in e.prefilled.values())
-        reserved = e.blocks.num_used - held - sum(len(s.block_table) for s in seqs)
-        return len(e.scheduler.waiting), len(e.scheduler.running), e.blocks.num_used, reserved, held
-
-    waiting, running, used, reserved, held = await engine.call(snapshot)
-    QUEUE.labels(instance_id).set(waiting)
-    RUNNING.labels(instance_id).set(running)
-    KV_USED.labels(instance_id).set(used)
-    KV_RESERVED.labels(instance_id).set(reserved)
-    KV_HELD.labels(instance_id).set(held)
 
 
 async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory) -> None:
@@ -80,7 +66,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     while not stop.is_set() and not async_engine.failed:
         try:
             await registry.heartbeat(info)
-            await _report(async_engine, instance_id)
+            export_gauges(await async_engine.stats(), instance_id)
         except Exception as exc:  # Redis briefly away: keep serving, retry next beat
             log.warning("heartbeat failed: %s", exc)
         try:

@@ -1,5 +1,5 @@
 """The cross-host baseline of bench-xfer: raw ucxx send/recv of one contiguous buffer between two
-processes. `python -m services.kvxfer.bench_raw PORT_FILE MAX_BYTES [DEVICE]` runs the receiving side (its buffer
+processes. `python -m services.bench.xfer_raw PORT_FILE MAX_BYTES [DEVICE]` runs the receiving side (its buffer
 on DEVICE, cpu or cuda:N)."""
 
 from __future__ import annotations

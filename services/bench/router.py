@@ -18,7 +18,7 @@ import grpc
 from distserve.v1 import router_pb2, router_pb2_grpc, worker_pb2, worker_pb2_grpc
 from services.common.convert import sampling_to_proto
 from services.common.net import free_port
-from services.engine.sequence import SamplingParams
+from services.common.sampling import SamplingParams
 from services.launcher.stack import Stack, StackConfig
 
 

@@ -29,9 +29,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from services.bench.xfer_raw import RawSender, touched_buffer
+from services.common.kv_layout import KVLayout
 from services.common.pool_files import shm_path
-from services.engine.kv_pool import KVLayout, KVPool
-from services.kvxfer.bench_raw import RawSender, touched_buffer
+from services.engine.kv_pool import KVPool
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.local import ROOT, start_local_kvxfer
 from services.kvxfer.pools import PAGE
@@ -110,7 +111,7 @@ async def _bench(quick: bool, device: torch.device, say) -> list[Row]:
              for name in ("bench-p0", "bench-d0", "bench-d1")]
     hosts, clients = [], []
     port_file = os.path.join(tempfile.mkdtemp(prefix="distserve-bench-"), "port")
-    raw = subprocess.Popen([sys.executable, "-m", "services.kvxfer.bench_raw", port_file, str(max(sizes)),
+    raw = subprocess.Popen([sys.executable, "-m", "services.bench.xfer_raw", port_file, str(max(sizes)),
                             str(device)], cwd=ROOT)
     try:
         for pool in pools:  # touch every page, as a serving pool's pages are

@@ -30,12 +30,9 @@ def _cpu_signature() -> str:
     return platform.processor() or platform.machine()
 
 
-HERE = Path(__file__).parent
-
-
 @functools.cache
 def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object,
-                    folder: Path = HERE) -> ctypes._CFuncPtr | None:
+                    folder: Path) -> ctypes._CFuncPtr | None:
     """`symbol` of the compiled `folder/name.c`, typed; None where load_kernel gives none (its caller then falls back
     to Python or torch)."""
     lib = load_kernel(name, folder)
@@ -46,7 +43,7 @@ def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object,
     return fn
 
 
-def load_kernel(name: str, folder: Path = HERE, flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
+def load_kernel(name: str, folder: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
     """The compiled `folder/name.c` (`flags`: extra compiler and linker flags), or None where C kernels are off
     (`DISTSERVE_CPU_KERNELS=0`) or no C compiler can build it (logged once)."""
     if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":

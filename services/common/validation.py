@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from services.engine.errors import EngineInputError
-from services.engine.model_config import ModelConfig
-from services.engine.sequence import SamplingParams
+from services.common.errors import EngineInputError
+from services.common.model_config import ModelConfig
+from services.common.sampling import SamplingParams
 
 
 def validate_request(config: ModelConfig, prompt_ids: list[int], params: SamplingParams) -> None:
