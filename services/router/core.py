@@ -213,7 +213,7 @@ class RouterCore:
     async def _record(self, req: RouterRequest, n_tokens: int) -> None:
         record = {"request_id": req.request_id, "prompt_tokens": len(req.prompt_ids), "output_tokens": n_tokens,
                   "prefill_instance": req.prefill_instance, "decode_instance": req.decode_instance,
-                  "mode": self.mode, **req.lifetime.to_record()}
+                  "mode": self.mode, "seed": req.params.seed, **req.lifetime.to_record()}
         try:
             await self.registry.record_request(record)
         except Exception as exc:

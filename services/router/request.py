@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from services.common.errors import EngineInputError
 from services.common.model_config import ModelConfig
@@ -53,5 +54,8 @@ class RequestBuilder:
             raise EngineInputError("prompt", f"longer than {self.max_prompt_chars} characters")
         ids = list(prompt_ids) if prompt_ids else (self.tokenizer.encode(prompt) if prompt else [])
         validate_request(self.config, ids, params)
+        if params.seed is None:
+            # Drawn here, once, and kept with the request: every attempt downstream continues the same sample.
+            params = replace(params, seed=random.getrandbits(63))
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         return RouterRequest(request_id or uuid.uuid4().hex, ids, params, deadline=deadline)

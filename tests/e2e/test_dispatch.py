@@ -45,14 +45,15 @@ async def test_dispatch_follows_load(stack) -> None:
 
 
 async def test_decode_instance_killed_mid_stream_loses_and_repeats_no_token(stack, tiny_llama_dir: str) -> None:
-    """Runs last in this module: it kills an instance."""
+    """Runs last in this module: it kills an instance. The request is sampled without a seed: the continuation
+    equals an uninterrupted local run with the seed the router drew (read from the request record)."""
     from services.common.sampling import SamplingParams
     from services.common.tokenizer import load_tokenizer
     from services.engine.engine import EngineConfig, LLMEngine
 
     prompt, n = "survive this", 600
     task = asyncio.create_task(generate(stack.router_address, prompt, request_id="victim", max_tokens=n,
-                                        ignore_eos=True, temperature=0.0))
+                                        ignore_eos=True, temperature=1.0))
     book = redis.Redis.from_url(stack.redis_url)
     while not any(load > 0 for _, load in book.zrange("ds:load:decode", 0, -1, withscores=True)):
         await asyncio.sleep(0.01)
@@ -60,7 +61,9 @@ async def test_decode_instance_killed_mid_stream_loses_and_repeats_no_token(stac
     next(p for p in stack.procs if p.name == busy).process.kill()
     responses = await task
     got = [t for r in responses for t in r.token_ids]
+    seed = int({r["request_id"]: r for r in recorded_requests(stack.redis_url)}["victim"]["seed"])
     engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=256))
-    (want,) = engine.generate([load_tokenizer(tiny_llama_dir).encode(prompt)], SamplingParams(max_tokens=n, ignore_eos=True))
+    params = SamplingParams(max_tokens=n, ignore_eos=True, temperature=1.0, seed=seed)
+    (want,) = engine.generate([load_tokenizer(tiny_llama_dir).encode(prompt)], params)
     engine.close()
     assert got == want

@@ -62,6 +62,14 @@ def test_chat_completions(client: openai.OpenAI, reference) -> None:
     assert "".join(e.choices[0].delta.content or "" for e in stream) == result.choices[0].message.content
 
 
+def test_unseeded_samples_differ_and_a_seeded_one_repeats(client: openai.OpenAI) -> None:
+    def text(**extra) -> str:
+        return client.completions.create(model="", prompt=PROMPTS[0], max_tokens=12, temperature=1.0, **extra).choices[0].text
+
+    assert len({text() for _ in range(3)}) == 3
+    assert text(seed=1234) == text(seed=1234)
+
+
 def test_models_and_health(stack, client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == [stack.config.model.rstrip("/").split("/")[-1]]
     assert httpx.get(f"http://{stack.config.host}:{stack.config.http_port}/health").json() == {"status": "ok"}
