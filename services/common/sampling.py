@@ -10,6 +10,7 @@ from services.common.errors import EngineInputError
 
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # seeds travel as int64 on the wire
+MAX_STOP_STRINGS = 4
 GREEDY_BELOW = 1e-5  # temperatures under this sample greedily (vLLM's rule): float32 cannot scale by them
 
 
@@ -28,6 +29,7 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    stop: tuple[str, ...] = ()  # stop strings: the router ends the text at the first one (engines never see them)
 
     @property
     def greedy(self) -> bool:
@@ -46,3 +48,5 @@ class SamplingParams:
             raise EngineInputError("seed", f"must be in [{INT64_MIN}, {INT64_MAX}], got {self.seed}")
         if any(not 0 <= t <= INT32_MAX for t in self.stop_token_ids):
             raise EngineInputError("stop_token_ids", f"ids must be in [0, {INT32_MAX}]")
+        if len(self.stop) > MAX_STOP_STRINGS or not all(self.stop):
+            raise EngineInputError("stop", f"at most {MAX_STOP_STRINGS} non-empty strings")

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 
 import grpc
@@ -17,8 +18,9 @@ from services.common.convert import sampling_to_proto
 from services.common.errors import Overloaded
 from services.common.registry import Registry
 from services.common.sampling import SamplingParams
-from services.common.tokenizer import IncrementalDecoder, Tokenizer
+from services.common.tokenizer import Tokenizer
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
+from services.router.output_text import OutputText
 from services.router.request import RouterRequest
 
 log = logging.getLogger(__name__)
@@ -67,16 +69,20 @@ class RouterCore:
             await self._admission.acquire()
         finally:
             self._queued -= 1
-        decoder = IncrementalDecoder(self.tokenizer)
+        text = OutputText(self.tokenizer, req.params.stop)
         outcome = "error"
         n_tokens = 0
         try:
             source = self._disagg(req) if self.mode == "disagg" else self._colocated(req)
-            async for token_ids, reason in source:
-                if n_tokens == 0:
-                    req.lifetime.first_token = time.time()
-                n_tokens += len(token_ids)
-                yield Chunk(token_ids, decoder.push(token_ids, final=bool(reason)), reason)
+            async with aclosing(source):  # closing it cancels the downstream calls and frees the K/V
+                async for token_ids, reason in source:
+                    if n_tokens == 0:
+                        req.lifetime.first_token = time.time()
+                    delta = text.push(token_ids, final=bool(reason))
+                    n_tokens += len(delta.token_ids)
+                    yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason)
+                    if delta.stopped:
+                        break
             outcome = "ok"
         except (GeneratorExit, asyncio.CancelledError):
             outcome = "cancelled"

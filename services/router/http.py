@@ -36,13 +36,12 @@ def _status_of(exc: Exception) -> JSONResponse:
 def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
     if body.n != 1:
         raise EngineInputError("n", "only n=1 is supported")
-    if body.stop:
-        raise EngineInputError("stop", "stop strings are not supported; use stop_token_ids")
     if body.logprobs:
         raise EngineInputError("logprobs", "logprobs are not supported")
     return SamplingParams(max_tokens=default_max_tokens if max_tokens is None else max_tokens,
                           temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, seed=body.seed,
-                          stop_token_ids=tuple(body.stop_token_ids), ignore_eos=body.ignore_eos)
+                          stop_token_ids=tuple(body.stop_token_ids), ignore_eos=body.ignore_eos,
+                          stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()))
 
 
 def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "") -> FastAPI:

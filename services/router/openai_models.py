@@ -18,7 +18,7 @@ class SamplingBody(BaseModel):
     seed: int | None = None
     n: int = Field(1, description="only 1 is supported")
     stream: bool = False
-    stop: str | list[str] | None = Field(None, description="stop strings are not supported; use stop_token_ids")
+    stop: str | list[str] | None = Field(None, description="up to 4 stop strings; the text ends before the first")
     stop_token_ids: list[int] = Field(default_factory=list, description="extension")
     ignore_eos: bool = Field(False, description="extension")
     logprobs: int | bool | None = None

@@ -22,6 +22,7 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
         seed=request.seed if request.HasField("seed") else None,
         stop_token_ids=tuple(request.stop_token_ids),
         ignore_eos=request.ignore_eos,
+        stop=tuple(request.stop),
     )
 
 

@@ -70,6 +70,20 @@ def test_unseeded_samples_differ_and_a_seeded_one_repeats(client: openai.OpenAI)
     assert text(seed=1234) == text(seed=1234)
 
 
+async def test_stop_strings_end_the_text_and_free_the_kv(stack, client: openai.OpenAI) -> None:
+    args = {"model": "", "prompt": PROMPTS[2], "temperature": 0, "extra_body": {"ignore_eos": True}}
+    full = client.completions.create(max_tokens=24, **args).choices[0].text
+    stop = full[10:13]
+    want = full[: full.index(stop)]
+    result = client.completions.create(max_tokens=400, stop=[stop, "\u2603never"], **args)
+    assert (result.choices[0].text, result.choices[0].finish_reason) == (want, "stop")
+    assert result.usage.completion_tokens < 24
+    events = list(client.completions.create(max_tokens=400, stop=stop, stream=True, **args))
+    assert "".join(e.choices[0].text for e in events) == want and events[-1].choices[0].finish_reason == "stop"
+    stats = await wait_idle(stack)
+    assert all(s.blocks_used == 0 for s in stats)
+
+
 def test_models_and_health(stack, client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == [stack.config.model.rstrip("/").split("/")[-1]]
     assert httpx.get(f"http://{stack.config.host}:{stack.config.http_port}/health").json() == {"status": "ok"}

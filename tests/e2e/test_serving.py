@@ -90,6 +90,7 @@ def test_cli_generate_matches_local(stack, tiny_llama_dir: str) -> None:
     ({"prompt": "hi", "top_k": -2}, "top_k"),
     ({"prompt": "hi", "model": "gpt-9"}, "model"),
     ({"prompt_ids": [1, 10**6]}, "prompt_token_ids"),
+    ({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
 ])
 async def test_bad_requests_are_refused_and_serving_goes_on(stack, fields: dict, field_name: str) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as err:
