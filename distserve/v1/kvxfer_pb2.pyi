@@ -49,16 +49,18 @@ class UnregisterPoolResponse(_message.Message):
     def __init__(self, dropped_leases: _Optional[int] = ...) -> None: ...
 
 class CreateLeaseRequest(_message.Message):
-    __slots__ = ("instance_id", "block_ids", "num_tokens", "ttl_s")
+    __slots__ = ("instance_id", "block_ids", "num_tokens", "ttl_s", "pulls")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
     NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TTL_S_FIELD_NUMBER: _ClassVar[int]
+    PULLS_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     block_ids: _containers.RepeatedScalarFieldContainer[int]
     num_tokens: int
     ttl_s: float
-    def __init__(self, instance_id: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[int] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+    pulls: int
+    def __init__(self, instance_id: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[int] = ..., ttl_s: _Optional[float] = ..., pulls: _Optional[int] = ...) -> None: ...
 
 class WatchLeasesRequest(_message.Message):
     __slots__ = ("instance_id",)

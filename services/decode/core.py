@@ -33,7 +33,7 @@ class DecodeCore:
         self.pull_timeout_s = pull_timeout_s
         self.admission = Admission(max_pending, "decode")
 
-    async def decode(self, request_id: str, prompt_ids: list[int], first_token: int, params: SamplingParams,
+    async def decode(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
                      handle: kv_pb2.KVHandle) -> AsyncIterator[DecodeChunk]:
         self.engine.validate(prompt_ids, params)
         if handle.num_tokens != len(prompt_ids):

@@ -24,7 +24,8 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
 
     async def Decode(self, request: worker_pb2.DecodeRequest, context: grpc.aio.ServicerContext):
         try:
-            async for chunk in self.core.decode(request.request_id, list(request.prompt_token_ids), request.first_token,
+            first = request.first_token if request.HasField("first_token") else None
+            async for chunk in self.core.decode(request.request_id, list(request.prompt_token_ids), first,
                                                 sampling_from_proto(request.sampling), request.kv):
                 yield worker_pb2.TokenChunk(token_ids=chunk.token_ids, finish_reason=chunk.finish_reason,
                                             stamps=chunk.stamps.to_proto() if chunk.stamps else None)

@@ -84,7 +84,7 @@ class AsyncEngine:
         """Streams a new request's outputs (prefill policy: one output, with the K/V held)."""
         return self._stream(request_id, lambda e: e.add_request(request_id, prompt_ids, params))
 
-    def continue_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int, params: SamplingParams,
+    def continue_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
                            block_ids: list[int]) -> AsyncIterator[StepOutput]:
         """Decode: streams a request whose prompt K/V already sits in `block_ids`."""
         return self._stream(request_id, lambda e: e.add_prefilled(request_id, prompt_ids, first_token, params, block_ids))

@@ -107,19 +107,21 @@ class LLMEngine:
         """Returns reserved blocks (any thread)."""
         self.blocks.free(block_ids)
 
-    def add_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int, params: SamplingParams,
+    def add_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
                       block_ids: list[int]) -> None:
         """Decode: admit a request whose prompt K/V already sits in `block_ids` (reserved, then pulled).
 
-        The engine owns the blocks from here on: refused, they go back to the pool."""
+        Without `first_token` the last prompt token is computed again, as a decode step, to sample the first
+        token here with this request's seed (n samples sharing one prefill). The engine owns the blocks from
+        here on: refused, they go back to the pool."""
         try:
             seq = self._new_sequence(request_id, prompt_ids, params)
         except EngineInputError:
             self.blocks.free(block_ids)
             raise
-        seq.output_ids = [first_token]
+        seq.output_ids = [] if first_token is None else [first_token]
         seq.block_table = list(block_ids)
-        seq.num_computed = len(prompt_ids)
+        seq.num_computed = len(prompt_ids) - (first_token is None)
         self.scheduler.add_running(seq)
 
     def release_prefilled(self, request_id: str) -> None:

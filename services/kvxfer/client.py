@@ -88,10 +88,10 @@ class KVXferClient:
         return reply.dropped_leases
 
     async def create_lease(self, instance_id: str, block_ids: Sequence[int], num_tokens: int,
-                           ttl_s: float = 0.0) -> kv_pb2.KVHandle:
-        """Hold blocks for a puller; the handle carries everything the puller's kvxfer needs."""
+                           ttl_s: float = 0.0, pulls: int = 1) -> kv_pb2.KVHandle:
+        """Hold blocks for `pulls` pullers; the handle carries everything the puller's kvxfer needs."""
         return await self._stub.CreateLease(kvxfer_pb2.CreateLeaseRequest(
-            instance_id=instance_id, block_ids=block_ids, num_tokens=num_tokens, ttl_s=ttl_s))
+            instance_id=instance_id, block_ids=block_ids, num_tokens=num_tokens, ttl_s=ttl_s, pulls=pulls))
 
     async def watch_leases(self, instance_id: str) -> AsyncIterator[LeaseEnd]:
         """Lease ends of the instance as they happen; free a lease's blocks only on its event."""

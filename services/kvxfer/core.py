@@ -78,13 +78,13 @@ class KVXferCore:
 
     # leases
 
-    def create_lease(self, instance_id: str, block_ids: list[int], num_tokens: int, ttl_s: float):
+    def create_lease(self, instance_id: str, block_ids: list[int], num_tokens: int, ttl_s: float, pulls: int = 1):
         pool = self._pool(instance_id)
         try:
             check_blocks(block_ids, pool.layout.num_blocks, "lease")
         except ValueError as e:
             raise XferError(Failure.BAD_REQUEST, str(e)) from e
-        lease = self.leases.create(instance_id, block_ids, num_tokens, ttl_s or self._default_ttl_s)
+        lease = self.leases.create(instance_id, block_ids, num_tokens, ttl_s or self._default_ttl_s, pulls)
         self.metrics.live_leases(self.leases.live())
         return lease, pool.layout
 

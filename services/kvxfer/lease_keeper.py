@@ -35,9 +35,10 @@ class LeaseKeeper:
         self._held: dict[str, tuple[list[int], float]] = {}  # lease id -> (blocks, expiry)
         self._ended_early: OrderedDict[str, None] = OrderedDict()  # ends seen before create returned
 
-    async def create_lease(self, block_ids: Sequence[int], num_tokens: int, ttl_s: float = 0.0) -> kv_pb2.KVHandle:
+    async def create_lease(self, block_ids: Sequence[int], num_tokens: int, ttl_s: float = 0.0,
+                           pulls: int = 1) -> kv_pb2.KVHandle:
         """Lease blocks of this instance's pool and keep track of them until the lease ends."""
-        handle = await self._client.create_lease(self._instance_id, block_ids, num_tokens, ttl_s)
+        handle = await self._client.create_lease(self._instance_id, block_ids, num_tokens, ttl_s, pulls=pulls)
         if handle.lease_id in self._ended_early:
             del self._ended_early[handle.lease_id]
             self._free(list(handle.block_ids))

@@ -41,6 +41,7 @@ class Lease:
     state: LeaseState = LeaseState.ACTIVE
     pins: int = 0  # pulls in flight
     release_pending: bool = False  # released while pinned: ends when the last pull unpins
+    pulls_left: int = 1  # successful pulls before the lease ends (a prefill shared by n decodes: n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +60,9 @@ class LeaseTable:
     leases: dict[str, Lease] = field(default_factory=dict)
     ended: OrderedDict[str, LeaseState] = field(default_factory=OrderedDict)
 
-    def create(self, instance_id: str, block_ids: list[int], num_tokens: int, ttl_s: float) -> Lease:
-        lease = Lease(uuid.uuid4().hex, instance_id, list(block_ids), num_tokens, self.clock() + ttl_s)
+    def create(self, instance_id: str, block_ids: list[int], num_tokens: int, ttl_s: float, pulls: int = 1) -> Lease:
+        lease = Lease(uuid.uuid4().hex, instance_id, list(block_ids), num_tokens, self.clock() + ttl_s,
+                      pulls_left=max(1, pulls))
         self.leases[lease.lease_id] = lease
         return lease
 
@@ -77,12 +79,13 @@ class LeaseTable:
         return lease
 
     def unpin(self, lease_id: str, release: bool) -> LeaseEnd | None:
-        """End one pull of the lease; release it after a successful pull."""
+        """End one pull of the lease; release it after its last successful pull."""
         lease = self.leases.get(lease_id)
         if lease is None:  # dropped with its unregistered pool while the pull ran
             return None
         lease.pins -= 1
-        lease.release_pending |= release
+        lease.pulls_left -= int(release)
+        lease.release_pending |= lease.pulls_left <= 0
         if lease.pins == 0 and lease.release_pending:
             return self._end(lease, LeaseState.RELEASED)
         return None

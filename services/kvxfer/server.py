@@ -49,7 +49,8 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
     async def CreateLease(self, request: kvxfer_pb2.CreateLeaseRequest,
                           context: grpc.aio.ServicerContext) -> kv_pb2.KVHandle:
         lease, layout = await _call(context, self._core.create_lease, request.instance_id,
-                                    list(request.block_ids), request.num_tokens, request.ttl_s)
+                                    list(request.block_ids), request.num_tokens, request.ttl_s,
+                                    request.pulls)
         return kv_pb2.KVHandle(instance_id=lease.instance_id, kvxfer_address=self._core.address,
                                lease_id=lease.lease_id, block_ids=lease.block_ids, num_tokens=lease.num_tokens,
                                layout=layout_to_pb(layout), lease_expiry=lease.expiry)

@@ -47,7 +47,7 @@ class PrefillCore:
         request_id = self._holder.pop(block_ids[0])
         self.engine.release(request_id)
 
-    async def prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> PrefillResult:
+    async def prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams, pulls: int = 1) -> PrefillResult:
         self.engine.validate(prompt_ids, params)
         stamps = Lifetime(prefill_queued=time.time())
         with self.admission.slot():
@@ -58,7 +58,7 @@ class PrefillCore:
             return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps)
         self._holder[last.held_blocks[0]] = request_id
         try:
-            handle = await self.leases.create_lease(last.held_blocks, len(prompt_ids), self.lease_ttl_s)
+            handle = await self.leases.create_lease(last.held_blocks, len(prompt_ids), self.lease_ttl_s, pulls)
         except BaseException:
             self._holder.pop(last.held_blocks[0], None)
             self.engine.release(request_id)

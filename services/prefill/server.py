@@ -25,7 +25,7 @@ class PrefillServicer(InstanceServicer, worker_pb2_grpc.PrefillServicer):
     async def Prefill(self, request: worker_pb2.PrefillRequest, context: grpc.aio.ServicerContext) -> worker_pb2.PrefillResponse:
         try:
             result = await self.core.prefill(request.request_id, list(request.prompt_token_ids),
-                                             sampling_from_proto(request.sampling))
+                                             sampling_from_proto(request.sampling), max(1, request.pulls))
         except Exception as exc:
             await abort_with(context, exc)
         return worker_pb2.PrefillResponse(first_token=result.first_token, finish_reason=result.finish_reason,

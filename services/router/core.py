@@ -19,6 +19,7 @@ from services.common.errors import Overloaded
 from services.common.registry import Registry
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import Tokenizer
+from services.router.choices import SharedPrefill, merge
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
 from services.router.output_text import OutputText
 from services.router.request import RouterRequest
@@ -33,6 +34,7 @@ class Chunk:
     token_ids: list[int]
     text: str
     finish_reason: str = ""
+    index: int = 0  # the choice
 
 
 def _instance_gone(exc: BaseException) -> bool:
@@ -69,20 +71,15 @@ class RouterCore:
             await self._admission.acquire()
         finally:
             self._queued -= 1
-        text = OutputText(self.tokenizer, req.params.stop)
         outcome = "error"
         n_tokens = 0
         try:
-            source = self._disagg(req) if self.mode == "disagg" else self._colocated(req)
-            async with aclosing(source):  # closing it cancels the downstream calls and frees the K/V
-                async for token_ids, reason in source:
+            async with aclosing(merge(self._choices(req))) as chunks:
+                async for chunk in chunks:
                     if n_tokens == 0:
                         req.lifetime.first_token = time.time()
-                    delta = text.push(token_ids, final=bool(reason))
-                    n_tokens += len(delta.token_ids)
-                    yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason)
-                    if delta.stopped:
-                        break
+                    n_tokens += len(chunk.token_ids)
+                    yield chunk
             outcome = "ok"
         except (GeneratorExit, asyncio.CancelledError):
             outcome = "cancelled"
@@ -94,6 +91,30 @@ class RouterCore:
             if outcome == "ok":
                 self._observe(req, n_tokens)
                 await self._record(req, n_tokens)
+
+    def _choices(self, req: RouterRequest) -> list[AsyncIterator[Chunk]]:
+        if req.n == 1:
+            return [self._choice(req)]
+        shared = None
+        if self.mode == "disagg":
+            # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
+            params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
+            shared = SharedPrefill(req.n, lambda: self._with_retries(
+                "prefill", len(req.prompt_ids), lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n)),
+                self.release_lease)
+        return [self._choice(req.choice(i, shared)) for i in range(req.n)]
+
+    async def _choice(self, req: RouterRequest) -> AsyncIterator[Chunk]:
+        """One choice's text: detokenized, ended at a stop string (which closes the source: the downstream
+        calls are cancelled and the K/V freed)."""
+        text = OutputText(self.tokenizer, req.params.stop)
+        source = self._disagg(req) if self.mode == "disagg" else self._colocated(req)
+        async with aclosing(source):
+            async for token_ids, reason in source:
+                delta = text.push(token_ids, final=bool(reason))
+                yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index)
+                if delta.stopped:
+                    return
 
     # ---- disaggregated: prefill instance, then decode instance -------------------------------------
 
@@ -117,6 +138,10 @@ class RouterCore:
 
     async def _disagg_once(self, req: RouterRequest, prompt_ids: list[int],
                            params: SamplingParams) -> AsyncIterator[tuple[list[int], str]]:
+        if req.shared is not None and req.attempt == 0:
+            async for chunk in self._decode_shared(req, req.shared, params):
+                yield chunk
+            return
         prefilled = await self._with_retries("prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a))
         streamed = False
         try:
@@ -148,6 +173,23 @@ class RouterCore:
             if not streamed and not prefilled.finish_reason and self.release_lease is not None:
                 await self.release_lease(prefilled.kv)
 
+    async def _decode_shared(self, req: RouterRequest, shared: SharedPrefill,
+                             params: SamplingParams) -> AsyncIterator[tuple[list[int], str]]:
+        """A choice's first attempt: decode from the shared prefill's K/V, sampling the first token there."""
+        try:
+            prefilled = await shared.get()
+            assignment = await self.dispatcher.acquire("decode", len(req.prompt_ids) + params.max_tokens)
+            req.decode_instance = assignment.info.id
+            try:
+                async for chunk in self._decode(req, req.prompt_ids, params, prefilled, assignment, sample_first=True):
+                    yield chunk
+            except Exception as exc:
+                if _instance_gone(exc):
+                    self.dispatcher.mark_failed(assignment.info.id)
+                raise
+        finally:
+            await shared.done()
+
     async def _with_retries(self, role: str, load: float, call):
         failed: set[str] = set()
         for attempt in range(self.retries + 1):
@@ -164,20 +206,24 @@ class RouterCore:
                 await self.dispatcher.release(assignment)
 
     async def _prefill(self, req: RouterRequest, prompt_ids: list[int], params: SamplingParams,
-                       assignment: Assignment) -> worker_pb2.PrefillResponse:
+                       assignment: Assignment, pulls: int = 1) -> worker_pb2.PrefillResponse:
         req.prefill_instance = assignment.info.id
         stub = worker_pb2_grpc.PrefillStub(self.dispatcher.channel(assignment.info.address))
         response = await stub.Prefill(worker_pb2.PrefillRequest(
-            request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params)),
+            request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params),
+            pulls=pulls),
             timeout=req.remaining())
         req.lifetime.merge(response.stamps)
         return response
 
     async def _decode(self, req: RouterRequest, prompt_ids: list[int], params: SamplingParams,
-                      prefilled: worker_pb2.PrefillResponse, assignment: Assignment) -> AsyncIterator[tuple[list[int], str]]:
+                      prefilled: worker_pb2.PrefillResponse, assignment: Assignment,
+                      sample_first: bool = False) -> AsyncIterator[tuple[list[int], str]]:
+        """Decode from the prefill's K/V; `sample_first`: the decode samples the first token itself."""
         stub = worker_pb2_grpc.DecodeStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Decode(worker_pb2.DecodeRequest(
-            request_id=req.downstream_id, prompt_token_ids=prompt_ids, first_token=prefilled.first_token,
+            request_id=req.downstream_id, prompt_token_ids=prompt_ids,
+            first_token=None if sample_first else prefilled.first_token,
             sampling=sampling_to_proto(params), kv=prefilled.kv), timeout=req.remaining())
         async for chunk in self._relay(req, call, assignment):
             yield chunk

@@ -34,8 +34,8 @@ def _status_of(exc: Exception) -> JSONResponse:
 
 
 def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
-    if body.n != 1:
-        raise EngineInputError("n", "only n=1 is supported")
+    if body.best_of is not None and body.best_of != body.n:
+        raise EngineInputError("best_of", "must equal n (ranking samples by logprob is not supported)")
     if body.logprobs:
         raise EngineInputError("logprobs", "logprobs are not supported")
     return SamplingParams(max_tokens=default_max_tokens if max_tokens is None else max_tokens,
@@ -73,7 +73,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
             text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
             if isinstance(prompt, str) and not prompt:
                 raise EngineInputError("prompt", "must not be empty")
-            req = builder.build(prompt=text, prompt_ids=ids, params=params, model=body.model)
+            req = builder.build(prompt=text, prompt_ids=ids, params=params, model=body.model, n=body.n)
             stream = core.generate(req)
             first = await anext(stream)  # admission and validation errors surface before any byte is sent
         except Exception as exc:
@@ -94,23 +94,28 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
     return app
 
 
-def _choice(text: str, reason: str | None, chat: bool, delta: bool) -> dict:
+def _choice(index: int, text: str, reason: str | None, chat: bool, delta: bool) -> dict:
     if not chat:
-        return {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+        return {"index": index, "text": text, "finish_reason": reason, "logprobs": None}
     key = "delta" if delta else "message"
-    return {"index": 0, key: {"role": "assistant", "content": text}, "finish_reason": reason}
+    return {"index": index, key: {"role": "assistant", "content": text}, "finish_reason": reason}
 
 
 def _final(req: RouterRequest, chunks: list[Chunk], chat: bool, model: str) -> dict:
-    text = "".join(c.text for c in chunks)
+    choices = []
+    for index in range(req.n):
+        mine = [c for c in chunks if c.index == index]
+        reason = next((c.finish_reason for c in mine if c.finish_reason), None)
+        choice = _choice(index, "".join(c.text for c in mine), reason, chat, delta=False)
+        choice["token_ids"] = [t for c in mine for t in c.token_ids]
+        choices.append(choice)
     n = sum(len(c.token_ids) for c in chunks)
     return {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{req.request_id}",
         "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()), "model": model,
-        "choices": [_choice(text, chunks[-1].finish_reason or None, chat, delta=False)],
+        "created": int(time.time()), "model": model, "choices": choices,
         "usage": {"prompt_tokens": len(req.prompt_ids), "completion_tokens": n, "total_tokens": len(req.prompt_ids) + n},
-        "token_ids": [t for c in chunks for t in c.token_ids],
+        "token_ids": choices[0]["token_ids"],
     }
 
 
@@ -120,7 +125,7 @@ async def _sse(req: RouterRequest, first: Chunk, rest: AsyncIterator[Chunk], cha
 
     def event(chunk: Chunk) -> str:
         body = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{req.request_id}", "object": kind, "created": created,
-                "model": model, "choices": [_choice(chunk.text, chunk.finish_reason or None, chat, delta=True)],
+                "model": model, "choices": [_choice(chunk.index, chunk.text, chunk.finish_reason or None, chat, delta=True)],
                 "token_ids": chunk.token_ids}
         return f"data: {json.dumps(body)}\n\n"
 

@@ -16,7 +16,8 @@ class SamplingBody(BaseModel):
     top_p: float = 1.0
     top_k: int = Field(0, description="extension: 0 = off")
     seed: int | None = None
-    n: int = Field(1, description="only 1 is supported")
+    n: int = Field(1, description="independent samples; they share one prefill")
+    best_of: int | None = Field(None, description="must equal n when given")
     stream: bool = False
     stop: str | list[str] | None = Field(None, description="up to 4 stop strings; the text ends before the first")
     stop_token_ids: list[int] = Field(default_factory=list, description="extension")

@@ -13,6 +13,9 @@ from services.common.sampling import SamplingParams
 from services.common.stamps import Lifetime
 from services.common.tokenizer import Tokenizer
 from services.common.validation import validate_request
+from services.router.choices import SharedPrefill, choice_seed
+
+MAX_N = 16  # choices per request
 
 
 @dataclass(slots=True)
@@ -25,10 +28,18 @@ class RouterRequest:
     decode_instance: str = ""
     deadline: float | None = None  # time.monotonic() by which the client wants the answer
     attempt: int = 0  # retries after an instance failure; each attempt is a new request downstream
+    n: int = 1  # independent samples (choices) of the prompt
+    index: int = 0  # a choice: its index
+    shared: SharedPrefill | None = None  # a choice: the prefill its first attempt decodes from
 
     @property
     def downstream_id(self) -> str:
         return self.request_id if self.attempt == 0 else f"{self.request_id}~{self.attempt}"
+
+    def choice(self, index: int, shared: SharedPrefill | None) -> RouterRequest:
+        """Choice `index` of an n > 1 request: its own id downstream and seed; the same lifetime."""
+        params = replace(self.params, seed=choice_seed(self.params.seed or 0, index))
+        return replace(self, request_id=f"{self.request_id}-{index}", params=params, n=1, index=index, shared=shared)
 
     def remaining(self) -> float | None:
         """Seconds left before the client's deadline (passed on to every downstream call)."""
@@ -45,17 +56,19 @@ class RequestBuilder:
     max_prompt_chars: int
 
     def build(self, *, prompt: str, prompt_ids: list[int], params: SamplingParams, model: str = "",
-              request_id: str = "", timeout_s: float | None = None) -> RouterRequest:
+              request_id: str = "", timeout_s: float | None = None, n: int = 1) -> RouterRequest:
         if model and model != self.model_name:
             raise EngineInputError("model", f"unknown model {model!r}; this router serves {self.model_name!r}")
         if prompt and prompt_ids:
             raise EngineInputError("prompt", "give prompt or prompt_token_ids, not both")
         if len(prompt) > self.max_prompt_chars:
             raise EngineInputError("prompt", f"longer than {self.max_prompt_chars} characters")
+        if not 1 <= n <= MAX_N:
+            raise EngineInputError("n", f"must be in [1, {MAX_N}], got {n}")
         ids = list(prompt_ids) if prompt_ids else (self.tokenizer.encode(prompt) if prompt else [])
         validate_request(self.config, ids, params)
         if params.seed is None:
             # Drawn here, once, and kept with the request: every attempt downstream continues the same sample.
             params = replace(params, seed=random.getrandbits(63))
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        return RouterRequest(request_id or uuid.uuid4().hex, ids, params, deadline=deadline)
+        return RouterRequest(request_id or uuid.uuid4().hex, ids, params, deadline=deadline, n=n)

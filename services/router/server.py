@@ -40,15 +40,15 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
             req = self.builder.build(prompt=request.prompt, prompt_ids=list(request.prompt_token_ids),
                                      params=params_from_request(request, self.default_max_tokens),
                                      model=request.model, request_id=request.request_id,
-                                     timeout_s=context.time_remaining())
-            completion = 0
+                                     timeout_s=context.time_remaining(), n=request.n if request.HasField("n") else 1)
+            completion = [0] * req.n
             async with aclosing(self.core.generate(req)) as stream:  # a cancelled client closes it at once
                 async for chunk in stream:
-                    completion += len(chunk.token_ids)
+                    completion[chunk.index] += len(chunk.token_ids)
                     last = bool(chunk.finish_reason)
                     yield router_pb2.GenerateResponse(
                         token_ids=chunk.token_ids, text=chunk.text, finish_reason=chunk.finish_reason,
                         request_id=req.request_id, prompt_tokens=len(req.prompt_ids) if last else 0,
-                        completion_tokens=completion if last else 0)
+                        completion_tokens=completion[chunk.index] if last else 0, index=chunk.index)
         except Exception as exc:
             await abort_with(context, exc)

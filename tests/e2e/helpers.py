@@ -39,12 +39,14 @@ async def generate(address: str, prompt: str = "", prompt_ids: list[int] | None 
         return [r async for r in stub.Generate(request, timeout=120)]
 
 
-def instance_stats(stack: Stack) -> list[worker_pb2.InstanceStatsResponse]:
+def instance_stats(stack: Stack, steps_since: float = 0.0) -> list[worker_pb2.InstanceStatsResponse]:
+    """Every instance's stats; `steps_since` (unix seconds) adds the records of the steps since then."""
     out = []
+    request = worker_pb2.InstanceStatsRequest(steps_since=steps_since)
     for proc in stack.procs:
         if proc.role in STUBS:
             with grpc.insecure_channel(proc.address) as channel:
-                out.append(STUBS[proc.role](channel).Stats(worker_pb2.InstanceStatsRequest(), timeout=10))
+                out.append(STUBS[proc.role](channel).Stats(request, timeout=10))
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
@@ -9,7 +11,8 @@ import pytest
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
-from tests.e2e.helpers import running_stack, wait_idle
+from services.router.choices import choice_seed
+from tests.e2e.helpers import instance_stats, running_stack, wait_idle
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 PROMPTS = ["user: hello\nassistant:", "the decode phase", "a b c d e f g"]
@@ -31,8 +34,8 @@ def reference(tiny_llama_dir: str):
     tokenizer = load_tokenizer(tiny_llama_dir)
     engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=256))
 
-    def generate(prompt: str, max_tokens: int) -> str:
-        (ids,) = engine.generate([tokenizer.encode(prompt)], SamplingParams(max_tokens=max_tokens))
+    def generate(prompt: str, max_tokens: int, **sampling) -> str:
+        (ids,) = engine.generate([tokenizer.encode(prompt)], SamplingParams(max_tokens=max_tokens, **sampling))
         return tokenizer.decode(ids)
 
     yield generate
@@ -84,6 +87,23 @@ async def test_stop_strings_end_the_text_and_free_the_kv(stack, client: openai.O
     assert all(s.blocks_used == 0 for s in stats)
 
 
+async def test_n_choices_share_one_prefill(stack, client: openai.OpenAI, reference) -> None:
+    since = time.time()
+    result = client.completions.create(model="", prompt=PROMPTS[1], n=4, max_tokens=10, temperature=1.0, seed=77,
+                                       extra_body={"ignore_eos": True})
+    prefills = [step for s in instance_stats(stack, since) if s.role == "prefill" for step in s.step_log]
+    assert [step.tokens for step in prefills] == [result.usage.prompt_tokens]  # the prompt computed once, for four
+    assert [c.index for c in result.choices] == [0, 1, 2, 3]
+    want = [reference(PROMPTS[1], 10, temperature=1.0, seed=choice_seed(77, i), ignore_eos=True) for i in range(4)]
+    assert [c.text for c in result.choices] == want and len(set(want)) == 4
+    assert result.usage.completion_tokens == 40
+    events = list(client.completions.create(model="", prompt=PROMPTS[1], n=4, max_tokens=10, temperature=1.0,
+                                            seed=77, stream=True, extra_body={"ignore_eos": True}))
+    assert ["".join(e.choices[0].text for e in events if e.choices[0].index == i) for i in range(4)] == want
+    stats = await wait_idle(stack)
+    assert all(s.blocks_used == 0 for s in stats)
+
+
 def test_models_and_health(stack, client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == [stack.config.model.rstrip("/").split("/")[-1]]
     assert httpx.get(f"http://{stack.config.host}:{stack.config.http_port}/health").json() == {"status": "ok"}
@@ -94,7 +114,8 @@ def test_models_and_health(stack, client: openai.OpenAI) -> None:
     ({"prompt": "hi", "temperature": -0.5}, "temperature"),
     ({"prompt": "", "max_tokens": 3}, "prompt"),
     ({"max_tokens": 3}, "prompt"),
-    ({"prompt": "hi", "n": 2}, "n"),
+    ({"prompt": "hi", "n": 0}, "n"),
+    ({"prompt": "hi", "n": 2, "best_of": 3}, "best_of"),
     ({"prompt": "hi", "model": "nope"}, "model"),
 ])
 async def test_bad_bodies_get_400_naming_the_field(stack, body: dict, param: str) -> None:

@@ -68,6 +68,24 @@ async def test_concurrent_requests_equal_local_generation(stack, tiny_llama_dir:
                     <= float(r["xfer_start"]) <= float(r["xfer_end"]) <= float(r["decode_start"]) <= float(r["finish"]))
 
 
+async def test_seeded_choices_equal_local_sampling(stack, tiny_llama_dir: str) -> None:
+    from services.router.choices import choice_seed
+
+    prompt, n = "the decode phase", 3
+    responses = await generate(stack.router_address, prompt, max_tokens=8, temperature=1.0, seed=5, n=n, ignore_eos=True)
+    got = [[t for r in responses if r.index == i for t in r.token_ids] for i in range(n)]
+    engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64))
+    try:
+        want = engine.generate([load_tokenizer(tiny_llama_dir).encode(prompt)] * n, [
+            SamplingParams(max_tokens=8, temperature=1.0, seed=choice_seed(5, i), ignore_eos=True) for i in range(n)])
+    finally:
+        engine.close()
+    assert got == want
+    assert sorted((r.index, r.completion_tokens) for r in responses if r.finish_reason) == [(i, 8) for i in range(n)]
+    stats = await wait_idle(stack)
+    assert all(s.blocks_used == 0 for s in stats)
+
+
 def test_cli_generate_matches_local(stack, tiny_llama_dir: str) -> None:
     prompt = "the decode phase streams tokens"
     def run(*extra: str) -> dict:

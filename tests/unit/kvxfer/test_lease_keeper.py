@@ -17,7 +17,7 @@ class FakeKVXfer:
         self.ends: asyncio.Queue[LeaseEnd] = asyncio.Queue()
         self.count = 0
 
-    async def create_lease(self, instance_id, block_ids, num_tokens, ttl_s) -> kv_pb2.KVHandle:
+    async def create_lease(self, instance_id, block_ids, num_tokens, ttl_s, pulls=1) -> kv_pb2.KVHandle:
         self.count += 1
         return kv_pb2.KVHandle(instance_id=instance_id, lease_id=f"l{self.count}", block_ids=block_ids,
                                lease_expiry=100.0 + ttl_s)

@@ -62,6 +62,18 @@ def test_successful_pull_releases(table: LeaseTable) -> None:
         table.pin(lease.lease_id)
 
 
+def test_a_lease_for_n_pulls_ends_after_the_nth_successful_one(table: LeaseTable) -> None:
+    lease = table.create("p0", [4], 10, ttl_s=5, pulls=3)
+    for _ in range(2):
+        table.pin(lease.lease_id)
+        table.pin(lease.lease_id)
+        assert table.unpin(lease.lease_id, release=False) is None  # a failed pull does not count
+        assert table.unpin(lease.lease_id, release=True) is None
+    table.pin(lease.lease_id)
+    end = table.unpin(lease.lease_id, release=True)
+    assert end is not None and end.state is LeaseState.RELEASED
+
+
 def test_failed_pull_keeps_the_lease_for_a_retry(table: LeaseTable) -> None:
     lease = table.create("p0", [4], 10, ttl_s=5)
     table.pin(lease.lease_id)
