@@ -1,4 +1,5 @@
 from distserve.v1 import kv_pb2 as _kv_pb2
+from distserve.v1 import logprobs_pb2 as _logprobs_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -8,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SamplingParams(_message.Message):
-    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "ignore_eos", "stop_token_ids")
+    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "ignore_eos", "stop_token_ids", "logprobs")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +17,7 @@ class SamplingParams(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     temperature: float
     top_p: float
@@ -23,7 +25,8 @@ class SamplingParams(_message.Message):
     seed: int
     ignore_eos: bool
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    logprobs: int
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[int] = ...) -> None: ...
 
 class Stamps(_message.Message):
     __slots__ = ("prefill_queued", "prefill_start", "prefill_end", "xfer_start", "xfer_end", "decode_queued", "decode_start")
@@ -56,16 +59,18 @@ class PrefillRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., pulls: _Optional[int] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
-    __slots__ = ("first_token", "finish_reason", "kv", "stamps")
+    __slots__ = ("first_token", "finish_reason", "kv", "stamps", "logprobs")
     FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     KV_FIELD_NUMBER: _ClassVar[int]
     STAMPS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     first_token: int
     finish_reason: str
     kv: _kv_pb2.KVHandle
     stamps: Stamps
-    def __init__(self, first_token: _Optional[int] = ..., finish_reason: _Optional[str] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[_logprobs_pb2.TokenLogprobs]
+    def __init__(self, first_token: _Optional[int] = ..., finish_reason: _Optional[str] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
     __slots__ = ("request_id", "prompt_token_ids", "first_token", "sampling", "kv")
@@ -82,14 +87,16 @@ class DecodeRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., first_token: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ...) -> None: ...
 
 class TokenChunk(_message.Message):
-    __slots__ = ("token_ids", "finish_reason", "stamps")
+    __slots__ = ("token_ids", "finish_reason", "stamps", "logprobs")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     STAMPS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     finish_reason: str
     stamps: Stamps
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[str] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[_logprobs_pb2.TokenLogprobs]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[str] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ...) -> None: ...
 
 class ColocatedRequest(_message.Message):
     __slots__ = ("request_id", "prompt_token_ids", "sampling")

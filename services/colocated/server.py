@@ -7,7 +7,7 @@ import time
 import grpc
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
-from services.common.convert import sampling_from_proto
+from services.common.convert import logprobs_to_proto, sampling_from_proto
 from services.common.errors import abort_with
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
@@ -38,7 +38,8 @@ class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):
                         stamps.decode_start = out.step_end
                     reason = out.finish_reason.value if out.finish_reason else ""
                     yield worker_pb2.TokenChunk(token_ids=out.new_token_ids, finish_reason=reason,
-                                                stamps=stamps.to_proto() if first else None)
+                                                stamps=stamps.to_proto() if first else None,
+                                                logprobs=logprobs_to_proto(out.logprobs))
                     first = False
         except Exception as exc:
             await abort_with(context, exc)

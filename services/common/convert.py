@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-from distserve.v1 import worker_pb2
-from services.common.sampling import SamplingParams
+from collections.abc import Iterable
+
+from distserve.v1 import logprobs_pb2, worker_pb2
+from services.common.sampling import SamplingParams, TokenLogprobs
 
 
 def sampling_from_proto(p: worker_pb2.SamplingParams) -> SamplingParams:
     return SamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
                           seed=p.seed if p.HasField("seed") else None, stop_token_ids=tuple(p.stop_token_ids),
-                          ignore_eos=p.ignore_eos)
+                          ignore_eos=p.ignore_eos, logprobs=p.logprobs if p.HasField("logprobs") else None)
 
 
 def sampling_to_proto(p: SamplingParams) -> worker_pb2.SamplingParams:
     return worker_pb2.SamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p,
                                      top_k=p.top_k, seed=p.seed, ignore_eos=p.ignore_eos,
-                                     stop_token_ids=list(p.stop_token_ids))
+                                     stop_token_ids=list(p.stop_token_ids), logprobs=p.logprobs)
+
+
+def logprobs_to_proto(items: Iterable[TokenLogprobs]) -> list[logprobs_pb2.TokenLogprobs]:
+    return [logprobs_pb2.TokenLogprobs(token_id=t.token_id, logprob=t.logprob, top_ids=[i for i, _ in t.top],
+                                       top_logprobs=[v for _, v in t.top]) for t in items]
+
+
+def logprobs_from_proto(items: Iterable[logprobs_pb2.TokenLogprobs]) -> list[TokenLogprobs]:
+    return [TokenLogprobs(t.token_id, t.logprob, tuple(zip(t.top_ids, t.top_logprobs))) for t in items]

@@ -11,7 +11,17 @@ from services.common.errors import EngineInputError
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # seeds travel as int64 on the wire
 MAX_STOP_STRINGS = 4
+MAX_LOGPROBS = 20
 GREEDY_BELOW = 1e-5  # temperatures under this sample greedily (vLLM's rule): float32 cannot scale by them
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """A sampled token's log-probability under the model (before temperature, top-k, top-p), and the top ones."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), most likely first
 
 
 class FinishReason(Enum):
@@ -30,6 +40,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()  # stop strings: the router ends the text at the first one (engines never see them)
+    logprobs: int | None = None  # set: each sampled token's logprob, and this many top ones
 
     @property
     def greedy(self) -> bool:
@@ -50,3 +61,5 @@ class SamplingParams:
             raise EngineInputError("stop_token_ids", f"ids must be in [0, {INT32_MAX}]")
         if len(self.stop) > MAX_STOP_STRINGS or not all(self.stop):
             raise EngineInputError("stop", f"at most {MAX_STOP_STRINGS} non-empty strings")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise EngineInputError("logprobs", f"must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")

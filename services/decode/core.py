@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from distserve.v1 import kv_pb2
 from services.common.errors import EngineInputError
-from services.common.sampling import SamplingParams
+from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
 from services.instance.admission import Admission
@@ -23,6 +23,7 @@ class DecodeChunk:
     token_ids: list[int]
     finish_reason: str = ""
     stamps: Lifetime | None = None
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
 
 
 class DecodeCore:
@@ -58,5 +59,5 @@ class DecodeCore:
                 if first:
                     stamps.decode_start = out.step_start
                 reason = out.finish_reason.value if out.finish_reason else ""
-                yield DecodeChunk(out.new_token_ids, reason, stamps if first else None)
+                yield DecodeChunk(out.new_token_ids, reason, stamps if first else None, out.logprobs)
                 first = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
-from services.common.convert import sampling_from_proto
+from services.common.convert import logprobs_to_proto, sampling_from_proto
 from services.common.errors import abort_with
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
@@ -28,7 +28,8 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
             async for chunk in self.core.decode(request.request_id, list(request.prompt_token_ids), first,
                                                 sampling_from_proto(request.sampling), request.kv):
                 yield worker_pb2.TokenChunk(token_ids=chunk.token_ids, finish_reason=chunk.finish_reason,
-                                            stamps=chunk.stamps.to_proto() if chunk.stamps else None)
+                                            stamps=chunk.stamps.to_proto() if chunk.stamps else None,
+                                            logprobs=logprobs_to_proto(chunk.logprobs))
         except Exception as exc:
             await abort_with(context, exc)
 

@@ -16,7 +16,7 @@ from services.common import defaults
 from services.common.errors import EngineInputError
 from services.common.kv_layout import KVLayout
 from services.common.model_config import ModelConfig
-from services.common.sampling import FinishReason, SamplingParams
+from services.common.sampling import FinishReason, SamplingParams, TokenLogprobs
 from services.common.validation import validate_request
 from services.engine.block_manager import BlockManager
 from services.engine.model_runner import ModelRunner
@@ -48,6 +48,7 @@ class StepOutput:
     held_blocks: list[int] = field(default_factory=list)  # with `prefilled`: the blocks holding the K/V
     step_start: float = 0.0  # unix seconds: the step that produced this output
     step_end: float = 0.0
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # of new_token_ids, when the request asked
 
     @property
     def finished(self) -> bool:
@@ -150,20 +151,20 @@ class LLMEngine:
             self.last_step = None
             return []
         step_start = time.time()
-        tokens = self.runner.execute(batch)
+        result = self.runner.execute(batch)
         step_end = time.time()
         self.last_step = StepRecord.of(batch, step_start, step_end - step_start)
         outputs: list[StepOutput] = []
-        sampled = iter(tokens)
+        sampled = iter(zip(result.tokens, result.logprobs))
         for it in batch.items:
             seq, samples = it.seq, it.samples
             seq.num_computed += it.num_new
             if not samples:
                 continue
-            token = next(sampled)
+            token, logprobs = next(sampled)
             seq.output_ids.append(token)
             out = StepOutput(seq.request_id, [token], num_prompt_tokens=len(seq.prompt_ids),
-                             step_start=step_start, step_end=step_end)
+                             step_start=step_start, step_end=step_end, logprobs=[logprobs] if logprobs else [])
             reason = self._finish_reason(seq, token)
             if reason is not None:
                 self.scheduler.finish(seq, reason)

@@ -16,7 +16,7 @@ from services.engine.device import keep_freed_memory
 from services.engine.kv_pool import KVPool
 from services.engine.models import materialize
 from services.engine.models.linear import use_small_gemm
-from services.engine.sampler import sample
+from services.engine.sampler import Sampled, sample
 from services.engine.scheduler import SchedulerOutput
 from services.engine.weights import load_weights
 
@@ -65,14 +65,14 @@ class ModelRunner:
         return torch.tensor(ids, device=dev), torch.tensor(positions, device=dev), meta
 
     @torch.inference_mode()
-    def execute(self, batch: SchedulerOutput) -> list[int]:
+    def execute(self, batch: SchedulerOutput) -> Sampled:
         """Computes the batch's K/V and returns one sampled token per item that finished its prompt/step."""
         input_ids, positions, meta = self._metadata(batch)
         hidden = self.model(input_ids, positions, self.pool.tensor, meta)  # [T, hidden]
         ends = torch.tensor(meta.q_lens, device=self.device).cumsum(0) - 1
         sampling = [i for i, it in enumerate(batch.items) if it.samples]
         if not sampling:
-            return []
+            return Sampled()
         logits = self.model.compute_logits(hidden[ends[sampling]])  # [B, V]
         return sample(logits, [batch.items[i].seq for i in sampling])
 

@@ -6,9 +6,18 @@ depend on what it was batched with, nor on which instance sampled which token.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
+from services.common.sampling import TokenLogprobs
 from services.engine.sequence import Sequence
+
+
+@dataclass(slots=True)
+class Sampled:
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprobs | None] = field(default_factory=list)  # per token: None when not asked
 
 
 def _generator(seed: int, step: int) -> torch.Generator:
@@ -34,7 +43,26 @@ def _sample_one(logits: torch.Tensor, seq: Sequence) -> int:
     return int(torch.multinomial(probs.cpu(), 1, generator=_generator(p.seed or 0, seq.num_tokens)))
 
 
-def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-    """logits: [B, V] for the B sequences → one new token each."""
+def sample(logits: torch.Tensor, seqs: list[Sequence]) -> Sampled:
+    """logits: [B, V] for the B sequences → one new token each, with its logprobs where asked."""
     greedy = logits.argmax(dim=-1).tolist()
-    return [greedy[i] if s.params.greedy else _sample_one(logits[i], s) for i, s in enumerate(seqs)]
+    tokens = [greedy[i] if s.params.greedy else _sample_one(logits[i], s) for i, s in enumerate(seqs)]
+    return Sampled(tokens, _logprobs(logits, seqs, tokens))
+
+
+def _logprobs(logits: torch.Tensor, seqs: list[Sequence], tokens: list[int]) -> list[TokenLogprobs | None]:
+    """One log-softmax and one top-k over the rows that asked, whatever their number."""
+    out: list[TokenLogprobs | None] = [None] * len(seqs)
+    rows = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
+    if not rows:
+        return out
+    index = torch.tensor(rows, device=logits.device)
+    logp = torch.log_softmax(logits.index_select(0, index).float(), dim=-1)
+    chosen = logp.gather(1, torch.tensor([[tokens[i]] for i in rows], device=logits.device)).squeeze(1).tolist()
+    k = max(seqs[i].params.logprobs or 0 for i in rows)
+    top_values, top_ids = logp.topk(k, dim=-1) if k else (logp[:, :0], logp[:, :0].long())
+    top_values, top_ids = top_values.tolist(), top_ids.tolist()
+    for j, i in enumerate(rows):
+        n = seqs[i].params.logprobs or 0
+        out[i] = TokenLogprobs(tokens[i], chosen[j], tuple(zip(top_ids[j][:n], top_values[j][:n])))
+    return out

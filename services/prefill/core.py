@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from distserve.v1 import kv_pb2
-from services.common.sampling import SamplingParams
+from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
 from services.instance.admission import Admission
@@ -21,6 +21,7 @@ class PrefillResult:
     finish_reason: str = ""
     handle: kv_pb2.KVHandle | None = None
     stamps: Lifetime = field(default_factory=Lifetime)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # of the first token, when asked
 
 
 class PrefillCore:
@@ -55,7 +56,7 @@ class PrefillCore:
                 last = out
         stamps.prefill_start, stamps.prefill_end = last.step_start, last.step_end
         if last.finished:
-            return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps)
+            return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps, last.logprobs)
         self._holder[last.held_blocks[0]] = request_id
         try:
             handle = await self.leases.create_lease(last.held_blocks, len(prompt_ids), self.lease_ttl_s, pulls)
@@ -63,4 +64,4 @@ class PrefillCore:
             self._holder.pop(last.held_blocks[0], None)
             self.engine.release(request_id)
             raise
-        return PrefillResult(last.new_token_ids[0], "", handle, stamps)
+        return PrefillResult(last.new_token_ids[0], "", handle, stamps, last.logprobs)

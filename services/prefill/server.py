@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
-from services.common.convert import sampling_from_proto
+from services.common.convert import logprobs_to_proto, sampling_from_proto
 from services.common.errors import abort_with
 from services.engine.async_engine import AsyncEngine
 from services.instance.config import InstanceSettings
@@ -29,7 +29,8 @@ class PrefillServicer(InstanceServicer, worker_pb2_grpc.PrefillServicer):
         except Exception as exc:
             await abort_with(context, exc)
         return worker_pb2.PrefillResponse(first_token=result.first_token, finish_reason=result.finish_reason,
-                                          kv=result.handle, stamps=result.stamps.to_proto())
+                                          kv=result.handle, stamps=result.stamps.to_proto(),
+                                          logprobs=logprobs_to_proto(result.logprobs))
 
 
 async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,

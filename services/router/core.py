@@ -8,16 +8,16 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import grpc
 
 from distserve.v1 import kv_pb2, worker_pb2, worker_pb2_grpc
 from services.common import defaults, metrics
-from services.common.convert import sampling_to_proto
+from services.common.convert import logprobs_from_proto, sampling_to_proto
 from services.common.errors import Overloaded
 from services.common.registry import Registry
-from services.common.sampling import SamplingParams
+from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.tokenizer import Tokenizer
 from services.router.choices import SharedPrefill, merge
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
@@ -35,6 +35,7 @@ class Chunk:
     text: str
     finish_reason: str = ""
     index: int = 0  # the choice
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # one per token, when asked
 
 
 def _instance_gone(exc: BaseException) -> bool:
@@ -110,15 +111,17 @@ class RouterCore:
         text = OutputText(self.tokenizer, req.params.stop)
         source = self._disagg(req) if self.mode == "disagg" else self._colocated(req)
         async with aclosing(source):
-            async for token_ids, reason in source:
-                delta = text.push(token_ids, final=bool(reason))
-                yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index)
+            async for tokens in source:
+                reason = tokens.finish_reason
+                delta = text.push(list(tokens.token_ids), final=bool(reason))
+                logprobs = logprobs_from_proto(tokens.logprobs[: len(delta.token_ids)])
+                yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index, logprobs)
                 if delta.stopped:
                     return
 
     # ---- disaggregated: prefill instance, then decode instance -------------------------------------
 
-    async def _disagg(self, req: RouterRequest) -> AsyncIterator[tuple[list[int], str]]:
+    async def _disagg(self, req: RouterRequest) -> AsyncIterator[worker_pb2.TokenChunk]:
         """Prefill then decode; if an instance dies mid-stream, re-prefill the prompt plus the tokens already
         streamed and go on, so the client sees no token twice and none lost (sampling is keyed by position)."""
         produced: list[int] = []
@@ -126,9 +129,9 @@ class RouterCore:
             req.attempt = attempt
             rest = replace(req.params, max_tokens=req.params.max_tokens - len(produced))
             try:
-                async for token_ids, reason in self._disagg_once(req, req.prompt_ids + produced, rest):
-                    produced.extend(token_ids)
-                    yield token_ids, reason
+                async for tokens in self._disagg_once(req, req.prompt_ids + produced, rest):
+                    produced.extend(tokens.token_ids)
+                    yield tokens
                 return
             except Exception as exc:
                 if attempt == self.retries or not _retryable(exc):
@@ -137,7 +140,7 @@ class RouterCore:
                             extra={"request_id": req.request_id})
 
     async def _disagg_once(self, req: RouterRequest, prompt_ids: list[int],
-                           params: SamplingParams) -> AsyncIterator[tuple[list[int], str]]:
+                           params: SamplingParams) -> AsyncIterator[worker_pb2.TokenChunk]:
         if req.shared is not None and req.attempt == 0:
             async for chunk in self._decode_shared(req, req.shared, params):
                 yield chunk
@@ -145,7 +148,8 @@ class RouterCore:
         prefilled = await self._with_retries("prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a))
         streamed = False
         try:
-            yield [prefilled.first_token], prefilled.finish_reason
+            yield worker_pb2.TokenChunk(token_ids=[prefilled.first_token], finish_reason=prefilled.finish_reason,
+                                        logprobs=prefilled.logprobs)
             if prefilled.finish_reason:
                 return
             load = len(prompt_ids) + params.max_tokens
@@ -174,7 +178,7 @@ class RouterCore:
                 await self.release_lease(prefilled.kv)
 
     async def _decode_shared(self, req: RouterRequest, shared: SharedPrefill,
-                             params: SamplingParams) -> AsyncIterator[tuple[list[int], str]]:
+                             params: SamplingParams) -> AsyncIterator[worker_pb2.TokenChunk]:
         """A choice's first attempt: decode from the shared prefill's K/V, sampling the first token there."""
         try:
             prefilled = await shared.get()
@@ -218,7 +222,7 @@ class RouterCore:
 
     async def _decode(self, req: RouterRequest, prompt_ids: list[int], params: SamplingParams,
                       prefilled: worker_pb2.PrefillResponse, assignment: Assignment,
-                      sample_first: bool = False) -> AsyncIterator[tuple[list[int], str]]:
+                      sample_first: bool = False) -> AsyncIterator[worker_pb2.TokenChunk]:
         """Decode from the prefill's K/V; `sample_first`: the decode samples the first token itself."""
         stub = worker_pb2_grpc.DecodeStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Decode(worker_pb2.DecodeRequest(
@@ -228,20 +232,20 @@ class RouterCore:
         async for chunk in self._relay(req, call, assignment):
             yield chunk
 
-    async def _relay(self, req: RouterRequest, call, assignment: Assignment) -> AsyncIterator[tuple[list[int], str]]:
+    async def _relay(self, req: RouterRequest, call, assignment: Assignment) -> AsyncIterator[worker_pb2.TokenChunk]:
         """Token chunks of an instance's stream; ending early cancels the call; the booked load comes off."""
         try:
             async for chunk in call:
                 if chunk.HasField("stamps"):
                     req.lifetime.merge(chunk.stamps)
-                yield list(chunk.token_ids), chunk.finish_reason
+                yield chunk
         finally:
             call.cancel()
             await self.dispatcher.release(assignment)
 
     # ---- colocated / chunked: the whole request on one instance ------------------------------------
 
-    async def _colocated(self, req: RouterRequest) -> AsyncIterator[tuple[list[int], str]]:
+    async def _colocated(self, req: RouterRequest) -> AsyncIterator[worker_pb2.TokenChunk]:
         assignment = await self.dispatcher.acquire(self.mode, len(req.prompt_ids) + req.params.max_tokens)
         req.prefill_instance = req.decode_instance = assignment.info.id
         stub = worker_pb2_grpc.ColocatedStub(self.dispatcher.channel(assignment.info.address))

@@ -1,4 +1,8 @@
-"""Request bodies of the OpenAI-compatible API (pydantic at the boundary)."""
+"""Request bodies of the OpenAI-compatible API (pydantic at the boundary).
+
+Every field is honoured or refused: an unknown field is a 400 naming it, and so is a known OpenAI field this
+server does not implement (UNSUPPORTED).
+"""
 
 from __future__ import annotations
 
@@ -6,38 +10,58 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# OpenAI fields refused with 400 "not supported" (the rest of the unknown fields get "unknown field").
+UNSUPPORTED = frozenset({
+    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format", "audio",
+    "modalities", "prediction", "web_search_options", "reasoning_effort", "suffix", "service_tier", "store",
+    "metadata", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens",
+})
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+
 
 class SamplingBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     model: str = ""
     max_tokens: int | None = Field(None, description="tokens to generate; the router's default when absent")
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = Field(0, description="extension: 0 = off")
-    seed: int | None = None
+    seed: int | None = Field(None, description="absent: the router draws one (kept in the request record)")
     n: int = Field(1, description="independent samples; they share one prefill")
     best_of: int | None = Field(None, description="must equal n when given")
     stream: bool = False
+    stream_options: StreamOptions | None = None
     stop: str | list[str] | None = Field(None, description="up to 4 stop strings; the text ends before the first")
     stop_token_ids: list[int] = Field(default_factory=list, description="extension")
     ignore_eos: bool = Field(False, description="extension")
-    logprobs: int | bool | None = None
-    user: str | None = None
+    user: str | None = Field(None, description="accepted; recorded nowhere")
 
 
 class CompletionBody(SamplingBody):
     prompt: str | list[int]
+    logprobs: int | None = Field(None, description="the sampled token's logprob and this many top ones (<= 20)")
+    echo: bool = Field(False, description="the prompt's text before the completion")
 
 
 class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant", "tool"]
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant", "developer"]
     content: str
+    name: str | None = None
 
 
 class ChatBody(SamplingBody):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, description="with logprobs: this many top tokens per position (<= 20)")
 
 
 def chat_prompt(messages: list[ChatMessage]) -> str:

@@ -7,6 +7,7 @@ from contextlib import aclosing
 import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
+from services.common.convert import logprobs_to_proto
 from services.common.errors import abort_with
 from services.common.sampling import SamplingParams
 from services.router.core import RouterCore
@@ -23,6 +24,7 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
         stop_token_ids=tuple(request.stop_token_ids),
         ignore_eos=request.ignore_eos,
         stop=tuple(request.stop),
+        logprobs=request.logprobs if request.HasField("logprobs") else None,
     )
 
 
@@ -49,6 +51,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                     yield router_pb2.GenerateResponse(
                         token_ids=chunk.token_ids, text=chunk.text, finish_reason=chunk.finish_reason,
                         request_id=req.request_id, prompt_tokens=len(req.prompt_ids) if last else 0,
-                        completion_tokens=completion[chunk.index] if last else 0, index=chunk.index)
+                        completion_tokens=completion[chunk.index] if last else 0, index=chunk.index,
+                        logprobs=logprobs_to_proto(chunk.logprobs))
         except Exception as exc:
             await abort_with(context, exc)

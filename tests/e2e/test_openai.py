@@ -104,6 +104,41 @@ async def test_n_choices_share_one_prefill(stack, client: openai.OpenAI, referen
     assert all(s.blocks_used == 0 for s in stats)
 
 
+def test_logprobs_of_completions_and_chat(client: openai.OpenAI, tiny_llama_dir: str) -> None:
+    result = client.completions.create(model="", prompt=PROMPTS[0], max_tokens=6, temperature=0, logprobs=3,
+                                       extra_body={"ignore_eos": True})
+    lp = result.choices[0].logprobs
+    engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64))
+    engine.add_request("r", load_tokenizer(tiny_llama_dir).encode(PROMPTS[0]),
+                       SamplingParams(max_tokens=6, ignore_eos=True, logprobs=3))
+    want = [lp for outs in iter(engine.step, []) for out in outs for lp in out.logprobs]
+    engine.close()
+    assert lp.token_logprobs == pytest.approx([w.logprob for w in want], abs=1e-5)
+    assert len(lp.tokens) == len(lp.top_logprobs) == 6 and all(len(top) <= 3 for top in lp.top_logprobs)
+    assert lp.text_offset[0] == 0 and lp.tokens[-1] in result.choices[0].text  # a byte token alone may not decode
+    events = list(client.completions.create(model="", prompt=PROMPTS[0], max_tokens=6, temperature=0, logprobs=3,
+                                            stream=True, extra_body={"ignore_eos": True}))
+    assert [x for e in events for x in e.choices[0].logprobs.token_logprobs] == lp.token_logprobs
+    chat = client.chat.completions.create(model="", messages=[{"role": "user", "content": "hello"}], max_tokens=4,
+                                          temperature=0, logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens and all(len(c.top_logprobs) == 2 for c in content)
+    assert all(c.logprob == pytest.approx(c.top_logprobs[0].logprob) for c in content)  # greedy: the top token
+
+
+def test_echo_max_completion_tokens_and_streamed_usage(client: openai.OpenAI) -> None:
+    result = client.completions.create(model="", prompt=PROMPTS[2], max_tokens=5, temperature=0, echo=True)
+    plain = client.completions.create(model="", prompt=PROMPTS[2], max_tokens=5, temperature=0)
+    assert result.choices[0].text == PROMPTS[2] + plain.choices[0].text
+    chat = client.chat.completions.create(model="", messages=[{"role": "user", "content": "hi"}],
+                                          max_completion_tokens=3, temperature=0, extra_body={"ignore_eos": True},
+                                          user="someone")
+    assert chat.usage.completion_tokens == 3
+    events = list(client.completions.create(model="", prompt=PROMPTS[2], max_tokens=4, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    assert events[-1].choices == [] and events[-1].usage.completion_tokens == 4
+
+
 def test_models_and_health(stack, client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == [stack.config.model.rstrip("/").split("/")[-1]]
     assert httpx.get(f"http://{stack.config.host}:{stack.config.http_port}/health").json() == {"status": "ok"}
@@ -117,6 +152,14 @@ def test_models_and_health(stack, client: openai.OpenAI) -> None:
     ({"prompt": "hi", "n": 0}, "n"),
     ({"prompt": "hi", "n": 2, "best_of": 3}, "best_of"),
     ({"prompt": "hi", "model": "nope"}, "model"),
+    ({"prompt": "hi", "logprobs": 21}, "logprobs"),
+    ({"prompt": "hi", "echo": True, "logprobs": 1}, "echo"),
+    ({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"prompt": "hi", "tools": [{"type": "function"}]}, "tools"),
+    ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
+    ({"prompt": "hi", "functions": []}, "functions"),
+    ({"prompt": "hi", "audio": {}}, "audio"),
+    ({"prompt": "hi", "no_such_field": 1}, "no_such_field"),
 ])
 async def test_bad_bodies_get_400_naming_the_field(stack, body: dict, param: str) -> None:
     url = f"http://{stack.config.host}:{stack.config.http_port}/v1/completions"
