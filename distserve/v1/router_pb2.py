@@ -25,17 +25,21 @@ _sym_db = _symbol_database.Default()
 from distserve.v1 import logprobs_pb2 as distserve_dot_v1_dot_logprobs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64istserve/v1/router.proto\x12\x0c\x64istserve.v1\x1a\x1b\x64istserve/v1/logprobs.proto\"\xed\x02\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x17\n\nmax_tokens\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x04 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x05 \x01(\x02H\x02\x88\x01\x01\x12\r\n\x05top_k\x18\x06 \x01(\x05\x12\x11\n\x04seed\x18\x07 \x01(\x03H\x03\x88\x01\x01\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12\x16\n\x0estop_token_ids\x18\t \x03(\x05\x12\x12\n\nrequest_id\x18\n \x01(\t\x12\r\n\x05model\x18\x0b \x01(\t\x12\x0c\n\x04stop\x18\x0c \x03(\t\x12\x0e\n\x01n\x18\r \x01(\x05H\x04\x88\x01\x01\x12\x15\n\x08logprobs\x18\x0e \x01(\x05H\x05\x88\x01\x01\x42\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seedB\x04\n\x02_nB\x0b\n\t_logprobs\"\xce\x01\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x15\n\rprompt_tokens\x18\x05 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x06 \x01(\x05\x12\r\n\x05index\x18\x07 \x01(\x05\x12-\n\x08logprobs\x18\x08 \x03(\x0b\x32\x1b.distserve.v1.TokenLogprobs2U\n\x06Router\x12K\n\x08Generate\x12\x1d.distserve.v1.GenerateRequest\x1a\x1e.distserve.v1.GenerateResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64istserve/v1/router.proto\x12\x0c\x64istserve.v1\x1a\x1b\x64istserve/v1/logprobs.proto\"\xe2\x04\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x17\n\nmax_tokens\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x04 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x05 \x01(\x02H\x02\x88\x01\x01\x12\r\n\x05top_k\x18\x06 \x01(\x05\x12\x11\n\x04seed\x18\x07 \x01(\x03H\x03\x88\x01\x01\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12\x16\n\x0estop_token_ids\x18\t \x03(\x05\x12\x12\n\nrequest_id\x18\n \x01(\t\x12\r\n\x05model\x18\x0b \x01(\t\x12\x0c\n\x04stop\x18\x0c \x03(\t\x12\x0e\n\x01n\x18\r \x01(\x05H\x04\x88\x01\x01\x12\x15\n\x08logprobs\x18\x0e \x01(\x05H\x05\x88\x01\x01\x12\x18\n\x10presence_penalty\x18\x0f \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x10 \x01(\x02\x12\x1f\n\x12repetition_penalty\x18\x11 \x01(\x02H\x06\x88\x01\x01\x12@\n\nlogit_bias\x18\x12 \x03(\x0b\x32,.distserve.v1.GenerateRequest.LogitBiasEntry\x12\x12\n\nmin_tokens\x18\x13 \x01(\x05\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\r\n\x0b_max_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seedB\x04\n\x02_nB\x0b\n\t_logprobsB\x15\n\x13_repetition_penalty\"\xce\x01\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x15\n\rprompt_tokens\x18\x05 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x06 \x01(\x05\x12\r\n\x05index\x18\x07 \x01(\x05\x12-\n\x08logprobs\x18\x08 \x03(\x0b\x32\x1b.distserve.v1.TokenLogprobs2U\n\x06Router\x12K\n\x08Generate\x12\x1d.distserve.v1.GenerateRequest\x1a\x1e.distserve.v1.GenerateResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'distserve.v1.router_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._loaded_options = None
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_options = b'8\001'
   _globals['_GENERATEREQUEST']._serialized_start=73
-  _globals['_GENERATEREQUEST']._serialized_end=438
-  _globals['_GENERATERESPONSE']._serialized_start=441
-  _globals['_GENERATERESPONSE']._serialized_end=647
-  _globals['_ROUTER']._serialized_start=649
-  _globals['_ROUTER']._serialized_end=734
+  _globals['_GENERATEREQUEST']._serialized_end=683
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_start=543
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_end=591
+  _globals['_GENERATERESPONSE']._serialized_start=686
+  _globals['_GENERATERESPONSE']._serialized_end=892
+  _globals['_ROUTER']._serialized_start=894
+  _globals['_ROUTER']._serialized_end=979
 # @@protoc_insertion_point(module_scope)

@@ -4,20 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from distserve.v1 import logprobs_pb2, worker_pb2
+from distserve.v1 import logprobs_pb2, router_pb2, worker_pb2
 from services.common.sampling import SamplingParams, TokenLogprobs
 
 
 def sampling_from_proto(p: worker_pb2.SamplingParams) -> SamplingParams:
     return SamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
                           seed=p.seed if p.HasField("seed") else None, stop_token_ids=tuple(p.stop_token_ids),
-                          ignore_eos=p.ignore_eos, logprobs=p.logprobs if p.HasField("logprobs") else None)
+                          ignore_eos=p.ignore_eos, logprobs=p.logprobs if p.HasField("logprobs") else None,
+                          **penalties_from_proto(p))
+
+
+def penalties_from_proto(p: worker_pb2.SamplingParams | router_pb2.GenerateRequest) -> dict:
+    """The penalty, bias and min_tokens fields, which the worker and router messages spell alike."""
+    return {"presence_penalty": p.presence_penalty, "frequency_penalty": p.frequency_penalty,
+            "repetition_penalty": p.repetition_penalty if p.HasField("repetition_penalty") else 1.0,
+            "logit_bias": tuple(sorted(p.logit_bias.items())), "min_tokens": p.min_tokens}
 
 
 def sampling_to_proto(p: SamplingParams) -> worker_pb2.SamplingParams:
     return worker_pb2.SamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p,
                                      top_k=p.top_k, seed=p.seed, ignore_eos=p.ignore_eos,
-                                     stop_token_ids=list(p.stop_token_ids), logprobs=p.logprobs)
+                                     stop_token_ids=list(p.stop_token_ids), logprobs=p.logprobs,
+                                     presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty,
+                                     repetition_penalty=p.repetition_penalty, logit_bias=dict(p.logit_bias),
+                                     min_tokens=p.min_tokens)
 
 
 def logprobs_to_proto(items: Iterable[TokenLogprobs]) -> list[logprobs_pb2.TokenLogprobs]:

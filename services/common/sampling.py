@@ -41,10 +41,20 @@ class SamplingParams:
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()  # stop strings: the router ends the text at the first one (engines never see them)
     logprobs: int | None = None  # set: each sampled token's logprob, and this many top ones
+    presence_penalty: float = 0.0  # subtracted from the logit of every token already generated
+    frequency_penalty: float = 0.0  # subtracted once per time a token was generated
+    repetition_penalty: float = 1.0  # divides (positive) or multiplies the logits of prompt and output tokens
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
+    min_tokens: int = 0  # EOS and stop tokens cannot be drawn before this many tokens
 
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
+
+    @property
+    def processes_logits(self) -> bool:
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
+                    or self.logit_bias or self.min_tokens)
 
     def validate(self) -> None:
         if self.max_tokens < 1:
@@ -63,3 +73,12 @@ class SamplingParams:
             raise EngineInputError("stop", f"at most {MAX_STOP_STRINGS} non-empty strings")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise EngineInputError("logprobs", f"must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise EngineInputError(name, f"must be in [-2, 2], got {getattr(self, name)}")
+        if not 0.0 < self.repetition_penalty <= 2.0:
+            raise EngineInputError("repetition_penalty", f"must be in (0, 2], got {self.repetition_penalty}")
+        if any(not 0 <= t <= INT32_MAX or not -100.0 <= b <= 100.0 for t, b in self.logit_bias):
+            raise EngineInputError("logit_bias", "token ids must be >= 0 and biases in [-100, 100]")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise EngineInputError("min_tokens", f"must be in [0, max_tokens], got {self.min_tokens}")

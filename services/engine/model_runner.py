@@ -74,7 +74,7 @@ class ModelRunner:
         if not sampling:
             return Sampled()
         logits = self.model.compute_logits(hidden[ends[sampling]])  # [B, V]
-        return sample(logits, [batch.items[i].seq for i in sampling])
+        return sample(logits, [batch.items[i].seq for i in sampling], self.config.eos_token_ids)
 
     @torch.inference_mode()
     def full_logits(self, input_ids: list[int], block_table: list[int]) -> torch.Tensor:

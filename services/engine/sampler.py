@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.common.sampling import TokenLogprobs
+from services.engine.logits_processors import process
 from services.engine.sequence import Sequence
 
 
@@ -43,10 +44,12 @@ def _sample_one(logits: torch.Tensor, seq: Sequence) -> int:
     return int(torch.multinomial(probs.cpu(), 1, generator=_generator(p.seed or 0, seq.num_tokens)))
 
 
-def sample(logits: torch.Tensor, seqs: list[Sequence]) -> Sampled:
-    """logits: [B, V] for the B sequences → one new token each, with its logprobs where asked."""
-    greedy = logits.argmax(dim=-1).tolist()
-    tokens = [greedy[i] if s.params.greedy else _sample_one(logits[i], s) for i, s in enumerate(seqs)]
+def sample(logits: torch.Tensor, seqs: list[Sequence], eos_token_ids: tuple[int, ...] = ()) -> Sampled:
+    """logits: [B, V] for the B sequences → one new token each, with its logprobs (of the model's own
+    distribution, before penalties and biases) where asked."""
+    processed = process(logits, seqs, eos_token_ids)
+    greedy = processed.argmax(dim=-1).tolist()
+    tokens = [greedy[i] if s.params.greedy else _sample_one(processed[i], s) for i, s in enumerate(seqs)]
     return Sampled(tokens, _logprobs(logits, seqs, tokens))
 
 

@@ -69,7 +69,10 @@ def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max
     return SamplingParams(max_tokens=default_max_tokens if max_tokens is None else max_tokens,
                           temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, seed=body.seed,
                           stop_token_ids=tuple(body.stop_token_ids), ignore_eos=body.ignore_eos,
-                          stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()), logprobs=logprobs)
+                          stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()), logprobs=logprobs,
+                          presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
+                          repetition_penalty=body.repetition_penalty, min_tokens=body.min_tokens,
+                          logit_bias=tuple(sorted((body.logit_bias or {}).items())))
 
 
 def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "") -> FastAPI:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 UNSUPPORTED = frozenset({
     "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format", "audio",
     "modalities", "prediction", "web_search_options", "reasoning_effort", "suffix", "service_tier", "store",
-    "metadata", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens",
+    "metadata",
 })
 
 
@@ -41,6 +41,11 @@ class SamplingBody(BaseModel):
     stop_token_ids: list[int] = Field(default_factory=list, description="extension")
     ignore_eos: bool = Field(False, description="extension")
     user: str | None = Field(None, description="accepted; recorded nowhere")
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = Field(1.0, description="extension (vLLM's): 1 = off")
+    logit_bias: dict[int, float] | None = Field(None, description="token id -> bias added to its logit")
+    min_tokens: int = Field(0, description="extension: EOS and stop tokens cannot end the output earlier")
 
 
 class CompletionBody(SamplingBody):

@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 
+from services.common.model_config import ModelConfig
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
@@ -137,6 +138,16 @@ def test_echo_max_completion_tokens_and_streamed_usage(client: openai.OpenAI) ->
     events = list(client.completions.create(model="", prompt=PROMPTS[2], max_tokens=4, temperature=0, stream=True,
                                             stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
     assert events[-1].choices == [] and events[-1].usage.completion_tokens == 4
+
+
+def test_logit_bias_and_min_tokens(client: openai.OpenAI, tiny_llama_dir: str) -> None:
+    biased = client.completions.create(model="", prompt=PROMPTS[0], max_tokens=4, temperature=0,
+                                       logit_bias={"77": 100}, extra_body={"ignore_eos": True})
+    assert biased.choices[0].token_ids == [77] * 4
+    eos = ModelConfig.from_folder(tiny_llama_dir).eos_token_ids[0]
+    ends = client.completions.create(model="", prompt=PROMPTS[0], max_tokens=20, temperature=0,
+                                     logit_bias={str(eos): 100}, extra_body={"min_tokens": 5})
+    assert ends.usage.completion_tokens == 6 and ends.choices[0].finish_reason == "stop"
 
 
 def test_models_and_health(stack, client: openai.OpenAI) -> None:

@@ -68,16 +68,19 @@ async def test_concurrent_requests_equal_local_generation(stack, tiny_llama_dir:
                     <= float(r["xfer_start"]) <= float(r["xfer_end"]) <= float(r["decode_start"]) <= float(r["finish"]))
 
 
-async def test_seeded_choices_equal_local_sampling(stack, tiny_llama_dir: str) -> None:
+async def test_seeded_choices_with_penalties_equal_local_sampling(stack, tiny_llama_dir: str) -> None:
     from services.router.choices import choice_seed
 
     prompt, n = "the decode phase", 3
-    responses = await generate(stack.router_address, prompt, max_tokens=8, temperature=1.0, seed=5, n=n, ignore_eos=True)
+    penalties = {"presence_penalty": 0.7, "frequency_penalty": 0.4, "repetition_penalty": 1.3, "logit_bias": {65: 3.0}}
+    responses = await generate(stack.router_address, prompt, max_tokens=8, temperature=1.0, seed=5, n=n, ignore_eos=True,
+                               **penalties)
     got = [[t for r in responses if r.index == i for t in r.token_ids] for i in range(n)]
     engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64))
     try:
         want = engine.generate([load_tokenizer(tiny_llama_dir).encode(prompt)] * n, [
-            SamplingParams(max_tokens=8, temperature=1.0, seed=choice_seed(5, i), ignore_eos=True) for i in range(n)])
+            SamplingParams(max_tokens=8, temperature=1.0, seed=choice_seed(5, i), ignore_eos=True, presence_penalty=0.7,
+                           frequency_penalty=0.4, repetition_penalty=1.3, logit_bias=((65, 3.0),)) for i in range(n)])
     finally:
         engine.close()
     assert got == want
