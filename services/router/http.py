@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from contextlib import aclosing
+from dataclasses import dataclass, replace
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,6 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from services.common.errors import EngineInputError, status_of
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import Tokenizer
+from services.router.choices import merge
 from services.router.core import Chunk, RouterCore
 from services.router.openai_logprobs import chat_logprobs, completion_logprobs
 from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, chat_prompt
@@ -39,7 +42,7 @@ class Shape:
     model: str
     tokenizer: Tokenizer
     logprobs: bool
-    echo: str = ""  # completions with echo: the prompt's text, before each choice's text
+    echo: tuple[str, ...] = ()  # completions with echo: each prompt's text, before its choices' text
 
     def choice(self, chunks: list[Chunk], index: int, delta: bool, offset: int = 0) -> dict:
         text = "".join(c.text for c in chunks)
@@ -101,85 +104,112 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
     async def models() -> dict:
         return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
 
-    async def run(body: CompletionBody | ChatBody, prompt: str | list[int], max_tokens: int | None, chat: bool):
+    async def run(body: CompletionBody | ChatBody, prompts: list[str | list[int]], max_tokens: int | None, chat: bool):
+        streams: list[AsyncIterator[Chunk]] = []
         try:
             params = _params(body, max_tokens, default_max_tokens)
-            text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
-            if isinstance(prompt, str) and not prompt:
+            if not prompts or any(not p for p in prompts):
                 raise EngineInputError("prompt", "must not be empty")
-            req = builder.build(prompt=text, prompt_ids=ids, params=params, model=body.model, n=body.n)
-            stream = core.generate(req)
-            first = await anext(stream)  # admission and validation errors surface before any byte is sent
+            reqs = [builder.build(prompt=p if isinstance(p, str) else "", prompt_ids=[] if isinstance(p, str) else p,
+                                  params=replace(params), model=body.model, n=body.n) for p in prompts]
+            streams = [core.generate(req) for req in reqs]
+            # admission and validation errors surface before any byte is sent
+            firsts = await asyncio.gather(*(anext(s) for s in streams), return_exceptions=True)
+            failed = next((f for f in firsts if isinstance(f, BaseException)), None)
+            if failed is not None:
+                raise failed
         except Exception as exc:
+            for stream in streams:
+                await stream.aclose()
             return _status_of(exc)
-        echo = "" if chat or not getattr(body, "echo", False) else (text or builder.tokenizer.decode(ids))
+        echo = () if chat or not getattr(body, "echo", False) else tuple(
+            p if isinstance(p, str) else builder.tokenizer.decode(p) for p in prompts)
         shape = Shape(chat, builder.model_name, builder.tokenizer, params.logprobs is not None, echo)
+        batch = Batch(reqs, body.n)
+        chunks = merge([_numbered(i * body.n, first, s) for i, (first, s) in enumerate(zip(firsts, streams))])
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(_sse(req, first, stream, shape, usage), media_type="text/event-stream")
-        chunks = [first] + [c async for c in stream]
-        return _final(req, chunks, shape)
+            return StreamingResponse(_sse(batch, chunks, shape, usage), media_type="text/event-stream")
+        async with aclosing(chunks):
+            return _final(batch, [c async for c in chunks], shape)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody):
-        return await run(body, body.prompt, body.max_tokens, chat=False)
+        prompts = body.prompt if isinstance(body.prompt, list) and body.prompt and not isinstance(body.prompt[0], int) \
+            else [body.prompt]
+        return await run(body, prompts, body.max_tokens, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatBody):
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-        return await run(body, chat_prompt(body.messages), max_tokens, chat=True)
+        return await run(body, [chat_prompt(body.messages)], max_tokens, chat=True)
 
     return app
 
 
-def _usage(req: RouterRequest, completion: int) -> dict:
-    prompt = len(req.prompt_ids)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The requests of one call (one per prompt), each with n choices: choice i * n + j is request i's j-th."""
+
+    reqs: list[RouterRequest]
+    n: int
+
+    @property
+    def id(self) -> str:
+        return self.reqs[0].request_id
+
+    def usage(self, completion: int) -> dict:
+        prompt = sum(len(r.prompt_ids) for r in self.reqs)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _final(req: RouterRequest, chunks: list[Chunk], shape: Shape) -> dict:
+async def _numbered(base: int, first: Chunk, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    """A request's chunks, their choice indexes counted from `base`."""
+    async with aclosing(rest):
+        yield replace(first, index=base + first.index)
+        async for chunk in rest:
+            yield replace(chunk, index=base + chunk.index)
+
+
+def _final(batch: Batch, chunks: list[Chunk], shape: Shape) -> dict:
     choices = []
-    for index in range(req.n):
+    for index in range(len(batch.reqs) * batch.n):
         mine = [c for c in chunks if c.index == index]
-        choice = shape.choice(mine, index, delta=False, offset=len(shape.echo))
-        if shape.echo:
-            choice["text"] = shape.echo + choice["text"]
+        echo = shape.echo[index // batch.n] if shape.echo else ""
+        choice = shape.choice(mine, index, delta=False, offset=len(echo))
+        if echo:
+            choice["text"] = echo + choice["text"]
         choice["token_ids"] = [t for c in mine for t in c.token_ids]
         choices.append(choice)
     return {
-        "id": f"{'chatcmpl' if shape.chat else 'cmpl'}-{req.request_id}",
+        "id": f"{'chatcmpl' if shape.chat else 'cmpl'}-{batch.id}",
         "object": "chat.completion" if shape.chat else "text_completion",
         "created": int(time.time()), "model": shape.model, "choices": choices,
-        "usage": _usage(req, sum(len(c.token_ids) for c in chunks)),
+        "usage": batch.usage(sum(len(c.token_ids) for c in chunks)),
         "token_ids": choices[0]["token_ids"],
     }
 
 
-async def _sse(req: RouterRequest, first: Chunk, rest: AsyncIterator[Chunk], shape: Shape, usage: bool) -> AsyncIterator[str]:
+async def _sse(batch: Batch, chunks: AsyncIterator[Chunk], shape: Shape, usage: bool) -> AsyncIterator[str]:
     kind = "chat.completion.chunk" if shape.chat else "text_completion"
     created = int(time.time())
-    offsets = [len(shape.echo)] * req.n  # each choice's text so far (for completions' text_offset)
+    total = len(batch.reqs) * batch.n
+    offsets = [len(shape.echo[i // batch.n]) if shape.echo else 0 for i in range(total)]  # for text_offset
     completion = 0
 
     def event(choices: list[dict], **extra) -> str:
-        body = {"id": f"{'chatcmpl' if shape.chat else 'cmpl'}-{req.request_id}", "object": kind, "created": created,
+        body = {"id": f"{'chatcmpl' if shape.chat else 'cmpl'}-{batch.id}", "object": kind, "created": created,
                 "model": shape.model, "choices": choices, **extra}
         return f"data: {json.dumps(body)}\n\n"
 
-    if shape.echo:
-        for index in range(req.n):
-            yield event([{"index": index, "text": shape.echo, "finish_reason": None, "logprobs": None}])
-    async for chunk in _prepend(first, rest):
-        choice = shape.choice([chunk], chunk.index, delta=True, offset=offsets[chunk.index])
-        offsets[chunk.index] += len(chunk.text)
-        completion += len(chunk.token_ids)
-        yield event([choice], token_ids=chunk.token_ids, **({"usage": None} if usage else {}))
+    async with aclosing(chunks):
+        for index in range(total) if shape.echo else ():
+            yield event([{"index": index, "text": shape.echo[index // batch.n], "finish_reason": None, "logprobs": None}])
+        async for chunk in chunks:
+            choice = shape.choice([chunk], chunk.index, delta=True, offset=offsets[chunk.index])
+            offsets[chunk.index] += len(chunk.text)
+            completion += len(chunk.token_ids)
+            yield event([choice], token_ids=chunk.token_ids, **({"usage": None} if usage else {}))
     if usage:
-        yield event([], usage=_usage(req, completion))
+        yield event([], usage=batch.usage(completion))
     yield "data: [DONE]\n\n"
-
-
-async def _prepend(first: Chunk, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-    yield first
-    async for chunk in rest:
-        yield chunk

@@ -49,7 +49,7 @@ class SamplingBody(BaseModel):
 
 
 class CompletionBody(SamplingBody):
-    prompt: str | list[int]
+    prompt: str | list[int] | list[str] | list[list[int]] = Field(description="one prompt, or a batch: a choice each")
     logprobs: int | None = Field(None, description="the sampled token's logprob and this many top ones (<= 20)")
     echo: bool = Field(False, description="the prompt's text before the completion")
 

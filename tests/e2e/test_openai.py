@@ -150,6 +150,16 @@ def test_logit_bias_and_min_tokens(client: openai.OpenAI, tiny_llama_dir: str) -
     assert ends.usage.completion_tokens == 6 and ends.choices[0].finish_reason == "stop"
 
 
+def test_a_batch_of_prompts_gets_a_choice_each(client: openai.OpenAI, reference, tiny_llama_dir: str) -> None:
+    ids = load_tokenizer(tiny_llama_dir).encode(PROMPTS[2])
+    result = client.completions.create(model="", prompt=PROMPTS[:2], max_tokens=5, temperature=0)
+    assert [c.text for c in result.choices] == [reference(p, 5) for p in PROMPTS[:2]]
+    by_ids = client.completions.create(model="", prompt=[ids, ids], max_tokens=5, temperature=0, n=2, echo=True)
+    assert [c.index for c in by_ids.choices] == [0, 1, 2, 3]
+    assert {c.text for c in by_ids.choices} == {PROMPTS[2] + reference(PROMPTS[2], 5)}
+    assert by_ids.usage.prompt_tokens == 2 * len(ids)
+
+
 def test_models_and_health(stack, client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == [stack.config.model.rstrip("/").split("/")[-1]]
     assert httpx.get(f"http://{stack.config.host}:{stack.config.http_port}/health").json() == {"status": "ok"}

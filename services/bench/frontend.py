@@ -1,0 +1,90 @@
+"""What the front-end features cost: the decode step with penalties on against off (a batch of 32), and the
+TTFT of n=4 against n=1 on one prompt (disaggregated stack; n=4's TTFT: until every choice has a token).
+
+Usage: python3 -m services.bench.frontend [--vocab 32000] [--batch 32] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+
+import torch
+
+from services.common.sampling import SamplingParams
+from services.engine.engine import EngineConfig, LLMEngine
+from services.engine.make_model import make_model
+
+PENALTIES = {"presence_penalty": 0.5, "frequency_penalty": 0.5, "repetition_penalty": 1.2}
+
+
+def decode_step_seconds(model: str, batch: int, params: SamplingParams, steps: int = 12) -> float:
+    """Median decode-step time of `batch` requests (prompts of 64 tokens) once all are decoding."""
+    engine = LLMEngine(EngineConfig(model, num_blocks=1024, max_num_seqs=batch, max_batch_tokens=batch * 64))
+    try:
+        for i in range(batch):
+            engine.add_request(f"r{i}", [1, *((i * 7 + k) % 200 + 3 for k in range(63))], replace(params))
+        times = []
+        while engine.has_work() and len(times) < steps:
+            start = time.perf_counter()
+            engine.step()
+            if engine.last_step is not None and engine.last_step.kind == "decode":
+                times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    finally:
+        engine.close()
+
+
+def ttft_seconds(model: str, n: int, repeats: int) -> float:
+    """Median time to the first token of every one of the n choices, streamed through the OpenAI API."""
+    import openai
+
+    from services.common.net import free_port
+    from services.launcher.stack import Stack, StackConfig
+
+    stack = Stack(StackConfig(model=model, grpc_port=free_port(), http_port=free_port(), log_level="WARNING",
+                              devices=("cpu:0", "cpu:1")))
+    stack.start()
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{stack.config.http_port}/v1", api_key="-", max_retries=0)
+        prompt = "the prefill phase is compute bound " * 12
+        times = []
+        for _ in range(repeats + 1):  # the first warms up
+            start, seen = time.perf_counter(), set()
+            for event in client.completions.create(model="", prompt=prompt, n=n, max_tokens=4, temperature=1.0,
+                                                   stream=True):
+                seen.update(c.index for c in event.choices)
+                if len(seen) == n:
+                    times.append(time.perf_counter() - start)
+                    break
+        return statistics.median(times[1:])
+    finally:
+        stack.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", type=int, default=32000, help="vocabulary of the random-weight model")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = str(make_model("small-llama", tmp, overrides={"vocab_size": args.vocab}))
+        base = SamplingParams(max_tokens=64, ignore_eos=True, temperature=1.0, seed=0)
+        rounds: dict[str, list[float]] = {"off": [], "on": []}
+        for _ in range(args.repeats):  # alternated: the host's load drifts
+            rounds["off"].append(decode_step_seconds(model, args.batch, base))
+            rounds["on"].append(decode_step_seconds(model, args.batch, replace(base, **PENALTIES)))
+        off, on = statistics.median(rounds["off"]), statistics.median(rounds["on"])
+        ttft1, ttft4 = ttft_seconds(model, 1, args.repeats), ttft_seconds(model, 4, args.repeats)
+    print(json.dumps({"vocab": args.vocab, "batch": args.batch, "decode_step_s_off": off, "decode_step_s_penalties": on,
+                      "penalty_ratio": on / off, "ttft_s_n1": ttft1, "ttft_s_n4": ttft4, "ttft_ratio": ttft4 / ttft1}))
+
+
+if __name__ == "__main__":
+    main()
