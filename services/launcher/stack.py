@@ -15,7 +15,7 @@ from services.common.net import free_port
 from services.common.pool_files import remove_pool_files
 from services.common.redis_server import EmbeddedRedis
 from services.launcher.cores import host_service_cores, pin_process
-from services.launcher.health import wait_serving
+from services.launcher.health import wait_http_ok, wait_serving
 
 log = logging.getLogger(__name__)
 Mode = Literal["disagg", "colocated", "chunked"]
@@ -143,9 +143,10 @@ class Stack:
                 cores=self.service_cores)
             wait_serving(router.address, router.process, c.ready_timeout_s, "router")
             if c.planner_port:
-                self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
-                                        "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}", metrics=False,
-                            cores=self.service_cores)
+                planner = self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
+                                                  "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}",
+                                      metrics=False, cores=self.service_cores)
+                wait_http_ok(f"http://{planner.address}/healthz", planner.process, c.ready_timeout_s, "planner")
         except BaseException:
             self.stop()
             raise
