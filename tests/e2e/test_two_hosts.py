@@ -51,7 +51,7 @@ def _reference(model: str, workload: list[tuple[str, int]]) -> list[list[int]]:
 
 def test_tokens_decoded_from_kv_that_crossed_hosts_equal_local_generation(veth_pair, tiny_llama_dir: str) -> None:
     rng = random.Random(5)
-    workload = [(" ".join(rng.choices(WORDS, k=rng.randint(3, 60))), rng.randint(8, 24)) for _ in range(12)]
+    workload = [(" ".join(rng.choices(WORDS, k=rng.randint(3, 60))), rng.randint(8, 16)) for _ in range(8)]
     spec = {"model": tiny_llama_dir, "workload": workload}
     if veth_pair is None:
         spec |= {"host": "127.0.0.1", "decode_host": "127.0.0.1"}
