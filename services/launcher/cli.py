@@ -11,7 +11,7 @@ from services.launcher.stack import Stack, StackConfig
 
 
 def _up(args: argparse.Namespace) -> int:
-    from services.engine.cli import resolve_model
+    from services.engine.presets import resolve_model
 
     config = StackConfig(
         model=resolve_model(args.model), mode=args.mode, prefill=args.prefill, decode=args.decode,

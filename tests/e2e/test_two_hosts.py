@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from services.common.sampling import SamplingParams
+from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
-from services.engine.sequence import SamplingParams
-from services.engine.tokenizer import load_tokenizer
 from services.kvxfer.local import ROOT
 from tests.integration.kvxfer.netns import (
     NetnsUnavailable,

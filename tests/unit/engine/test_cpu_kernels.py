@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from services.common.cbuild import why_not_buildable
 from services.engine.attention import AttentionMetadata, gathered_decode_attention
 from services.engine.cpu import paged_attention, small_gemm
-from services.engine.cpu.build import why_not_buildable
 from services.engine.models.linear import Linear, use_small_gemm
 
 UNBUILDABLE = why_not_buildable()
