@@ -39,6 +39,22 @@ def decode_step_seconds(model: str, batch: int, params: SamplingParams, steps: i
         engine.close()
 
 
+def sampler_seconds(batch: int, vocab: int, params: SamplingParams, repeats: int = 20) -> float:
+    """Best time of one `sample` call on a [batch, vocab] step (prompts of 64, outputs of 40 tokens): the part
+    of a step the penalties change, free of the forward pass's noise on a shared host."""
+    from services.engine.sampler import sample
+    from services.engine.sequence import Sequence
+
+    seqs = [Sequence(str(i), list(range(3, 67)), params, output_ids=list(range(100, 140))) for i in range(batch)]
+    logits = torch.randn(batch, vocab, generator=torch.Generator().manual_seed(0))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        sample(logits, seqs, (2,))
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
 def ttft_seconds(model: str, n: int, repeats: int) -> float:
     """Median time to the first token of every one of the n choices, streamed through the OpenAI API."""
     import openai
@@ -87,8 +103,12 @@ def main() -> None:
                 rounds["off"].append(decode_step_seconds(model, args.batch, base))
                 rounds["on"].append(decode_step_seconds(model, args.batch, replace(base, **PENALTIES)))
             off, on = statistics.median(rounds["off"]), statistics.median(rounds["on"])
+            s_off = sampler_seconds(args.batch, args.vocab, base)
+            s_on = sampler_seconds(args.batch, args.vocab, replace(base, **PENALTIES))
             print(json.dumps({"vocab": args.vocab, "batch": args.batch, "decode_step_s_off": off,
-                              "decode_step_s_penalties": on, "penalty_ratio": on / off}), flush=True)
+                              "decode_step_s_penalties": on, "penalty_ratio": on / off, "sampler_s_off": s_off,
+                              "sampler_s_penalties": s_on, "penalty_cost_over_step": (s_on - s_off) / off}),
+                  flush=True)
         if args.only != "step":
             ttft1, ttft4 = ttft_seconds(model, 1, args.repeats), ttft_seconds(model, 4, args.repeats)
             print(json.dumps({"ttft_s_n1": ttft1, "ttft_s_n4": ttft4, "ttft_ratio": ttft4 / ttft1}), flush=True)
