@@ -59,8 +59,10 @@ class Shape:
 
 
 def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
-    if body.best_of is not None and body.best_of != body.n:
-        raise EngineInputError("best_of", "must equal n (ranking samples by logprob is not supported)")
+    if body.best_of is not None and body.best_of < body.n:
+        raise EngineInputError("best_of", f"must be >= n ({body.n})")
+    if _samples(body) > body.n and body.stream:
+        raise EngineInputError("best_of", "best_of > n cannot stream (the best are known at the end)")
     if isinstance(body, ChatBody):
         if body.top_logprobs is not None and not body.logprobs:
             raise EngineInputError("top_logprobs", "needs logprobs: true")
@@ -69,6 +71,8 @@ def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max
         if body.echo and body.logprobs is not None:
             raise EngineInputError("echo", "echo with logprobs (prompt logprobs) is not supported")
         logprobs = body.logprobs
+    if _samples(body) > body.n and logprobs is None:
+        logprobs = 0  # ranking needs each token's logprob; not returned
     return SamplingParams(max_tokens=default_max_tokens if max_tokens is None else max_tokens,
                           temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, seed=body.seed,
                           stop_token_ids=tuple(body.stop_token_ids), ignore_eos=body.ignore_eos,
@@ -76,6 +80,27 @@ def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max
                           presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
                           repetition_penalty=body.repetition_penalty, min_tokens=body.min_tokens,
                           logit_bias=tuple(sorted((body.logit_bias or {}).items())))
+
+
+def _samples(body: CompletionBody | ChatBody) -> int:
+    """Choices generated per prompt: best_of (vLLM: the n with the highest cumulative logprob are returned)."""
+    return body.best_of or body.n
+
+
+def _asked_logprobs(body: CompletionBody | ChatBody) -> bool:
+    return bool(body.logprobs) if isinstance(body, ChatBody) else body.logprobs is not None
+
+
+def _best(chunks: list[Chunk], prompts: int, best_of: int, n: int) -> list[Chunk]:
+    """Each prompt's n choices of highest cumulative logprob, renumbered i * n + j in that order."""
+    score = {i: 0.0 for i in range(prompts * best_of)}
+    for c in chunks:
+        score[c.index] += sum(lp.logprob for lp in c.logprobs)
+    index = {}
+    for p in range(prompts):
+        ranked = sorted(range(p * best_of, (p + 1) * best_of), key=lambda i: -score[i])
+        index.update({old: p * n + j for j, old in enumerate(ranked[:n])})
+    return [replace(c, index=index[c.index]) for c in chunks if c.index in index]
 
 
 def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "") -> FastAPI:
@@ -111,7 +136,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
             if not prompts or any(not p for p in prompts):
                 raise EngineInputError("prompt", "must not be empty")
             reqs = [builder.build(prompt=p if isinstance(p, str) else "", prompt_ids=[] if isinstance(p, str) else p,
-                                  params=replace(params), model=body.model, n=body.n) for p in prompts]
+                                  params=replace(params), model=body.model, n=_samples(body)) for p in prompts]
             streams = [core.generate(req) for req in reqs]
             # admission and validation errors surface before any byte is sent
             firsts = await asyncio.gather(*(anext(s) for s in streams), return_exceptions=True)
@@ -124,14 +149,16 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
             return _status_of(exc)
         echo = () if chat or not getattr(body, "echo", False) else tuple(
             p if isinstance(p, str) else builder.tokenizer.decode(p) for p in prompts)
-        shape = Shape(chat, builder.model_name, builder.tokenizer, params.logprobs is not None, echo)
-        batch = Batch(reqs, body.n)
-        chunks = merge([_numbered(i * body.n, first, s) for i, (first, s) in enumerate(zip(firsts, streams))])
+        shape = Shape(chat, builder.model_name, builder.tokenizer, _asked_logprobs(body), echo)
+        chunks = merge([_numbered(i * _samples(body), first, s) for i, (first, s) in enumerate(zip(firsts, streams))])
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(_sse(batch, chunks, shape, usage), media_type="text/event-stream")
+            return StreamingResponse(_sse(Batch(reqs, body.n), chunks, shape, usage), media_type="text/event-stream")
         async with aclosing(chunks):
-            return _final(batch, [c async for c in chunks], shape)
+            collected = [c async for c in chunks]
+        if _samples(body) > body.n:
+            collected = _best(collected, len(reqs), _samples(body), body.n)
+        return _final(Batch(reqs, body.n), collected, shape)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody):

@@ -34,7 +34,7 @@ class SamplingBody(BaseModel):
     top_k: int = Field(0, description="extension: 0 = off")
     seed: int | None = Field(None, description="absent: the router draws one (kept in the request record)")
     n: int = Field(1, description="independent samples; they share one prefill")
-    best_of: int | None = Field(None, description="must equal n when given")
+    best_of: int | None = Field(None, description=">= n: generated per prompt; the n of highest cumulative logprob return")
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = Field(None, description="up to 4 stop strings; the text ends before the first")

@@ -160,6 +160,14 @@ def test_a_batch_of_prompts_gets_a_choice_each(client: openai.OpenAI, reference,
     assert by_ids.usage.prompt_tokens == 2 * len(ids)
 
 
+def test_best_of_returns_the_choices_of_highest_cumulative_logprob(client: openai.OpenAI) -> None:
+    args = {"model": "", "prompt": PROMPTS[1], "max_tokens": 6, "temperature": 1.0, "seed": 11}
+    all_three = client.completions.create(n=3, logprobs=0, **args).choices
+    ranked = sorted(all_three, key=lambda c: -sum(c.logprobs.token_logprobs))
+    best = client.completions.create(n=2, best_of=3, **args).choices
+    assert [c.text for c in best] == [c.text for c in ranked[:2]] and best[0].logprobs is None
+
+
 def test_models_and_health(stack, client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == [stack.config.model.rstrip("/").split("/")[-1]]
     assert httpx.get(f"http://{stack.config.host}:{stack.config.http_port}/health").json() == {"status": "ok"}
@@ -171,7 +179,8 @@ def test_models_and_health(stack, client: openai.OpenAI) -> None:
     ({"prompt": "", "max_tokens": 3}, "prompt"),
     ({"max_tokens": 3}, "prompt"),
     ({"prompt": "hi", "n": 0}, "n"),
-    ({"prompt": "hi", "n": 2, "best_of": 3}, "best_of"),
+    ({"prompt": "hi", "n": 2, "best_of": 1}, "best_of"),
+    ({"prompt": "hi", "n": 1, "best_of": 2, "stream": True}, "best_of"),
     ({"prompt": "hi", "model": "nope"}, "model"),
     ({"prompt": "hi", "logprobs": 21}, "logprobs"),
     ({"prompt": "hi", "echo": True, "logprobs": 1}, "echo"),
