@@ -16,8 +16,9 @@ def validate_request(config: ModelConfig, prompt_ids: list[int], params: Samplin
     if len(prompt_ids) >= config.max_position:
         raise EngineInputError("prompt", f"{len(prompt_ids)} tokens leave no room in the context of {config.max_position}")
     params.validate()
-    if any(t >= config.vocab_size for t, _ in params.logit_bias) or any(t >= config.vocab_size for t in params.stop_token_ids):
-        raise EngineInputError("logit_bias" if params.logit_bias else "stop_token_ids", f"token ids must be < {config.vocab_size}")
+    for name, ids in (("logit_bias", [t for t, _ in params.logit_bias]), ("stop_token_ids", params.stop_token_ids)):
+        if any(t >= config.vocab_size for t in ids):
+            raise EngineInputError(name, f"token ids must be < {config.vocab_size}")
     if len(prompt_ids) + params.max_tokens > config.max_position:
         raise EngineInputError(
             "max_tokens",
