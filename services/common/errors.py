@@ -6,10 +6,13 @@ exception into a client-visible status through `status_of`; nothing else maps er
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
 import grpc
+
+log = logging.getLogger(__name__)
 
 
 class ServingError(Exception):
@@ -44,6 +47,12 @@ class EngineFailed(Unavailable):
     """The engine's step raised; the engine serves nothing more (the router retries elsewhere)."""
 
 
+class RequestFailed(ServingError):
+    """The engine's step failed for this request alone; the engine serves on, and no other instance should try it."""
+
+    grpc_code = grpc.StatusCode.INTERNAL
+
+
 class NoInstance(Unavailable):
     """No live instance of the role can take the request."""
 
@@ -67,6 +76,24 @@ HTTP_OF_GRPC: dict[grpc.StatusCode, HttpStatus] = {
 INTERNAL = HttpStatus(500, "internal_error")
 
 
+# Downstream codes whose details speak to the client about its own request; any other code's details may name
+# internal addresses or show a traceback, so the client gets the code's plain meaning instead.
+CLIENT_DETAILS = frozenset({
+    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.DEADLINE_EXCEEDED})
+PLAIN_MESSAGE = {
+    grpc.StatusCode.UNAVAILABLE: "a service this request needs is unavailable now; retry",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "the request's deadline passed",
+    grpc.StatusCode.CANCELLED: "the request was cancelled",
+}
+RETRY_AFTER_S = {grpc.StatusCode.UNAVAILABLE: 1, grpc.StatusCode.RESOURCE_EXHAUSTED: 1}
+# A downstream service that could not be reached, or that answered with a status meaning "not now",
+# is capacity that is missing: the client may retry.
+UNAVAILABLE_DOWNSTREAM = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
+                                    grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION,
+                                    grpc.StatusCode.NOT_FOUND})
+
+
 @dataclass(frozen=True, slots=True)
 class Status:
     """What a client is told: the gRPC code, its HTTP status, the message and the field at fault."""
@@ -79,19 +106,38 @@ class Status:
     def http(self) -> HttpStatus:
         return HTTP_OF_GRPC.get(self.code, INTERNAL)
 
+    @property
+    def retry_after_s(self) -> int | None:
+        """Seconds after which a retry may succeed (HTTP Retry-After), for missing capacity and overload."""
+        return RETRY_AFTER_S.get(self.code)
+
 
 def status_of(exc: BaseException) -> Status | None:
-    """The status of an expected failure; None for anything else (a bug, to be raised as it is)."""
+    """The status of an expected failure; None for anything else (a bug: see `internal_status`)."""
     if isinstance(exc, ServingError):
         return Status(exc.grpc_code, str(exc), getattr(exc, "field", None))
-    if isinstance(exc, grpc.aio.AioRpcError):  # a downstream service's status passes through
-        return Status(exc.code(), exc.details() or "")
+    if isinstance(exc, grpc.aio.AioRpcError):  # a downstream service's status passes through, its details vetted
+        code = exc.code()
+        if code in UNAVAILABLE_DOWNSTREAM:
+            code = grpc.StatusCode.UNAVAILABLE
+        elif code not in HTTP_OF_GRPC:
+            code = grpc.StatusCode.INTERNAL
+        if code in CLIENT_DETAILS and exc.code() == code:
+            return Status(code, exc.details() or PLAIN_MESSAGE.get(code, code.name))
+        return Status(code, PLAIN_MESSAGE.get(code, "internal error"))
     return None
 
 
+def internal_status(exc: BaseException) -> Status:
+    """What a client is told of an unexpected failure: INTERNAL, without the exception's text (which may name
+    internal addresses); the caller logs the exception."""
+    return Status(grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__})")
+
+
 async def abort_with(context: grpc.aio.ServicerContext, exc: Exception) -> None:
-    """Ends the RPC with the status of `exc`; re-raises anything unexpected."""
+    """Ends the RPC with the status of `exc`; an unexpected error is logged and ends it as INTERNAL."""
     status = status_of(exc)
     if status is None:
-        raise exc
+        log.error("unexpected error", exc_info=exc)
+        status = internal_status(exc)
     await context.abort(status.code, status.message)

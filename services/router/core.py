@@ -18,6 +18,7 @@ from services.common.errors import Overloaded
 from services.common.registry import Registry
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import IncrementalDecoder, Tokenizer
+from services.router.cleanup import Cleanups
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
 from services.router.request import RouterRequest
 
@@ -54,6 +55,7 @@ class RouterCore:
         self.retries = retries
         self.release_lease = release_lease
         self._admission = asyncio.Semaphore(max_inflight)
+        self.cleanups = Cleanups()
         self._queued = 0
 
     async def generate(self, req: RouterRequest) -> AsyncIterator[Chunk]:
@@ -111,7 +113,9 @@ class RouterCore:
 
     async def _disagg_once(self, req: RouterRequest, prompt_ids: list[int],
                            params: SamplingParams) -> AsyncIterator[tuple[list[int], str]]:
-        prefilled = await self._with_retries("prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a))
+        prefilled = await self.cleanups.claim(
+            self._with_retries("prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a)),
+            self._end_lease)
         streamed = False
         try:
             yield [prefilled.first_token], prefilled.finish_reason
@@ -120,7 +124,8 @@ class RouterCore:
             load = len(prompt_ids) + params.max_tokens
             failed: set[str] = set()
             for attempt in range(self.retries + 1):
-                assignment = await self.dispatcher.acquire("decode", load, frozenset(failed))
+                assignment = await self.cleanups.claim(self.dispatcher.acquire("decode", load, frozenset(failed)),
+                                                       self.dispatcher.release)
                 req.decode_instance = assignment.info.id
                 try:
                     async for chunk in self._decode(req, prompt_ids, params, prefilled, assignment):
@@ -139,8 +144,12 @@ class RouterCore:
         finally:
             # Closed before decode streamed anything (cancelled, even at the first token): end the lease now
             # rather than leave the prefill's blocks held until it expires.
-            if not streamed and not prefilled.finish_reason and self.release_lease is not None:
-                await self.release_lease(prefilled.kv)
+            if not streamed:
+                await self.cleanups.run(self._end_lease(prefilled))
+
+    async def _end_lease(self, prefilled: worker_pb2.PrefillResponse) -> None:
+        if not prefilled.finish_reason and self.release_lease is not None:
+            await self.release_lease(prefilled.kv)
 
     async def _with_retries(self, role: str, load: float, call):
         failed: set[str] = set()
@@ -155,7 +164,7 @@ class RouterCore:
                 failed.add(assignment.info.id)
                 self.dispatcher.mark_failed(assignment.info.id)
             finally:
-                await self.dispatcher.release(assignment)
+                await self.cleanups.run(self.dispatcher.release(assignment))
 
     async def _prefill(self, req: RouterRequest, prompt_ids: list[int], params: SamplingParams,
                        assignment: Assignment) -> worker_pb2.PrefillResponse:
@@ -185,12 +194,13 @@ class RouterCore:
                 yield list(chunk.token_ids), chunk.finish_reason
         finally:
             call.cancel()
-            await self.dispatcher.release(assignment)
+            await self.cleanups.run(self.dispatcher.release(assignment))
 
     # ---- colocated / chunked: the whole request on one instance ------------------------------------
 
     async def _colocated(self, req: RouterRequest) -> AsyncIterator[tuple[list[int], str]]:
-        assignment = await self.dispatcher.acquire(self.mode, len(req.prompt_ids) + req.params.max_tokens)
+        assignment = await self.cleanups.claim(
+            self.dispatcher.acquire(self.mode, len(req.prompt_ids) + req.params.max_tokens), self.dispatcher.release)
         req.prefill_instance = req.decode_instance = assignment.info.id
         stub = worker_pb2_grpc.ColocatedStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Generate(worker_pb2.ColocatedRequest(
@@ -211,7 +221,7 @@ class RouterCore:
             metrics.STAGE.labels(stage).observe(seconds)
 
     async def _record(self, req: RouterRequest, n_tokens: int) -> None:
-        record = {"request_id": req.request_id, "prompt_tokens": len(req.prompt_ids), "output_tokens": n_tokens,
+        record = {"request_id": req.request_id, "label": req.label, "prompt_tokens": len(req.prompt_ids), "output_tokens": n_tokens,
                   "prefill_instance": req.prefill_instance, "decode_instance": req.decode_instance,
                   "mode": self.mode, **req.lifetime.to_record()}
         try:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from services.common.errors import EngineInputError, status_of
+from services.common.errors import EngineInputError, Status, internal_status, status_of
 from services.common.sampling import SamplingParams
+from services.router.closing_response import ClosingStreamingResponse
 from services.router.core import Chunk, RouterCore
 from services.router.openai_models import (
     ChatBody,
@@ -21,16 +24,28 @@ from services.router.openai_models import (
 )
 from services.router.request import RequestBuilder, RouterRequest
 
+log = logging.getLogger(__name__)
 
-def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status_code=status)
+
+def _error(status: int, message: str, kind: str, param: str | None = None,
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
+                        status_code=status, headers=headers)
+
+
+def _client_status(exc: Exception) -> Status:
+    status = status_of(exc)
+    if status is None:
+        log.error("unexpected error", exc_info=exc)
+        return internal_status(exc)
+    return status
 
 
 def _status_of(exc: Exception) -> JSONResponse:
-    status = status_of(exc)
-    if status is None:
-        return _error(500, f"{type(exc).__name__}: {exc}", "internal_error")
-    return _error(status.http.status, status.message, status.http.kind, status.field)
+    status = _client_status(exc)
+    retry = status.retry_after_s
+    return _error(status.http.status, status.message, status.http.kind, status.field,
+                  None if retry is None else {"Retry-After": str(retry)})
 
 
 def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
@@ -80,8 +95,12 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
         except Exception as exc:
             return _status_of(exc)
         if body.stream:
-            return StreamingResponse(_sse(req, first, stream, chat, builder.model_name), media_type="text/event-stream")
-        chunks = [first] + [c async for c in stream]
+            return ClosingStreamingResponse(_sse(req, first, stream, chat, builder.model_name), media_type="text/event-stream")
+        try:
+            async with aclosing(stream):
+                chunks = [first] + [c async for c in stream]
+        except Exception as exc:
+            return _status_of(exc)
         return _final(req, chunks, chat, builder.model_name)
 
     @app.post("/v1/completions")
@@ -125,7 +144,14 @@ async def _sse(req: RouterRequest, first: Chunk, rest: AsyncIterator[Chunk], cha
                 "token_ids": chunk.token_ids}
         return f"data: {json.dumps(body)}\n\n"
 
-    yield event(first)
-    async for chunk in rest:
-        yield event(chunk)
-    yield "data: [DONE]\n\n"
+    async with aclosing(rest):  # a client gone mid-stream closes the request at once
+        yield event(first)
+        try:
+            async for chunk in rest:
+                yield event(chunk)
+        except Exception as exc:  # the status is already sent: the failure goes in an error event
+            status = _client_status(exc)
+            error = {"message": status.message, "type": status.http.kind, "param": status.field,
+                     "code": status.http.status}
+            yield f"data: {json.dumps({'error': error})}\n\n"
+        yield "data: [DONE]\n\n"

@@ -47,7 +47,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                     last = bool(chunk.finish_reason)
                     yield router_pb2.GenerateResponse(
                         token_ids=chunk.token_ids, text=chunk.text, finish_reason=chunk.finish_reason,
-                        request_id=req.request_id, prompt_tokens=len(req.prompt_ids) if last else 0,
+                        request_id=req.public_id, prompt_tokens=len(req.prompt_ids) if last else 0,
                         completion_tokens=completion if last else 0)
         except Exception as exc:
             await abort_with(context, exc)
