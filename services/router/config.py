@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.common import defaults
+
 Mode = Literal["disagg", "colocated", "chunked"]
 
 
@@ -28,3 +30,4 @@ class RouterSettings(BaseSettings):
     refresh_s: float = Field(0.5, description="how often the instance list is re-read from Redis")
     api_key: str = Field("", description="when set, clients must send it (gRPC metadata / HTTP bearer)")
     metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")
+    drain_grace_s: float = Field(defaults.DRAIN_GRACE_S, description="on SIGTERM: seconds in-flight requests get to finish")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
 from fastapi import FastAPI, Request
@@ -60,7 +60,8 @@ def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int)
                           stop_token_ids=tuple(body.stop_token_ids), ignore_eos=body.ignore_eos)
 
 
-def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "") -> FastAPI:
+def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "",
+              missing: Callable[[], list[str]] = list) -> FastAPI:
     app = FastAPI(title="distserve router", description="OpenAI-compatible API of distserve")
 
     @app.exception_handler(RequestValidationError)
@@ -76,7 +77,10 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
         return await call_next(request)
 
     @app.get("/health")
-    async def health() -> dict:
+    async def health():
+        roles = missing()  # no live instance of a role the router needs: it cannot serve
+        if roles:
+            return JSONResponse({"status": "unavailable", "missing": roles}, status_code=503, headers={"Retry-After": "1"})
         return {"status": "ok"}
 
     @app.get("/v1/models")
