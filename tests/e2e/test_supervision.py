@@ -5,6 +5,7 @@ and afterwards nothing is allocated. SIGKILL of the launcher: nothing of its sta
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import grpc
+import httpx
 import psutil
 import pytest
 
@@ -69,10 +71,42 @@ class Load:
     outcomes: list[tuple[float, float, str]] = field(default_factory=list)  # (start, end, exact|mismatch|CODE)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
+    http: str = ""  # the router's HTTP base: one more client streams over SSE
+    sse: list[str] = field(default_factory=list)  # exact | error:<type> | gone (the router itself died)
+
     async def run(self) -> None:
         async with grpc.aio.insecure_channel(self.address) as channel:
             stub = router_pb2_grpc.RouterStub(channel)
-            await asyncio.gather(*(self._worker(stub, i) for i in range(self.workers)))
+            await asyncio.gather(*(self._worker(stub, i) for i in range(self.workers)), self._sse_worker())
+
+    async def _sse_worker(self) -> None:
+        """A stream that fails mid-way must say so in an error event, then end with [DONE]."""
+        async with httpx.AsyncClient(base_url=self.http, timeout=60) as client:
+            n = 0
+            while not self._stop.is_set():
+                prompt = PROMPTS[n % len(PROMPTS)]
+                n += 1
+                events: list[str] = []
+                try:
+                    async with client.stream("POST", "/v1/completions", json={
+                            "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True,
+                            "stream": True}) as reply:
+                        if reply.status_code != 200:
+                            self.sse.append(f"status:{reply.status_code}")
+                            await asyncio.sleep(0.2)
+                            continue
+                        events = [line[6:] async for line in reply.aiter_lines() if line.startswith("data: ")]
+                except httpx.TransportError:
+                    self.sse.append("gone")
+                    await asyncio.sleep(0.2)
+                    continue
+                assert events and events[-1] == "[DONE]", events[-3:]
+                bodies = [json.loads(e) for e in events[:-1]]
+                if "error" in bodies[-1]:
+                    self.sse.append(f"error:{bodies[-1]['error']['type']}")
+                else:
+                    got = [t for b in bodies for t in b["token_ids"]]
+                    self.sse.append("exact" if got == self.reference[prompt] else "mismatch")
 
     async def _worker(self, stub, index: int) -> None:
         n = index
@@ -118,7 +152,7 @@ def _victim(stack: Stack, kind: str):
 
 
 async def _kill_each(stack: Stack, supervisor: Supervisor, reference, kinds: list[str]) -> list[dict]:
-    load = Load(stack.router_address, reference)
+    load = Load(stack.router_address, reference, http=f"http://{stack.config.host}:{stack.config.http_port}")
     running = asyncio.create_task(load.run())
     rows = []
     try:
@@ -142,6 +176,8 @@ async def _kill_each(stack: Stack, supervisor: Supervisor, reference, kinds: lis
         await running
     assert not [o for o in load.outcomes if o[2] not in {"exact"} | RETRYABLE], Counter(o[2] for o in load.outcomes)
     assert all(row["recovery_s"] < RECOVERY_BOUND_S for row in rows), rows
+    print("SSE streams:", dict(Counter(load.sse)), flush=True)
+    assert set(load.sse) <= {"exact", "error:service_unavailable", "status:503", "gone"}, Counter(load.sse)
     seconds, left = await seconds_until_nothing_allocated(stack, bound_s=30.0)
     assert left.nothing, left
     assert all_alive(stack) and not supervisor.gave_up.is_set()
