@@ -19,7 +19,7 @@ from rich.progress import Progress
 from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
-from services.bench.served import ServedFit, fit_steps, joins_of, loaded_overheads, path_overheads, served_steps
+from services.bench.served import joins_of, loaded_overheads, path_overheads
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import goodput_search, pooled_runs
 from services.bench.workload import BenchWorkload, Sample
@@ -27,9 +27,11 @@ from services.common import defaults
 from services.common.net import free_port
 from services.launcher.stack import Stack, StackConfig
 from services.planner.latency import TPCoefficients
+from services.planner.online_fit import served_steps
 from services.planner.profile import fit_profile, read_profile
 from services.planner.serving import ServingOverheads
 from services.planner.shapes import load_shape
+from services.planner.step_fit import ServedFit, fit_steps
 
 BLOCK_SIZE = 16  # tokens per KV block, the instances' default
 DEFAULT_LINK_GBPS = 10.0  # used for the simulator's guess before any transfer was measured

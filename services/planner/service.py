@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from services.common.registry import Registry
+from services.planner.config import PlannerSettings
 from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
+from services.planner.online_fit import OnlineFit
 from services.planner.placement import Cluster, Parallel, Placement, pack
+from services.planner.profile import fit_profile, read_profile
 from services.planner.records import RecordedWorkload
 from services.planner.schemas import (
     PlanRequest,
@@ -101,3 +105,10 @@ def replan_request(req: ReplanRequest, recorded: RecordedWorkload) -> PlanReques
     rate = req.rate or (recorded.rate if np.isfinite(recorded.rate) else None)
     fields = req.model_dump(exclude={"max_records", "rate"})
     return PlanRequest(**fields, workload=workload, rate=rate)
+
+
+def online_fit_of(settings: PlannerSettings) -> OnlineFit:
+    """The online fit of the planner service: the registered instances of its Redis, seeded by its profile."""
+    seed = fit_profile(read_profile(settings.model_profile)).at(1) if settings.model_profile else None
+    return OnlineFit(Registry.from_url(settings.redis_url), seed, f"profile:{settings.model_profile}" if seed else "",
+                     settings.fit_window_s, settings.fit_max_steps)
