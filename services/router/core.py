@@ -63,7 +63,7 @@ class RouterCore:
         """Streams the request's tokens; cancelling the iteration cancels every downstream call."""
         req.lifetime.arrival = req.lifetime.arrival or time.time()
         if self.gate is not None:
-            await self.gate.admit(req)  # refuses before any prefill
+            self.gate.admit(req)  # refuses before any prefill
         if self._queued >= self.max_queued:
             metrics.REQUESTS.labels("overloaded").inc()
             raise Overloaded(f"router queue full ({self._queued} waiting)")

@@ -1,5 +1,10 @@
 """SLO-aware admission at the router: the fitted model from Redis, the queues at arrival, the decision
-(`admission.py`), and each finished request's prediction against its measurement (`slo_metrics.py`)."""
+(`admission.py`), and each finished request's prediction against its measurement (`slo_metrics.py`).
+
+No Redis call is on a request's path: the booked loads are read in the background every `loads_s` and this
+router's own bookings since that read are added (`Dispatcher.local_load`), so a burst at one router sees its
+own queue grow; other routers' bookings show at the next read.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +36,8 @@ class SloGate:
         self.batch_tokens = batch_tokens
         self.model: FittedModel | None = None
         self.window = slo_metrics.AttainmentWindow(window)
+        self.loads: dict[str, float] = {}  # instance id → booked load at the last read (ids are role-unique)
+        self.local_at_read: dict[str, float] = {}  # ... and this router's own bookings then
 
     async def refresh(self) -> None:
         """Reads the planner's latest fit (`ds:model`); keeps the last one while Redis is unreachable."""
@@ -41,38 +48,48 @@ class SloGate:
             return
         self.model = FittedModel.from_json(json.loads(raw)) if raw else None
 
-    async def run(self, interval: float) -> None:
-        while True:
-            await self.refresh()
-            await asyncio.sleep(interval)
-
-    async def _loads(self) -> tuple[dict[str, float], dict[str, float]]:
-        """Booked prefill and decode loads: Redis (every router's), else this router's own counts."""
+    async def refresh_loads(self) -> None:
+        """Reads every router's booked loads (`ds:load:*`) in one round trip; on failure only this router's own
+        bookings count from then on."""
+        local = dict(self.dispatcher.local_load)
         try:
             async with self.registry.redis.pipeline(transaction=False) as pipe:
                 pipe.zrange(LOAD_KEY.format("prefill"), 0, -1, withscores=True)
                 pipe.zrange(LOAD_KEY.format("decode"), 0, -1, withscores=True)
                 pre, dec = await pipe.execute()
-            return {k.decode(): v for k, v in pre}, {k.decode(): v for k, v in dec}
         except (RedisError, OSError):
-            local = self.dispatcher.local_load
-            return dict(local), dict(local)
+            self.loads, self.local_at_read = {}, {}
+            return
+        self.loads = {k.decode(): v for k, v in (*pre, *dec)}
+        self.local_at_read = local
 
-    def _candidates(self, role: str, loads: dict[str, float]) -> list[Candidate]:
-        return [Candidate(i.id, f"{role}@{i.device}", loads.get(i.id, 0.0)) for i in self.dispatcher.live(role)]
+    async def run(self, model_s: float, loads_s: float = 0.05) -> None:
+        """Re-reads the loads every `loads_s` and the model every `model_s` seconds."""
+        next_model = 0.0
+        while True:
+            if time.monotonic() >= next_model:
+                await self.refresh()
+                next_model = time.monotonic() + model_s
+            if self.model is not None:
+                await self.refresh_loads()
+            await asyncio.sleep(loads_s)
 
-    async def admit(self, req: RouterRequest) -> None:
+    def _candidates(self, role: str) -> list[Candidate]:
+        local = self.dispatcher.local_load
+        return [Candidate(i.id, f"{role}@{i.device}",
+                          self.loads.get(i.id, 0.0) + local.get(i.id, 0.0) - self.local_at_read.get(i.id, 0.0))
+                for i in self.dispatcher.live(role)]
+
+    def admit(self, req: RouterRequest) -> None:
         """Predicts the request's TTFT and TPOT and decides; raises SloUnmet when it is refused. Without a fitted
         model every request is admitted unpredicted."""
         req.slo = (req.slo or RequestSLO()).or_defaults(self.default)
         if self.model is None:
             slo_metrics.DECISIONS.labels("unpredicted").inc()
             return
-        prefill_loads, decode_loads = await self._loads()
         began = time.perf_counter()
-        prediction = predict(self.model, self._candidates("prefill", prefill_loads),
-                             self._candidates("decode", decode_loads), len(req.prompt_ids), req.params.max_tokens,
-                             self.batch_tokens)
+        prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
+                             len(req.prompt_ids), req.params.max_tokens, self.batch_tokens)
         decision = decide(prediction, req.slo, self.policy)
         slo_metrics.DECISION_SECONDS.observe(time.perf_counter() - began)
         req.prediction, req.best_effort = prediction, decision.best_effort
