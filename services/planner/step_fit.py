@@ -115,10 +115,10 @@ def residuals(steps: list[StepRecord], prefill: PrefillCoeffs | None, decode: De
     out: dict[str, Residuals] = {}
     pre = [s for s in steps if s.kind == "prefill" and s.seconds > 0]
     if prefill is not None and pre:
-        got = np.array([prefill.c0 + prefill.per_token * s.tokens + prefill.per_sq * s.sum_sq for s in pre])
+        got = np.array([prefill.seconds(s.tokens, s.sum_sq) for s in pre])
         out["prefill"] = Residuals.of(got, np.array([s.seconds for s in pre]))
     dec = [s for s in steps if s.kind == "decode" and s.seconds > 0]
     if decode is not None and dec:
-        got = np.array([decode.c0 + decode.per_ctx * s.context + decode.per_req * s.seqs for s in dec])
+        got = np.array([decode.seconds(s.context, s.seqs) for s in dec])
         out["decode"] = Residuals.of(got, np.array([s.seconds for s in dec]))
     return out

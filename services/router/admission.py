@@ -2,8 +2,8 @@
 model, and the TPOT of the decode instance it would join; admit, refuse or admit as best-effort.
 
 The model is the planner's online fit (`ds:model`, `services/planner/online_fit.py`), per instance kind and
-device, read here as plain lines (the router loads no planner code). Everything here is pure and cheap: the
-router decides per request, before any prefill runs.
+device, read into the step lines both share (`services/common/step_model.py`; the router loads no planner
+code). Everything here is pure and cheap: the router decides per request, before any prefill runs.
 """
 
 from __future__ import annotations
@@ -12,44 +12,25 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
 from services.router.slo import RequestSLO
 
 Policy = Literal["off", "refuse", "best-effort"]  # off: predict only (for the error metrics), never refuse
 
 
 @dataclass(frozen=True, slots=True)
-class PrefillLine:
-    c0: float
-    per_token: float
-    per_sq: float
-
-    def seconds(self, tokens: float, sum_sq: float) -> float:
-        return self.c0 + self.per_token * tokens + self.per_sq * sum_sq
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeLine:
-    c0: float
-    per_ctx: float
-    per_req: float
-
-    def seconds(self, context: float, batch: float) -> float:
-        return self.c0 + self.per_ctx * context + self.per_req * batch
-
-
-@dataclass(frozen=True, slots=True)
 class FittedModel:
     """Step times per instance kind and device (`prefill@cpu:0`), as the planner fitted them."""
 
-    prefill: dict[str, PrefillLine]
-    decode: dict[str, DecodeLine]
+    prefill: dict[str, PrefillCoeffs]
+    decode: dict[str, DecodeCoeffs]
     fitted_at: float = 0.0
 
     @classmethod
     def from_json(cls, model: dict) -> FittedModel:
         kinds = model.get("kinds", {})
-        return cls({k: PrefillLine(**v["prefill"]) for k, v in kinds.items() if v.get("prefill")},
-                   {k: DecodeLine(**v["decode"]) for k, v in kinds.items() if v.get("decode")},
+        return cls({k: PrefillCoeffs(**v["prefill"]) for k, v in kinds.items() if v.get("prefill")},
+                   {k: DecodeCoeffs(**v["decode"]) for k, v in kinds.items() if v.get("decode")},
                    float(model.get("fitted_at", 0.0)))
 
 
@@ -79,15 +60,15 @@ class Decision:
     retry_after_s: float = 0.0
 
 
-def predict_ttft(line: PrefillLine, queued: float, prompt: int, batch_tokens: int) -> float:
+def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: int) -> float:
     """Prefill queue drain then this prompt: FCFS batches of up to `batch_tokens` tokens. The queued prompts'
     lengths are unknown; they are taken as this one's for the quadratic term."""
     tokens = queued + prompt
     batches = max(1, math.ceil(tokens / batch_tokens))
-    return batches * line.c0 + line.per_token * tokens + line.per_sq * tokens * prompt
+    return line.seconds(tokens, tokens * prompt) + (batches - 1) * line.c0
 
 
-def predict_tpot(line: DecodeLine, booked: float, prompt: int, max_tokens: int) -> float:
+def predict_tpot(line: DecodeCoeffs, booked: float, prompt: int, max_tokens: int) -> float:
     """A decode step with this request joined: the booked tokens are taken as requests of this one's size, each
     halfway through its output."""
     size = prompt + max_tokens
