@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import statistics
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -20,7 +21,7 @@ import grpc
 from redis.exceptions import RedisError
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
-from services.common.registry import MODEL_KEY, InstanceInfo, Registry
+from services.common.registry import MODEL_KEY, REQUESTS_STREAM, InstanceInfo, Registry
 from services.engine.step_log import StepRecord
 from services.planner.latency import TPCoefficients
 from services.planner.step_fit import fit_decode_steps, fit_prefill_steps, residuals
@@ -55,6 +56,20 @@ def served_steps(redis_url: str, since: float) -> list[StepRecord]:
     return asyncio.run(registered_steps(redis_url, since))
 
 
+def ttft_hops(records: list[dict[str, str]], since: float) -> float | None:
+    """What a request's TTFT holds besides the prefill queue and step: the median over the router's records
+    (arrival from `since` on) of arrival → prefill queue plus prefill end → first token at the router."""
+    hops = []
+    for r in records:
+        try:
+            arrival, queued, end, first = (float(r[k]) for k in ("arrival", "prefill_queued", "prefill_end", "first_token"))
+        except (KeyError, ValueError):
+            continue
+        if arrival >= since and queued and end and first:
+            hops.append((queued - arrival) + (first - end))
+    return max(0.0, statistics.median(hops)) if hops else None
+
+
 def kind_key(role: str, device: str) -> str:
     """The model's key of an instance kind on a device, e.g. `prefill@cpu:0` (the router looks it up so)."""
     return f"{role}@{device}"
@@ -84,6 +99,7 @@ class OnlineFit:
         self.max_steps = max_steps
         self.windows: dict[str, Window] = {}
         self.seen: dict[str, float] = {}  # instance id → start of the newest step read from it
+        self.records: list[dict[str, str]] = []  # the router's latest request records
         self.model: dict | None = None
 
     def ingest(self, role: str, device: str, instance_id: str, steps: list[StepRecord]) -> None:
@@ -109,6 +125,8 @@ class OnlineFit:
                 continue
             self.ingest(info.role, info.device, info.id, steps)
             answered += 1
+        entries = await self.registry.redis.xrevrange(REQUESTS_STREAM, count=self.max_steps)
+        self.records = [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in entries]
         return answered
 
     def refit(self, now: float | None = None) -> dict:
@@ -121,7 +139,8 @@ class OnlineFit:
             if steps:
                 kinds[key] = self._fit_kind(key, window, steps)
         self.model = {"fitted_at": now, "window_s": self.window_s, "max_steps": self.max_steps,
-                      "seed": self.seed_source or None, "kinds": kinds}
+                      "seed": self.seed_source or None, "kinds": kinds,
+                      "ttft_hops_s": ttft_hops(self.records, now - self.window_s)}
         return self.model
 
     def _fit_kind(self, key: str, window: Window, steps: list[StepRecord]) -> dict:

@@ -25,13 +25,14 @@ class FittedModel:
     prefill: dict[str, PrefillCoeffs]
     decode: dict[str, DecodeCoeffs]
     fitted_at: float = 0.0
+    ttft_hops: float = 0.0  # s a TTFT holds besides the prefill queue and step (the request path's hops)
 
     @classmethod
     def from_json(cls, model: dict) -> FittedModel:
         kinds = model.get("kinds", {})
         return cls({k: PrefillCoeffs(**v["prefill"]) for k, v in kinds.items() if v.get("prefill")},
                    {k: DecodeCoeffs(**v["decode"]) for k, v in kinds.items() if v.get("decode")},
-                   float(model.get("fitted_at", 0.0)))
+                   float(model.get("fitted_at", 0.0)), float(model.get("ttft_hops_s") or 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,7 @@ def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate
     d = min(decode, key=lambda c: c.load, default=None)
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
-    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens) if pl else None,
+    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens) + model.ttft_hops if pl else None,
                       predict_tpot(dl, d.load, prompt, max_tokens) if dl and max_tokens > 1 else None,
                       p.id if p else "", d.id if d else "")
 

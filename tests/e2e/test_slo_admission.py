@@ -51,6 +51,7 @@ async def test_a_request_no_instance_can_serve_in_time_is_refused_before_prefill
     model = await _fitted(stack)
     kind = next(k for k in model["kinds"].values() if k["prefill"])
     assert kind["role"] == "prefill" and kind["window"]["prefill_steps"] >= 3 and "prefill" in kind["residuals"]
+    assert model["ttft_hops_s"] > 0  # from the router's records of the requests just served
     await asyncio.sleep(1.0)  # the router re-reads ds:model every 0.2 s
     before = await asyncio.to_thread(_prefill_steps, stack)
     async with grpc.aio.insecure_channel(stack.router_address) as channel:

@@ -47,3 +47,16 @@ def test_the_window_drops_old_steps_and_steps_already_read():
     window = fit.refit(now=1110.0)["kinds"]["prefill@cpu:0"]["window"]
     assert window["steps"] == 6 and window["from"] == 1100.0  # the first six aged out
     assert fit.refit(now=1300.0)["kinds"] == {}
+
+
+def test_the_ttft_hops_are_the_median_of_the_records_path_outside_prefill():
+    from services.planner.online_fit import ttft_hops
+
+    def record(arrival: float, to_prefill: float, relay: float) -> dict[str, str]:
+        return {"arrival": repr(arrival), "prefill_queued": repr(arrival + to_prefill),
+                "prefill_end": repr(arrival + to_prefill + 0.5), "first_token": repr(arrival + to_prefill + 0.5 + relay)}
+
+    records = [record(100.0, 0.002, 0.001), record(101.0, 0.004, 0.002), record(102.0, 0.010, 0.010),
+               record(50.0, 9.0, 9.0), {"arrival": "103.0", "prefill_queued": "0"}, {"request_id": "x"}]
+    assert ttft_hops(records, since=90.0) == pytest.approx(0.006)  # the old one and the incomplete ones left out
+    assert ttft_hops(records[3:], since=90.0) is None

@@ -67,6 +67,13 @@ def test_no_objective_or_no_model_admits_unpredicted_phases():
     assert unknown.ttft_s is None and unknown.tpot_s is None and decide(unknown, SLO, "refuse").admit
 
 
+def test_the_request_paths_hops_add_to_the_ttft():
+    hops = FittedModel.from_json({"kinds": {"prefill@cpu:0": {"prefill": {"c0": 0.01, "per_token": 1e-4, "per_sq": 0.0}}},
+                                  "ttft_hops_s": 0.004})
+    got = predict(hops, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512)
+    assert got.ttft_s == pytest.approx(0.01 + 100e-4 + 0.004) and got.tpot_s is None
+
+
 def test_the_least_loaded_instance_of_each_role_is_predicted_for():
     prefill = [Candidate("busy", "prefill@cpu:0", 5000), Candidate("idle", "prefill@cpu:0", 0)]
     decode = [Candidate("d-busy", "decode@cpu:1", 9000), Candidate("d-idle", "decode@cpu:1", 200)]
