@@ -7,6 +7,7 @@ exception into a client-visible status through `status_of`; nothing else maps er
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -35,6 +36,14 @@ class Overloaded(ServingError):
     """A queue is full."""
 
     grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class SloUnmet(Overloaded):
+    """The router predicts the request would miss its latency objective; a later try may meet it."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class Unavailable(ServingError):
@@ -101,21 +110,20 @@ class Status:
     code: grpc.StatusCode
     message: str
     field: str | None = None
+    retry_after_s: float | None = None  # when a later try may succeed (HTTP Retry-After, gRPC retry-after)
 
     @property
     def http(self) -> HttpStatus:
         return HTTP_OF_GRPC.get(self.code, INTERNAL)
 
-    @property
-    def retry_after_s(self) -> int | None:
-        """Seconds after which a retry may succeed (HTTP Retry-After), for missing capacity and overload."""
-        return RETRY_AFTER_S.get(self.code)
-
 
 def status_of(exc: BaseException) -> Status | None:
-    """The status of an expected failure; None for anything else (a bug: see `internal_status`)."""
+    """The status of an expected failure; None for anything else (a bug: see `internal_status`). Missing
+    capacity and overload say when to retry (the error's own figure, else RETRY_AFTER_S)."""
     if isinstance(exc, ServingError):
-        return Status(exc.grpc_code, str(exc), getattr(exc, "field", None))
+        retry = getattr(exc, "retry_after_s", None)
+        return Status(exc.grpc_code, str(exc), getattr(exc, "field", None),
+                      RETRY_AFTER_S.get(exc.grpc_code) if retry is None else retry)
     if isinstance(exc, grpc.aio.AioRpcError):  # a downstream service's status passes through, its details vetted
         code = exc.code()
         if code in UNAVAILABLE_DOWNSTREAM:
@@ -123,8 +131,8 @@ def status_of(exc: BaseException) -> Status | None:
         elif code not in HTTP_OF_GRPC:
             code = grpc.StatusCode.INTERNAL
         if code in CLIENT_DETAILS and exc.code() == code:
-            return Status(code, exc.details() or PLAIN_MESSAGE.get(code, code.name))
-        return Status(code, PLAIN_MESSAGE.get(code, "internal error"))
+            return Status(code, exc.details() or PLAIN_MESSAGE.get(code, code.name), None, RETRY_AFTER_S.get(code))
+        return Status(code, PLAIN_MESSAGE.get(code, "internal error"), None, RETRY_AFTER_S.get(code))
     return None
 
 
@@ -140,4 +148,6 @@ async def abort_with(context: grpc.aio.ServicerContext, exc: Exception) -> None:
     if status is None:
         log.error("unexpected error", exc_info=exc)
         status = internal_status(exc)
+    if status.retry_after_s is not None:
+        context.set_trailing_metadata((("retry-after", str(math.ceil(status.retry_after_s))),))
     await context.abort(status.code, status.message)

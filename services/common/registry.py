@@ -5,6 +5,7 @@
   The router picks the least-loaded live instance and adds the request's load in one Lua call, so
   several routers do not herd onto the same instance.
 - `ds:requests`: a capped stream of request records for the planner's workload profiler.
+- `ds:model`: the latency model the planner fits online to the served steps (JSON; `services/planner/online_fit.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ REQUESTS_STREAM = "ds:requests"
 EPOCH_KEY = "ds:epoch"
 ROUTER_KEY = "ds:router:{}"
 REQUESTS_MAXLEN = 100_000
+MODEL_KEY = "ds:model"
 
 # KEYS[1] = load zset; ARGV[1] = load to add. Returns the chosen live id; drops dead ids on the way.
 _PICK = """

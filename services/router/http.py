@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 
 from fastapi import FastAPI, Request
@@ -23,14 +24,13 @@ from services.router.openai_models import (
     chat_prompt,
 )
 from services.router.request import RequestBuilder, RouterRequest
+from services.router.slo import requested_slo
 
 log = logging.getLogger(__name__)
 
 
-def _error(status: int, message: str, kind: str, param: str | None = None,
-           headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
-                        status_code=status, headers=headers)
+def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status_code=status)
 
 
 def _client_status(exc: Exception) -> Status:
@@ -43,9 +43,10 @@ def _client_status(exc: Exception) -> Status:
 
 def _status_of(exc: Exception) -> JSONResponse:
     status = _client_status(exc)
-    retry = status.retry_after_s
-    return _error(status.http.status, status.message, status.http.kind, status.field,
-                  None if retry is None else {"Retry-After": str(retry)})
+    response = _error(status.http.status, status.message, status.http.kind, status.field)
+    if status.retry_after_s is not None:
+        response.headers["Retry-After"] = str(math.ceil(status.retry_after_s))
+    return response
 
 
 def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
@@ -87,13 +88,15 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
     async def models() -> dict:
         return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
 
-    async def run(body: SamplingBody, prompt: str | list[int], max_tokens: int | None, chat: bool):
+    async def run(body: SamplingBody, prompt: str | list[int], max_tokens: int | None, chat: bool,
+                  headers: Mapping[str, str]):
         try:
             params = _params(body, max_tokens, default_max_tokens)
             text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
             if isinstance(prompt, str) and not prompt:
                 raise EngineInputError("prompt", "must not be empty")
             req = builder.build(prompt=text, prompt_ids=ids, params=params, model=body.model)
+            req.slo = requested_slo(headers)
             stream = core.generate(req)
             first = await anext(stream)  # admission and validation errors surface before any byte is sent
         except Exception as exc:
@@ -108,12 +111,13 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
         return _final(req, chunks, chat, builder.model_name)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionBody):
-        return await run(body, body.prompt, body.max_tokens, chat=False)
+    async def completions(body: CompletionBody, request: Request):
+        return await run(body, body.prompt, body.max_tokens, chat=False, headers=request.headers)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatBody):
-        return await run(body, chat_prompt(body.messages), body.max_completion_tokens or body.max_tokens, chat=True)
+    async def chat_completions(body: ChatBody, request: Request):
+        return await run(body, chat_prompt(body.messages), body.max_completion_tokens or body.max_tokens, chat=True,
+                         headers=request.headers)
 
     return app
 

@@ -12,6 +12,8 @@ from services.common.sampling import SamplingParams
 from services.common.stamps import Lifetime
 from services.common.tokenizer import Tokenizer
 from services.common.validation import validate_request
+from services.router.admission import Prediction
+from services.router.slo import RequestSLO
 
 MAX_REQUEST_ID_CHARS = 128
 
@@ -27,6 +29,9 @@ class RouterRequest:
     deadline: float | None = None  # time.monotonic() by which the client wants the answer
     attempt: int = 0  # retries after an instance failure; each attempt is a new request downstream
     label: str = ""  # the client's own id, echoed back; two requests may share one
+    slo: RequestSLO | None = None  # as requested, then with the router's defaults filled in at admission
+    prediction: Prediction | None = None  # TTFT/TPOT predicted at admission (None: no fitted model)
+    best_effort: bool = False  # admitted although predicted to miss its SLO
 
     @property
     def public_id(self) -> str:
