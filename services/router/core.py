@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 
 import grpc
@@ -79,11 +80,12 @@ class RouterCore:
         n_tokens = 0
         try:
             source = self._disagg(req) if self.mode == "disagg" else self._colocated(req)
-            async for token_ids, reason in source:
-                if n_tokens == 0:
-                    req.lifetime.first_token = time.time()
-                n_tokens += len(token_ids)
-                yield Chunk(token_ids, decoder.push(token_ids, final=bool(reason)), reason)
+            async with aclosing(source):  # closed now, not when the garbage collector gets to it
+                async for token_ids, reason in source:
+                    if n_tokens == 0:
+                        req.lifetime.first_token = time.time()
+                    n_tokens += len(token_ids)
+                    yield Chunk(token_ids, decoder.push(token_ids, final=bool(reason)), reason)
             outcome = "ok"
         except (GeneratorExit, asyncio.CancelledError):
             outcome = "cancelled"
