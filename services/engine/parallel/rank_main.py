@@ -1,0 +1,59 @@
+"""Entry point of a rank process (1..N-1): build its part, report ready, then run the plans rank 0 broadcasts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+
+import torch.distributed as dist
+
+from services.engine.device import keep_freed_memory, setup_device
+from services.engine.model_config import ModelConfig
+from services.engine.parallel.comm import TIMEOUT, connect, make_groups
+from services.engine.parallel.procs import ready_key
+from services.engine.parallel.rank import RankSpec, RankWorker
+from services.engine.parallel.shard import shard_for
+
+log = logging.getLogger(__name__)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Exits this process when the instance's process is gone (no orphan rank, whatever killed it)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def main(arg: str) -> int:
+    args = json.loads(arg)
+    spec = RankSpec(**args["spec"])
+    _exit_with_parent(args["parent"])
+    device = setup_device(spec.device)
+    if device.type == "cpu":
+        keep_freed_memory()
+    config = ModelConfig.from_folder(spec.model_dir)
+    shard = shard_for(config, spec.tp, spec.pp, spec.rank)
+    store = dist.TCPStore(args["host"], args["port"], spec.tp * spec.pp, is_master=False, timeout=TIMEOUT)
+    groups = make_groups(spec.rank, spec.tp, spec.pp)
+    worker = RankWorker(spec, config, shard, groups, device)
+    try:
+        store.set(ready_key(spec.rank), "1")
+        connect(groups, store, device)
+        while (plan := groups.world.broadcast_object()) is not None:
+            worker.run(plan)
+    finally:
+        worker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s rank %(process)d %(levelname)s %(message)s")
+    sys.exit(main(sys.argv[1]))
