@@ -13,12 +13,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.common.instance_config import InstanceSettings
+from services.common.kv_shards import rank_pool_id
 from services.common.metrics import KV_HELD, KV_RESERVED, KV_TOTAL, KV_USED, QUEUE, RUNNING, serve_metrics
 from services.common.pool_files import shm_path
 from services.common.registry import InstanceInfo, Registry
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
+from services.engine.parallel.pools import rank_pools
 from services.kvxfer.client import KVXferClient
 
 log = logging.getLogger(__name__)
@@ -52,12 +54,15 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     engine = LLMEngine(EngineConfig(
         model=settings.model, policy=settings.role, device=settings.device, block_size=settings.block_size,
         num_blocks=settings.num_blocks, max_batch_tokens=settings.max_batch_tokens,
-        max_num_seqs=settings.max_num_seqs, pool_path=pool_path), device)
+        max_num_seqs=settings.max_num_seqs, pool_path=pool_path, tp=settings.tp, pp=settings.pp,
+        devices=tuple(d for d in settings.devices.split(",") if d)), device)
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
     kv = KVXferClient(settings.kvxfer) if uses_kvxfer else None
+    pools = rank_pools(engine)
     if kv is not None:
-        await kv.register_pool(instance_id, engine.runner.pool)
+        for pool in pools:  # rank r's pool under its own id, covered by the instance's leases
+            await kv.register_pool(rank_pool_id(instance_id, pool.rank), pool, owner=instance_id if pool.rank else "")
 
     server = grpc.aio.server()
     health_servicer = health.aio.HealthServicer()
@@ -99,7 +104,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     await server.stop(grace=5)
     await on_stop()
     if kv is not None:
-        await kv.unregister_pool(instance_id)
+        for pool in reversed(pools):
+            await kv.unregister_pool(rank_pool_id(instance_id, pool.rank))
         await kv.close()
     async_engine.stop()
     engine.close()

@@ -8,8 +8,10 @@ from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.convert import sampling_from_proto
 from services.common.grpc_errors import abort_for, stats_of
 from services.common.instance import InstanceSettings
+from services.common.kv_shards import pool_shards
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
+from services.engine.parallel.pools import rank_pools
 from services.kvxfer.client import KVXferClient
 
 
@@ -32,7 +34,8 @@ class DecodeServicer(worker_pb2_grpc.DecodeServicer):
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
                      kv: KVXferClient | None):
-    core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending)
+    core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending,
+                      pool_shards(instance_id, rank_pools(engine.engine)))
     worker_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(core), server)
 
     async def stop() -> None:

@@ -38,6 +38,11 @@ class MappedPool:
     layout: KVLayout
     device: str  # "cpu" | "cuda:N"
     data: object  # [pool_bytes] uint8: numpy over the shm file, or cupy over the IPC allocation
+    owner: str = ""  # the instance whose leases cover this pool (a TP/PP rank's pool); empty: instance_id
+
+    @property
+    def leased_by(self) -> str:
+        return self.owner or self.instance_id
 
     @property
     def on_gpu(self) -> bool:
