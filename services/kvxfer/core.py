@@ -209,8 +209,7 @@ class KVXferCore:
         try:
             lease = self._pin(source.lease_id)
             pairs = [checked_pools(self.pools, c, lease.instance_id, lease.block_ids) for c in copies]
-            for (src, dst), c in zip(pairs, copies):
-                await copy_in_pieces(src, dst, c, COPY_PIECE_BYTES)
+            await copy_in_pieces(pairs, copies, COPY_PIECE_BYTES)
             crc = await _blocking(ranges_crc, pairs, copies, "src") if checksum else None
             if checksum and crc != await _blocking(ranges_crc, pairs, copies, "dst"):
                 raise XferError(Failure.DATA_LOSS, "checksum mismatch between source and destination ranges")

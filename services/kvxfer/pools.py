@@ -138,7 +138,8 @@ def copy_all(dst_base: int, dst: Sequence[int], src_base: int, src: Sequence[int
         for d, s, n in zip(dst, src, lengths):
             ctypes.memmove(dst_base + d, src_base + s, n)
         return
-    dst_at, src_at, size = (np.array(x, np.int64) for x in (dst, src, lengths))  # held until the call returns
+    # int64 arrays pass as they are (a re-sharding pull's); lists are converted. Held until the call returns.
+    dst_at, src_at, size = (np.ascontiguousarray(x, np.int64) for x in (dst, src, lengths))
     kernel(len(lengths), dst_base, dst_at.ctypes.data, src_base, src_at.ctypes.data, size.ctypes.data)
 
 
