@@ -11,13 +11,17 @@ import sys
 # Modules that define `register(subparsers)`; each adds its subcommands with `func` set.
 COMMAND_MODULES = (
     "services.engine.cli",
-    "services.common.instance_cli",
+    "services.generate_cli",
+    "services.prefill.cli",
+    "services.decode.cli",
+    "services.colocated.cli",
     "services.router.cli",
     "services.launcher.cli",
     "services.launcher.health_cli",
     "services.kvxfer.cli",
     "services.planner.cli",
     "services.bench.cli",
+    "services.bench.micro_cli",
 )
 
 

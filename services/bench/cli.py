@@ -12,8 +12,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from services.bench.workload import WORKLOADS
-from services.launcher.cores import cores_argument
 from services.engine.fingerprint import engine_fingerprint
+from services.launcher.cores import cores_argument
 
 MODES = ("disagg", "colocated", "chunked")
 PROFILE_CACHE = Path.home() / ".cache" / "distserve" / "profiles"
@@ -46,7 +46,7 @@ def ensure_profile(model_dir: str, device: str, given: str | None) -> str:
 
 def _config(args: argparse.Namespace):
     from services.bench.runner import BenchConfig
-    from services.engine.cli import resolve_model
+    from services.engine.presets import resolve_model
 
     if not args.start and not (args.router and args.redis_url):
         raise SystemExit("give --start, or --router and --redis-url of a running stack")

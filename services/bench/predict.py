@@ -39,13 +39,13 @@ class Predictor:
 
     @classmethod
     def from_profile(cls, path: str, kv_tokens: int, max_batch_tokens: int, link_gbps: float,
-                     mode: str = "disagg") -> "Predictor":
+                     mode: str = "disagg") -> Predictor:
         """`kv_tokens`: an instance's KV capacity; `link_gbps`: the prefill-to-decode KV transfer rate."""
         model = fit_profile(read_profile(path))
         model.kv_tokens = {(1, 1): kv_tokens}
         return cls(model, Cluster(nodes=1, gpus_per_node=2, intra_node_gbps=link_gbps), max_batch_tokens, mode=mode)
 
-    def calibrated(self, lone: list[tuple[int, int, float, float]]) -> tuple["Predictor", dict[str, float]]:
+    def calibrated(self, lone: list[tuple[int, int, float, float]]) -> tuple[Predictor, dict[str, float]]:
         """This predictor rescaled to lone requests (prompt tokens, output tokens, TTFT s, TPOT s) served one at a
         time; returns it and the two factors."""
         c = self.model.at(1)

@@ -23,6 +23,7 @@ from services.bench.served import ServedFit, fit_steps, joins_of, loaded_overhea
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import goodput_search, pooled_runs
 from services.bench.workload import BenchWorkload, Sample
+from services.common import defaults
 from services.common.net import free_port
 from services.launcher.stack import Stack, StackConfig
 from services.planner.latency import TPCoefficients
@@ -65,8 +66,8 @@ class BenchConfig:
     repeat_within: float = 2.0  # ... i.e. within this many standard errors of the target
     simulate: bool = False
     profile: str = ""  # profile file of this device (`distserve profile`)
-    num_blocks: int = 1024
-    max_batch_tokens: int = 512
+    num_blocks: int = defaults.NUM_BLOCKS
+    max_batch_tokens: int = defaults.MAX_BATCH_TOKENS
     service_cores: tuple[int, ...] | None = None  # the started stack's router and Redis; None: its default
     warmup: int = 6  # lone requests (then a burst of as many) before measuring
     calibration: int = 40  # requests of the calibration load (--simulate) at least, from a sample of another seed

@@ -5,7 +5,7 @@ loop, streaming its tokens over gRPC, and whatever else shares its core (the rou
 kvxfer). Every instance logs each step's batch shape and period (`services/engine/step_log.py`); the bench reads
 those logs through the Stats RPC and fits the latency model's coefficients to them with the profiler's own
 least squares. The fixed costs of the request path (hops, step-boundary waits, relays) come from the router's
-records of lone requests (DESIGN §3 timestamps) and the client's clock.
+records of lone requests (docs/architecture.md §3 timestamps) and the client's clock.
 """
 
 from __future__ import annotations

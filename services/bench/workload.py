@@ -43,7 +43,7 @@ class Sample:
         return [BenchRequest(f"{prefix}-{i}", self.prompt_ids[i], int(self.outputs[i]), float(arrivals[i]))
                 for i in range(len(self))]
 
-    def head(self, n: int) -> "Sample":
+    def head(self, n: int) -> Sample:
         """The first `n` requests."""
         return Sample(self.prompts[:n], self.outputs[:n], self.unit_arrivals[:n], self.prompt_ids[:n])
 

@@ -18,11 +18,12 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from services.common.kv_shards import PoolShard
+from services.common.kv_layout import KVLayout
 from services.common.pool_files import shm_path
 from services.decode.reshard import reshard_copies
-from services.engine.kv_pool import KVLayout, KVPool
+from services.engine.kv_pool import KVPool
 from services.engine.parallel.shard import Span
+from services.instance.kv_shards import PoolShard
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.local import start_local_kvxfer
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from distserve.v1 import worker_pb2
-from services.engine.sequence import SamplingParams
+from services.common.sampling import SamplingParams
 
 
 def sampling_from_proto(p: worker_pb2.SamplingParams) -> SamplingParams:

@@ -45,7 +45,7 @@ class EmbeddedRedis:
             except redis.ConnectionError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"redis-server did not start on {self.host}:{self.port}")
+                    raise RuntimeError(f"redis-server did not start on {self.host}:{self.port}") from None
                 time.sleep(0.02)
 
     def stop(self) -> None:

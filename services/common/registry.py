@@ -1,4 +1,4 @@
-"""The instance registry and load book in Redis (DESIGN §6).
+"""The instance registry and load book in Redis (docs/architecture.md §6).
 
 - `ds:inst:{id}`: an instance's JSON descriptor, with a TTL its heartbeat refreshes (lapsed = dead).
 - `ds:load:{role}`: sorted set of instance ids by load (pending prefill tokens; decode KV tokens).

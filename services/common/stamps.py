@@ -1,4 +1,4 @@
-"""A request's lifecycle timestamps (DESIGN §3, fixed names), carried between services."""
+"""A request's lifecycle timestamps (docs/architecture.md §3, fixed names), carried between services."""
 
 from __future__ import annotations
 

@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from distserve.v1 import kv_pb2
-from services.common.errors import Overloaded
-from services.common.kv_shards import PoolShard, shards_from_handle
-from services.decode.reshard import reshard_copies
+from services.common.errors import EngineInputError
+from services.common.sampling import SamplingParams
 from services.common.stamps import Lifetime
+from services.decode.reshard import reshard_copies
 from services.engine.async_engine import AsyncEngine
-from services.engine.errors import EngineInputError
-from services.engine.sequence import SamplingParams
+from services.instance.admission import Admission
+from services.instance.kv_shards import PoolShard, shards_from_handle
 from services.kvxfer.client import KVXferClient
 
 ABANDONED_COPY_GRACE_S = 1.0
@@ -35,18 +35,14 @@ class DecodeCore:
         self.kv = kv
         self.instance_id = instance_id
         self.pull_timeout_s = pull_timeout_s
-        self.max_pending = max_pending
-        self.pending = 0
+        self.admission = Admission(max_pending, "decode")
 
     async def decode(self, request_id: str, prompt_ids: list[int], first_token: int, params: SamplingParams,
                      handle: kv_pb2.KVHandle) -> AsyncIterator[DecodeChunk]:
-        self.engine.engine.validate(prompt_ids, params)
+        self.engine.validate(prompt_ids, params)
         if handle.num_tokens != len(prompt_ids):
             raise EngineInputError("kv.num_tokens", f"{handle.num_tokens} != prompt length {len(prompt_ids)}")
-        if self.pending >= self.max_pending:
-            raise Overloaded(f"decode queue full ({self.pending} requests)")
-        self.pending += 1
-        try:
+        with self.admission.slot():
             stamps = Lifetime(decode_queued=time.time())
             blocks = await self.engine.reserve_blocks(len(prompt_ids))
             stamps.xfer_start = time.time()
@@ -68,8 +64,6 @@ class DecodeCore:
                 reason = out.finish_reason.value if out.finish_reason else ""
                 yield DecodeChunk(out.new_token_ids, reason, stamps if first else None)
                 first = False
-        finally:
-            self.pending -= 1
 
     async def _pull(self, handle: kv_pb2.KVHandle, blocks: list[int]) -> None:
         """A block pull between single pools; between TP/PP layouts, each rank pool gets its layers and heads."""

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from services.common.kv_shards import PoolShard
 from services.engine.parallel.shard import Span
+from services.instance.kv_shards import PoolShard
 from services.kvxfer.ranged import RangeCopy
 
 

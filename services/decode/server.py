@@ -6,18 +6,23 @@ import grpc
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.convert import sampling_from_proto
-from services.common.grpc_errors import abort_for, stats_of
-from services.common.instance import InstanceSettings
-from services.common.kv_shards import pool_shards
+from services.common.errors import abort_with
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
 from services.engine.parallel.pools import rank_pools
+from services.instance.config import InstanceSettings
+from services.instance.kv_shards import pool_shards
+from services.instance.servicer import InstanceServicer
 from services.kvxfer.client import KVXferClient
 
 
-class DecodeServicer(worker_pb2_grpc.DecodeServicer):
+class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
+    role = "decode"
+
     def __init__(self, core: DecodeCore) -> None:
         self.core = core
+        self.engine = core.engine
+        self.instance_id = core.instance_id
 
     async def Decode(self, request: worker_pb2.DecodeRequest, context: grpc.aio.ServicerContext):
         try:
@@ -26,10 +31,7 @@ class DecodeServicer(worker_pb2_grpc.DecodeServicer):
                 yield worker_pb2.TokenChunk(token_ids=chunk.token_ids, finish_reason=chunk.finish_reason,
                                             stamps=chunk.stamps.to_proto() if chunk.stamps else None)
         except Exception as exc:
-            await abort_for(context, exc)
-
-    async def Stats(self, request: worker_pb2.InstanceStatsRequest, context: grpc.aio.ServicerContext) -> worker_pb2.InstanceStatsResponse:
-        return await stats_of(self.core.engine, self.core.instance_id, "decode", request)
+            await abort_with(context, exc)
 
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,

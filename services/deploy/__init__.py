@@ -1,1 +1,1 @@
-"""Deployment: compose files for a placement and the planner's compose actuator (DESIGN §10)."""
+"""Deployment: compose files for a placement and the planner's compose actuator (docs/architecture.md §10)."""

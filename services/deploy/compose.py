@@ -1,4 +1,4 @@
-"""Compose files for a placement (DESIGN §10): one per host, all sharing the first host's Redis.
+"""Compose files for a placement (docs/architecture.md §10): one per host, all sharing the first host's Redis.
 
 A pure function from named instances (role, parallelism, node and GPUs of each stage) to one compose document
 per host, and its inverse (the labels carry each instance's spec back). Every service uses the host network,

@@ -12,9 +12,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
+from services.common.errors import EngineFailed
+from services.common.sampling import SamplingParams
 from services.engine.engine import LLMEngine, StepOutput
-from services.engine.sequence import SamplingParams
-from services.engine.worker import EngineFailed, EngineWorker
+from services.engine.step_log import EngineStats
+from services.engine.worker import EngineWorker
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -70,6 +72,14 @@ class AsyncEngine:
                 self.worker.call(lambda e: e.abort(request_id)).add_done_callback(
                     lambda _: self._loop.call_soon_threadsafe(self._grant_blocks))
 
+    def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raises EngineInputError naming the field when the request cannot be served (reads only the config)."""
+        self.engine.validate(prompt_ids, params)
+
+    async def stats(self, steps_since: float | None = None) -> EngineStats:
+        """A snapshot of the engine between steps (see LLMEngine.stats)."""
+        return await self.call(lambda e: e.stats(self.worker.steps, steps_since))
+
     def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[StepOutput]:
         """Streams a new request's outputs (prefill policy: one output, with the K/V held)."""
         return self._stream(request_id, lambda e: e.add_request(request_id, prompt_ids, params))
@@ -108,6 +118,10 @@ class AsyncEngine:
                 return
             self._block_waiters.popleft()
             future.set_result(blocks)
+
+    def release(self, request_id: str) -> None:
+        """Prefill: the held K/V of `request_id` was pulled or its lease ended; its blocks go back (queued)."""
+        self.worker.call(lambda e: e.release_prefilled(request_id))
 
     def free_blocks(self, block_ids: list[int]) -> None:
         """Returns reserved blocks to the pool at once and grants what waits for them."""

@@ -17,10 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from services.common import defaults
+from services.common.model_config import ModelConfig
+from services.common.sampling import SamplingParams
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
-from services.engine.model_config import ModelConfig
-from services.engine.sequence import SamplingParams
 
 PREFILL_TOKENS = 512
 DECODE_BATCHES = (1, 8, 32)
@@ -128,7 +129,7 @@ def bench_decode(engine: LLMEngine, batch: int, rng: random.Random) -> float:
 
 
 def _engine(model_dir: str, device: str, dev: torch.device) -> LLMEngine:
-    block_size = 16
+    block_size = defaults.BLOCK_SIZE
     tokens = DECODE_BATCHES[-1] * (DECODE_CONTEXT + DECODE_STEPS + 2) + PREFILL_TOKENS
     config = EngineConfig(model_dir, device=device, block_size=block_size, num_blocks=tokens // block_size + 64,
                           max_batch_tokens=PREFILL_TOKENS, max_num_seqs=DECODE_BATCHES[-1])

@@ -1,30 +1,10 @@
-"""Engine subcommands: `make-model`, `generate --local` (with the remote client in services/router), `bench-engine`."""
+"""Engine subcommands: `make-model`, `bench-engine`."""
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
-from services.engine.presets import DEFAULT_PRESET, PRESETS
-
-DEFAULT_MODEL_DIR = Path.home() / ".cache" / "distserve" / "models"
-
-
-def resolve_model(model: str | None) -> str:
-    """A model folder, or a preset name (made on first use under ~/.cache/distserve/models)."""
-    name = model or DEFAULT_PRESET
-    if Path(name).is_dir():
-        return str(Path(name))
-    if name not in PRESETS:
-        raise SystemExit(f"--model: {name!r} is neither a model folder nor a preset ({', '.join(PRESETS)})")
-    folder = DEFAULT_MODEL_DIR / name
-    config = folder / "config.json"
-    if not config.exists() or json.loads(config.read_text()) != PRESETS[name]:  # missing, or made from an older preset
-        from services.engine.make_model import make_model
-
-        make_model(name, folder)
-    return str(folder)
+from services.engine.presets import PRESETS, resolve_model
 
 
 def _make_model(args: argparse.Namespace) -> int:
@@ -32,32 +12,6 @@ def _make_model(args: argparse.Namespace) -> int:
 
     out = make_model(args.preset, args.out, seed=args.seed)
     print(out)
-    return 0
-
-
-def _generate(args: argparse.Namespace) -> int:
-    from services.engine.sequence import SamplingParams
-
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                            top_k=args.top_k, seed=args.seed, ignore_eos=args.ignore_eos)
-    if args.local:
-        from services.engine.local import generate_local
-
-        from services.engine.parallel.shard import ParallelConfigError
-
-        devices = tuple(d for d in args.devices.split(",") if d) if args.devices else ()
-        try:
-            result = generate_local(resolve_model(args.model), args.device, args.prompt, params, args.tp, args.pp, devices)
-        except ParallelConfigError as exc:
-            raise SystemExit(str(exc)) from None
-    else:
-        from services.router.client import generate_remote
-
-        result = generate_remote(args.router, args.prompt, params, stream=not args.json)
-    if args.json:
-        print(json.dumps(result))
-    elif args.local:
-        print(result["text"])
     return 0
 
 
@@ -73,24 +27,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_make_model)
-
-    p = subparsers.add_parser("generate", help="generate text: from a running router, or in-process with --local")
-    p.add_argument("prompt")
-    p.add_argument("--local", action="store_true", help="run the engine in this process, no services")
-    p.add_argument("--model", default=None, help="model folder or preset (--local)")
-    p.add_argument("--device", default="cpu", help="device for --local")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per stage (--local)")
-    p.add_argument("--pp", type=int, default=1, help="pipeline stages (--local)")
-    p.add_argument("--devices", default="", help="comma-separated device per rank (--local with --tp/--pp)")
-    p.add_argument("--router", default="127.0.0.1:50051", help="router gRPC address")
-    p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--json", action="store_true", help="print one JSON object with token_ids and text")
-    p.set_defaults(func=_generate)
 
     p = subparsers.add_parser("bench-engine", help="prefill and decode throughput beside the core's matmul and memcpy rates")
     p.add_argument("--model", default=None, help="model folder or preset")

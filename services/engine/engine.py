@@ -12,15 +12,17 @@ from pathlib import Path
 
 import torch
 
+from services.common import defaults
+from services.common.errors import EngineInputError
+from services.common.kv_layout import KVLayout
+from services.common.model_config import ModelConfig
+from services.common.sampling import FinishReason, SamplingParams
+from services.common.validation import validate_request
 from services.engine.block_manager import BlockManager
-from services.engine.errors import EngineInputError
-from services.engine.kv_pool import KVLayout
-from services.engine.model_config import ModelConfig
 from services.engine.model_runner import ModelRunner
 from services.engine.scheduler import SCHEDULERS, Policy, SchedulerConfig
-from services.engine.sequence import FinishReason, SamplingParams, SeqStatus, Sequence
-from services.engine.step_log import StepLog, StepRecord
-from services.engine.validation import validate_request
+from services.engine.sequence import SeqStatus, Sequence
+from services.engine.step_log import EngineStats, StepLog, StepRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +30,10 @@ class EngineConfig:
     model: str
     policy: Policy = "colocated"
     device: str = "cpu"
-    block_size: int = 16
-    num_blocks: int = 2048
-    max_batch_tokens: int = 512
-    max_num_seqs: int = 64
+    block_size: int = defaults.BLOCK_SIZE
+    num_blocks: int = defaults.NUM_BLOCKS
+    max_batch_tokens: int = defaults.MAX_BATCH_TOKENS
+    max_num_seqs: int = defaults.MAX_NUM_SEQS
     dtype: str = "float32"
     pool_path: str | None = None  # a /dev/shm file makes the pool mappable by kvxfer
     tp: int = 1  # tensor-parallel ranks per stage
@@ -194,6 +196,17 @@ class LLMEngine:
         if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.model_config.max_position:
             return FinishReason.LENGTH
         return None
+
+    def stats(self, steps: int, steps_since: float | None = None) -> EngineStats:
+        """A snapshot (engine thread); `steps_since` (unix seconds) adds the step records from then on."""
+        seqs = [*self.scheduler.waiting, *self.scheduler.running]
+        held = sum(len(p.block_ids) for p in self.prefilled.values())
+        used = self.blocks.num_used
+        return EngineStats(
+            blocks_total=self.blocks.num_blocks, blocks_used=used,
+            blocks_reserved=used - held - sum(len(s.block_table) for s in seqs), blocks_held=held,
+            waiting=len(self.scheduler.waiting), running=len(self.scheduler.running), held=len(self.prefilled),
+            steps=steps, step_log=self.step_log.since(steps_since) if steps_since else [])
 
     # ---- offline use --------------------------------------------------------------------------------
 

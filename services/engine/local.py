@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from services.common.sampling import SamplingParams
+from services.common.tokenizer import load_tokenizer
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
-from services.engine.sequence import SamplingParams
-from services.engine.tokenizer import load_tokenizer
 
 
 def generate_local(model: str, device: str, prompt: str, params: SamplingParams, tp: int = 1, pp: int = 1,

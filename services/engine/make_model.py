@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from services.engine.model_config import ModelConfig
+from services.common.model_config import ModelConfig
+from services.common.tokenizer import BYTE_OFFSET, SPECIALS
 from services.engine.models import build_model
 from services.engine.models.packed import checkpoint_shapes
 from services.engine.presets import PRESETS
-from services.engine.tokenizer import BYTE_OFFSET, SPECIALS
 
 SHARD_BYTES = 2 << 30
 

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import torch
 
+from services.common.kv_layout import KVLayout
+from services.common.model_config import ModelConfig
 from services.engine.attention import AttentionMetadata
-from services.engine.models.linear import use_small_gemm
 from services.engine.device import keep_freed_memory
-from services.engine.kv_pool import KVLayout, KVPool
-from services.engine.model_config import ModelConfig
+from services.engine.kv_pool import KVPool
 from services.engine.models import materialize
+from services.engine.models.linear import use_small_gemm
 from services.engine.sampler import sample
 from services.engine.scheduler import SchedulerOutput
 from services.engine.weights import load_weights

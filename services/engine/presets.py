@@ -1,8 +1,12 @@
-"""Model presets: Hugging Face config.json contents for the random-weight checkpoints `make-model` writes."""
+"""Model presets: Hugging Face config.json contents for the random-weight checkpoints `make-model` writes, and
+`resolve_model`, which turns `--model` into a folder (a preset is made on first use)."""
 
 from __future__ import annotations
 
-from services.engine.tokenizer import BYTE_OFFSET
+import json
+from pathlib import Path
+
+from services.common.tokenizer import BYTE_OFFSET
 
 BYTE_VOCAB = BYTE_OFFSET + 256  # tiny/small presets: every id decodes to a special or a byte
 
@@ -46,3 +50,22 @@ PRESETS: dict[str, dict] = {
 }
 
 DEFAULT_PRESET = "small-llama"
+
+
+DEFAULT_MODEL_DIR = Path.home() / ".cache" / "distserve" / "models"
+
+
+def resolve_model(model: str | None) -> str:
+    """A model folder, or a preset name (made on first use under ~/.cache/distserve/models)."""
+    name = model or DEFAULT_PRESET
+    if Path(name).is_dir():
+        return str(Path(name))
+    if name not in PRESETS:
+        raise SystemExit(f"--model: {name!r} is neither a model folder nor a preset ({', '.join(PRESETS)})")
+    folder = DEFAULT_MODEL_DIR / name
+    config = folder / "config.json"
+    if not config.exists() or json.loads(config.read_text()) != PRESETS[name]:  # missing, or made from an older preset
+        from services.engine.make_model import make_model
+
+        make_model(name, folder)
+    return str(folder)

@@ -11,8 +11,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
+from services.common import defaults
+from services.common.sampling import FinishReason
 from services.engine.block_manager import BlockManager
-from services.engine.sequence import FinishReason, SeqStatus, Sequence
+from services.engine.sequence import SeqStatus, Sequence
 
 Policy = Literal["prefill", "decode", "colocated", "chunked"]
 
@@ -42,8 +44,8 @@ class SchedulerOutput:
 
 @dataclass(slots=True)
 class SchedulerConfig:
-    max_batch_tokens: int = 512  # Lm for prefill; the token budget per step for colocated and chunked
-    max_num_seqs: int = 64
+    max_batch_tokens: int = defaults.MAX_BATCH_TOKENS
+    max_num_seqs: int = defaults.MAX_NUM_SEQS
     max_model_len: int = 2048
 
 

@@ -35,6 +35,21 @@ class StepRecord:
                    sum(it.seq.num_computed + it.num_new for it in batch.items), start, seconds)
 
 
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """One snapshot of an engine: its pool, its queues and (when asked) the steps it served."""
+
+    blocks_total: int
+    blocks_used: int
+    blocks_reserved: int  # decode: reserved for pulls not yet admitted
+    blocks_held: int  # prefill: holding K/V until pulled
+    waiting: int
+    running: int
+    held: int  # prefill: requests whose K/V waits for a pull
+    steps: int  # steps served since start
+    step_log: list[StepRecord]
+
+
 class StepLog:
     """The last `maxlen` step records; written and read on the engine thread only."""
 

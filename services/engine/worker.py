@@ -16,14 +16,11 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from services.common.errors import EngineFailed
 from services.engine.engine import LLMEngine, StepOutput
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class EngineFailed(RuntimeError):
-    """The engine's step raised; the engine serves nothing more."""
 
 
 class EngineWorker:

@@ -1,7 +1,7 @@
 """The worker's client of its host's kvxfer: register the pool, lease blocks, watch lease ends, pull.
 
     client = KVXferClient("127.0.0.1:50061")
-    await client.register_pool("prefill-0", pool)                 # pool: services.engine.kv_pool.KVPool
+    await client.register_pool("prefill-0", pool)                 # pool: a SharedPool (the engine's KVPool)
     handle = await client.create_lease("prefill-0", blocks, num_tokens, ttl_s=30)
     result = await client.pull(handle, "decode-0", dst_blocks, on_failure=block_manager.free)
 """
@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
-from services.engine.kv_pool import KVPool
+from services.common.errors import ServingError
+from services.common.kv_layout import KVLayout
 from services.kvxfer.convert import layout_to_pb, stats_from_pb
 from services.kvxfer.leases import LeaseEnd, LeaseState
 from services.kvxfer.ranged import RangeCopy
@@ -25,13 +27,26 @@ RPC_MARGIN_S = 2.0  # the service gives up on a pull this long before the RPC de
 STATES = {kvxfer_pb2.LeaseEvent.RELEASED: LeaseState.RELEASED, kvxfer_pb2.LeaseEvent.EXPIRED: LeaseState.EXPIRED}
 
 
-class PullFailed(Exception):
+class SharedPool(Protocol):
+    """A worker's KV pool as kvxfer needs it: a /dev/shm file on CPU, a CUDA tensor to export on GPU."""
+
+    layout: KVLayout
+    device: Any  # torch.device: .type "cpu" or "cuda"
+    path: str | None
+    tensor: Any  # torch.Tensor (read only to export a CUDA IPC handle)
+
+
+class PullFailed(ServingError):
     """A pull that did not deliver the KV; `code` says why (FAILED_PRECONDITION: lease gone,
-    UNAVAILABLE: source gone, DEADLINE_EXCEEDED, DATA_LOSS, INVALID_ARGUMENT, NOT_FOUND)."""
+    UNAVAILABLE: source gone, DEADLINE_EXCEEDED, DATA_LOSS, INVALID_ARGUMENT, NOT_FOUND).
+
+    Not the puller's fault: its client is told FAILED_PRECONDITION when the lease is gone, ABORTED otherwise,
+    and the router re-prefills elsewhere."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         self.code = code
-        super().__init__(f"{code.name}: {message}")
+        self.grpc_code = code if code == grpc.StatusCode.FAILED_PRECONDITION else grpc.StatusCode.ABORTED
+        super().__init__(f"KV pull failed: {code.name}: {message}")
 
 
 class KVXferClient:
@@ -53,7 +68,7 @@ class KVXferClient:
                     pass
                 await asyncio.sleep(0.05)
 
-    async def register_pool(self, instance_id: str, pool: KVPool, owner: str = "") -> None:
+    async def register_pool(self, instance_id: str, pool: SharedPool, owner: str = "") -> None:
         """Let kvxfer map the pool: a /dev/shm file on CPU, a CUDA IPC handle on GPU; `owner`: the instance whose
         leases cover it (a TP/PP rank's pool registered under its own id)."""
         request = kvxfer_pb2.RegisterPoolRequest(instance_id=instance_id, layout=layout_to_pb(pool.layout),

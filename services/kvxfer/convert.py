@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from distserve.v1 import kv_pb2, kvxfer_pb2
-from services.engine.kv_pool import KVLayout
+from services.common.kv_layout import KVLayout
 from services.kvxfer.leases import LeaseEnd, LeaseState
 from services.kvxfer.records import SourceRef, Stats
 

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from services.engine.kv_pool import KVLayout
+from services.common.kv_layout import KVLayout
 from services.kvxfer.backlog import LeaseBacklog
 from services.kvxfer.checksum import crc32
 from services.kvxfer.errors import Failure, XferError
@@ -25,9 +25,8 @@ from services.kvxfer.ranges import Ranges, block_ranges, check_blocks
 from services.kvxfer.records import PullResult, SourceRef, Stats
 
 log = logging.getLogger(__name__)
-# Same-host copies run on the loop in pieces of this size (~0.5 ms each; one block where blocks are larger),
-# yielding between pieces: a copy in a thread cost 4-15% more at 16-64 MB here (the hop, and a core another
-# process may hold).
+# Same-host copies run on the loop in pieces of this size (one block where blocks are larger), yielding between
+# pieces: a copy in a thread costs more (the hop, and a core another process may hold).
 COPY_PIECE_BYTES = 8 << 20
 
 

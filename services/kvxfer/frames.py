@@ -1,8 +1,8 @@
 """How a cross-host pull's ranges travel: one UCX message per frame.
 
 A frame of one range goes from the source pool into the destination pool with no copy. Runs of
-smaller ranges go as frames of up to FRAME_BYTES: a message costs ~10 µs of UCX and Python work,
-far more than a memcpy of a 64 KB block, so 4096 random 64 KB blocks go as 64 messages instead of
+smaller ranges go as frames of up to FRAME_BYTES: a message's UCX and Python work costs far more
+than a memcpy of a 64 KB block, so 4096 random 64 KB blocks go as 64 messages instead of
 4096. A side moves such a frame of host memory as one scatter-gather message (iov.py), or else packs
 it through reused staging buffers on the event loop (a thread hop per frame cost more than it saved).
 """

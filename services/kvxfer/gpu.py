@@ -70,8 +70,8 @@ def copy_blocks(dst: cupy.ndarray, dst_ids: Sequence[int], src: cupy.ndarray, sr
                 block_bytes: int) -> bool:
     """Copy block src_ids[i] of pool src into block dst_ids[i] of pool dst in one kernel launch, and wait for it.
 
-    A cudaMemcpy per block costs a few µs of launch each, where 4096 blocks of 64 KB move in ~0.1 ms on the
-    device. False (nothing copied) unless both pools are on one device and 16-byte aligned: copy by ranges."""
+    A cudaMemcpy per block costs a launch each, far more than the device needs to move a block.
+    False (nothing copied) unless both pools are on one device and 16-byte aligned: copy by ranges."""
     if dst.device.id != src.device.id or block_bytes % WORD or dst.data.ptr % WORD or src.data.ptr % WORD:
         return False
     n, words = len(src_ids), block_bytes // WORD

@@ -2,10 +2,11 @@
 datatype, straight from and into the mapped pools (no packing through staging buffers).
 
 ucxx's Python API sends one contiguous buffer per message, so scattered blocks were packed into frames (or cost
-~10 µs of UCX and Python work a message). With IOV the source sends straight from its pool and the destination's
+a message's UCX and Python work each). With IOV the source sends straight from its pool and the destination's
 UCX scatters each message into the ranges (over TCP it receives into its own buffers first): one copy of every
 byte where packing and unpacking took two. A pull's scatter-gather messages are posted in one call and tested in
-one call per event-loop turn (a status call per message and turn cost the destination 15-25 ms of a 256 MB pull).
+one call per event-loop turn (a status call per message and turn costs the destination a visible share of a large
+pull).
 
 The helper `ucp_iov.c` is compiled on first use against the UCX headers of the libucx wheel that ucxx runs on.
 Where it cannot be built, frames are packed (frames.py); the bytes on the wire are the same either way, so the
@@ -22,7 +23,7 @@ from pathlib import Path
 import libucx
 import numpy as np
 
-from services.engine.cpu.build import load_kernel
+from services.common.cbuild import load_kernel
 
 HERE = Path(__file__).parent
 UCS_INPROGRESS = 1

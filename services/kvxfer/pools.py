@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from services.engine.cpu.build import kernel_function
+from services.common.cbuild import kernel_function
+from services.common.kv_layout import KVLayout
 from services.common.pool_files import map_pool_file
-from services.engine.kv_pool import KVLayout
 from services.kvxfer.ranges import Ranges, block_ranges
 
 HERE = Path(__file__).parent  # copy_ranges.c
-KERNEL_FROM_RANGES = 8  # fewer ranges: a memmove each costs less than building the C loop's arrays (~15 µs)
+KERNEL_FROM_RANGES = 8  # fewer ranges: a memmove each costs less than building the C loop's arrays
 
 PAGE = 4096
 
@@ -130,9 +130,9 @@ def copy_views(dst_views: Sequence, src_views: Sequence) -> None:
 def copy_all(dst_base: int, dst: Sequence[int], src_base: int, src: Sequence[int], lengths: Sequence[int]) -> None:
     """Copy lengths[i] bytes from address src_base + src[i] to dst_base + dst[i] (host memory), GIL released.
 
-    One call of the C loop in `copy_ranges.c`: scattered 64 KB blocks then copy at the speed of one memcpy of
-    the same bytes between the same pools, where a ctypes.memmove per range (~0.4 µs; a numpy slice and
-    copyto cost ~1.5 µs) took 0.87 of it at 4 MB. A few ranges, or no C compiler: that memmove per range."""
+    One call of the C loop in `copy_ranges.c`, so scattered blocks copy at the speed of one memcpy of the same bytes
+    (a Python call per range costs a sizeable share of a block's copy). A few ranges, or no C compiler: a memmove
+    per range."""
     kernel = copy_kernel() if len(lengths) >= KERNEL_FROM_RANGES else None
     if kernel is None:
         for d, s, n in zip(dst, src, lengths):
@@ -158,7 +158,7 @@ def copy_blocks(src: MappedPool, dst: MappedPool, src_ids: Sequence[int], dst_id
     """Copy block src_ids[i] of src into block dst_ids[i] of dst (GIL released on the host).
 
     Host pools: the ids go to the C loop as they are, which merges runs itself; byte ranges built in Python
-    (block_ranges, then their int64 arrays) cost ~0.15 µs a block, ~5% of a 64 KB block's copy. Two pools on one
+    (block_ranges, then their int64 arrays) cost a visible share of a 64 KB block's copy. Two pools on one
     GPU: one kernel launch (gpu.copy_blocks). Otherwise (host and device, two GPUs, no C compiler): by ranges."""
     if src.on_gpu and dst.on_gpu:
         from services.kvxfer import gpu

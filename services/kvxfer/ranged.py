@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.common.cbuild import kernel_function
 from services.kvxfer.checksum import crc32
 from services.kvxfer.errors import Failure, XferError
-from services.engine.cpu.build import kernel_function
 from services.kvxfer.pools import HERE, MappedPool, PoolRanges
 
 OFFSET = np.dtype("<i8")

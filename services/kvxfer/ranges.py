@@ -37,8 +37,8 @@ def check_blocks(block_ids: Sequence[int], num_blocks: int, what: str) -> None:
 def block_ranges(src_blocks: Sequence[int], dst_blocks: Sequence[int], block_bytes: int) -> Ranges:
     """Pair src_blocks[i] with dst_blocks[i]; merge runs that are consecutive in both pools.
 
-    No object per block: a ByteRange per block cost ~0.4 µs, a tenth of a 64 KB block's memcpy
-    (numpy was slower up to ~500 blocks, ~10 µs for one)."""
+    No object per block: an object per block costs a noticeable share of a block's memcpy (and numpy's fixed
+    cost loses below a few hundred blocks)."""
     if len(src_blocks) != len(dst_blocks):
         raise ValueError(f"{len(src_blocks)} source blocks but {len(dst_blocks)} destination blocks")
     src: list[int] = []

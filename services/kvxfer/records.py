@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.engine.kv_pool import KVLayout
+from services.common.kv_layout import KVLayout
 
 
 @dataclass(frozen=True, slots=True)

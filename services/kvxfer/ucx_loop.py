@@ -3,9 +3,8 @@ loop. A wake progresses the worker, completes the futures of finished requests a
 worker; while events keep coming it progresses once per loop turn, and while nothing happens it
 costs nothing.
 
-Measured here (two processes on loopback, 2 cores): a small-message round trip takes 0.06-0.16 ms,
-against 0.26-0.45 ms with ucxx's Python futures (completed by its notifier thread: two thread hops
-per request). ucxx's own blocking mode awaits every request with asyncio.sleep(0) polls instead: a
+A small-message round trip takes a fraction of what it takes with ucxx's Python futures (completed by its
+notifier thread: two thread hops per request). ucxx's own blocking mode awaits every request with asyncio.sleep(0) polls instead: a
 listener waiting for the next order would spin at 100% CPU.
 """
 

@@ -11,7 +11,7 @@ from services.launcher.stack import Stack, StackConfig
 
 
 def _up(args: argparse.Namespace) -> int:
-    from services.engine.cli import resolve_model
+    from services.engine.presets import resolve_model
 
     model = resolve_model(args.model)
     _check_parallel(model, args)
@@ -52,7 +52,7 @@ def _up(args: argparse.Namespace) -> int:
 
 def _check_parallel(model: str, args: argparse.Namespace) -> None:
     """Refuses, naming the flag, a TP/PP layout the model or the given devices cannot take (before starting anything)."""
-    from services.engine.model_config import ModelConfig
+    from services.common.model_config import ModelConfig
     from services.engine.parallel.shard import ParallelConfigError, check_layout
 
     config = ModelConfig.from_folder(model)

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
+from services.common import defaults
 from services.common.net import free_port
 from services.common.pool_files import remove_pool_files
 from services.common.redis_server import EmbeddedRedis
@@ -37,9 +38,9 @@ class StackConfig:
     http_port: int = 8000
     planner_port: int = 0  # 0: no planner
     redis_url: str = ""    # empty: a private redis-server
-    num_blocks: int = 1024
-    max_batch_tokens: int = 512
-    lease_ttl_s: float = 30.0
+    num_blocks: int = defaults.NUM_BLOCKS
+    max_batch_tokens: int = defaults.MAX_BATCH_TOKENS
+    lease_ttl_s: float = defaults.LEASE_TTL_S
     ready_timeout_s: float = 180.0
     log_level: str = "INFO"
     service_cores: tuple[int, ...] | None = None  # router, Redis, planner; None: see launcher/cores.py

@@ -124,8 +124,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from services.engine.cli import resolve_model
     from services.engine.device import setup_device
+    from services.engine.presets import resolve_model
     from services.planner.engine_timing import engine_timers, open_engine
     from services.planner.profile import (
         appendix_a_constants,

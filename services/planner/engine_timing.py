@@ -8,14 +8,16 @@ from collections.abc import Callable
 
 import torch
 
+from services.common import defaults
+from services.common.sampling import SamplingParams
 from services.engine.engine import EngineConfig, LLMEngine
 from services.engine.scheduler import ScheduledSeq, SchedulerOutput
-from services.engine.sequence import SamplingParams, Sequence
+from services.engine.sequence import Sequence
 
 FILLER = 3  # any id of the vocabulary: timing does not depend on the text
 
 
-def open_engine(model_dir: str, device: torch.device, max_tokens: int, block_size: int = 16) -> LLMEngine:
+def open_engine(model_dir: str, device: torch.device, max_tokens: int, block_size: int = defaults.BLOCK_SIZE) -> LLMEngine:
     """An engine with KV blocks for the largest profiled batch (one block of rounding per request)."""
     blocks = max_tokens // block_size + 64 + 8
     return LLMEngine(EngineConfig(model=model_dir, policy="prefill", block_size=block_size, num_blocks=blocks,

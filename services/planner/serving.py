@@ -2,7 +2,7 @@
 commands that wait for an engine's step boundary. The simulator adds them when given (`simulate(serving=...)`);
 `distserve bench` measures them on the stack it serves (`services.bench.served`).
 
-Path of a request in the served stack (DESIGN §3) and where each cost falls:
+Path of a request in the served stack (docs/architecture.md §3) and where each cost falls:
 client → router → prefill queue (`to_prefill`) · prefill batches · first token at the client `first_token` after
 its step ends · the decode request reaches the decode instance `to_decode` after the step ends · its blocks are
 reserved (`reserve`; at once, not at a step boundary) · the K/V is pulled (the transfer) · it joins the

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from distserve.v1 import kv_pb2
-from services.common.errors import Overloaded
+from services.common.sampling import SamplingParams
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
-from services.engine.sequence import SamplingParams
+from services.instance.admission import Admission
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.lease_keeper import LeaseKeeper
 
@@ -33,8 +33,7 @@ class PrefillCore:
         self.leases = LeaseKeeper(kv, instance_id, self.free_leased, grace_s=pull_timeout_s + 5)
         self.instance_id = instance_id
         self.lease_ttl_s = lease_ttl_s
-        self.max_pending = max_pending
-        self.pending = 0
+        self.admission = Admission(max_pending, "prefill")
         self._holder: dict[int, str] = {}  # first held block → request id (a lease names its blocks)
         self._keeper: asyncio.Task | None = None
 
@@ -48,19 +47,14 @@ class PrefillCore:
     def free_leased(self, block_ids: list[int]) -> None:
         """The LeaseKeeper's callback: a lease ended (pulled, released, expired), so its request's blocks go back."""
         request_id = self._holder.pop(block_ids[0])
-        self.engine.worker.call(lambda e: e.release_prefilled(request_id))
+        self.engine.release(request_id)
 
     async def prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> PrefillResult:
-        self.engine.engine.validate(prompt_ids, params)  # reads config only: safe off the engine thread
-        if self.pending >= self.max_pending:
-            raise Overloaded(f"prefill queue full ({self.pending} requests)")
+        self.engine.validate(prompt_ids, params)
         stamps = Lifetime(prefill_queued=time.time())
-        self.pending += 1
-        try:
+        with self.admission.slot():
             async for out in self.engine.generate(request_id, prompt_ids, params):
                 last = out
-        finally:
-            self.pending -= 1
         stamps.prefill_start, stamps.prefill_end = last.step_start, last.step_end
         if last.finished:
             return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps)
@@ -69,7 +63,7 @@ class PrefillCore:
             handle = await self.leases.create_lease(last.held_blocks, len(prompt_ids), self.lease_ttl_s)
         except BaseException:
             self._holder.pop(last.held_blocks[0], None)
-            self.engine.worker.call(lambda e: e.release_prefilled(request_id))
+            self.engine.release(request_id)
             raise
         handle.shards.extend(self.shards)
         return PrefillResult(last.new_token_ids[0], "", handle, stamps)

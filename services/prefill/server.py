@@ -6,30 +6,32 @@ import grpc
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.convert import sampling_from_proto
-from services.common.grpc_errors import abort_for, stats_of
-from services.common.instance import InstanceSettings
-from services.common.kv_shards import pool_shards, shards_to_pb
+from services.common.errors import abort_with
 from services.engine.async_engine import AsyncEngine
 from services.engine.parallel.pools import rank_pools
+from services.instance.config import InstanceSettings
+from services.instance.kv_shards import pool_shards, shards_to_pb
+from services.instance.servicer import InstanceServicer
 from services.kvxfer.client import KVXferClient
 from services.prefill.core import PrefillCore
 
 
-class PrefillServicer(worker_pb2_grpc.PrefillServicer):
+class PrefillServicer(InstanceServicer, worker_pb2_grpc.PrefillServicer):
+    role = "prefill"
+
     def __init__(self, core: PrefillCore) -> None:
         self.core = core
+        self.engine = core.engine
+        self.instance_id = core.instance_id
 
     async def Prefill(self, request: worker_pb2.PrefillRequest, context: grpc.aio.ServicerContext) -> worker_pb2.PrefillResponse:
         try:
             result = await self.core.prefill(request.request_id, list(request.prompt_token_ids),
                                              sampling_from_proto(request.sampling))
         except Exception as exc:
-            await abort_for(context, exc)
+            await abort_with(context, exc)
         return worker_pb2.PrefillResponse(first_token=result.first_token, finish_reason=result.finish_reason,
                                           kv=result.handle, stamps=result.stamps.to_proto())
-
-    async def Stats(self, request: worker_pb2.InstanceStatsRequest, context: grpc.aio.ServicerContext) -> worker_pb2.InstanceStatsResponse:
-        return await stats_of(self.core.engine, self.core.instance_id, "prefill", request)
 
 
 async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,

@@ -7,7 +7,7 @@ import sys
 import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
-from services.engine.sequence import SamplingParams
+from services.common.sampling import SamplingParams
 
 
 def request_of(prompt: str, params: SamplingParams) -> router_pb2.GenerateRequest:

@@ -12,12 +12,12 @@ from dataclasses import dataclass, replace
 import grpc
 
 from distserve.v1 import kv_pb2, worker_pb2, worker_pb2_grpc
-from services.common import metrics
+from services.common import defaults, metrics
 from services.common.convert import sampling_to_proto
 from services.common.errors import Overloaded
 from services.common.registry import Registry
-from services.engine.sequence import SamplingParams
-from services.engine.tokenizer import IncrementalDecoder, Tokenizer
+from services.common.sampling import SamplingParams
+from services.common.tokenizer import IncrementalDecoder, Tokenizer
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
 from services.router.request import RouterRequest
 
@@ -44,7 +44,7 @@ def _retryable(exc: BaseException) -> bool:
 
 class RouterCore:
     def __init__(self, mode: str, tokenizer: Tokenizer, dispatcher: Dispatcher, registry: Registry,
-                 max_inflight: int, max_queued: int, retries: int, block_size: int = 16,
+                 max_inflight: int, max_queued: int, retries: int, block_size: int = defaults.BLOCK_SIZE,
                  release_lease: Callable[[kv_pb2.KVHandle], Awaitable[None]] | None = None) -> None:
         self.mode = mode
         self.tokenizer = tokenizer

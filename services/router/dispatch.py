@@ -12,13 +12,10 @@ from dataclasses import dataclass
 import grpc
 from redis.exceptions import RedisError
 
+from services.common.errors import NoInstance
 from services.common.registry import InstanceInfo, Registry
 
 log = logging.getLogger(__name__)
-
-
-class NoInstance(RuntimeError):
-    """No live instance of the role can take the request (UNAVAILABLE)."""
 
 
 @dataclass(slots=True)

@@ -6,16 +6,13 @@ import json
 import time
 from collections.abc import AsyncIterator
 
-import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from services.common.errors import Overloaded
-from services.engine.errors import EngineInputError
-from services.engine.sequence import SamplingParams
+from services.common.errors import EngineInputError, status_of
+from services.common.sampling import SamplingParams
 from services.router.core import Chunk, RouterCore
-from services.router.dispatch import NoInstance
 from services.router.openai_models import (
     ChatBody,
     CompletionBody,
@@ -30,15 +27,10 @@ def _error(status: int, message: str, kind: str, param: str | None = None) -> JS
 
 
 def _status_of(exc: Exception) -> JSONResponse:
-    if isinstance(exc, EngineInputError):
-        return _error(400, str(exc), "invalid_request_error", exc.field)
-    if isinstance(exc, Overloaded):
-        return _error(429, str(exc), "rate_limit_error")
-    if isinstance(exc, NoInstance):
-        return _error(503, str(exc), "service_unavailable")
-    if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-        return _error(400, exc.details() or "", "invalid_request_error")
-    return _error(500, f"{type(exc).__name__}: {exc}", "internal_error")
+    status = status_of(exc)
+    if status is None:
+        return _error(500, f"{type(exc).__name__}: {exc}", "internal_error")
+    return _error(status.http.status, status.message, status.http.kind, status.field)
 
 
 def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:

@@ -14,9 +14,9 @@ from grpc_reflection.v1alpha import reflection
 
 from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.metrics import serve_metrics
+from services.common.model_config import ModelConfig
 from services.common.registry import Registry
-from services.engine.model_config import ModelConfig
-from services.engine.tokenizer import load_tokenizer
+from services.common.tokenizer import load_tokenizer
 from services.router.config import RouterSettings
 from services.router.core import RouterCore
 from services.router.dispatch import Dispatcher

@@ -6,12 +6,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from services.common.errors import EngineInputError
+from services.common.model_config import ModelConfig
+from services.common.sampling import SamplingParams
 from services.common.stamps import Lifetime
-from services.engine.errors import EngineInputError
-from services.engine.model_config import ModelConfig
-from services.engine.sequence import SamplingParams
-from services.engine.tokenizer import Tokenizer
-from services.engine.validation import validate_request
+from services.common.tokenizer import Tokenizer
+from services.common.validation import validate_request
 
 
 @dataclass(slots=True)

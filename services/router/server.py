@@ -7,11 +7,9 @@ from contextlib import aclosing
 import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
-from services.common.errors import Overloaded
-from services.engine.errors import EngineInputError
-from services.engine.sequence import SamplingParams
+from services.common.errors import abort_with
+from services.common.sampling import SamplingParams
 from services.router.core import RouterCore
-from services.router.dispatch import NoInstance
 from services.router.request import RequestBuilder
 
 
@@ -25,19 +23,6 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
         stop_token_ids=tuple(request.stop_token_ids),
         ignore_eos=request.ignore_eos,
     )
-
-
-async def abort_router(context: grpc.aio.ServicerContext, exc: Exception) -> None:
-    """The status a client sees for each failure of the request path."""
-    if isinstance(exc, EngineInputError):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-    if isinstance(exc, Overloaded):
-        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-    if isinstance(exc, NoInstance):
-        await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-    if isinstance(exc, grpc.aio.AioRpcError):
-        await context.abort(exc.code(), exc.details() or "")
-    raise exc
 
 
 class RouterServicer(router_pb2_grpc.RouterServicer):
@@ -65,4 +50,4 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                         request_id=req.request_id, prompt_tokens=len(req.prompt_ids) if last else 0,
                         completion_tokens=completion if last else 0)
         except Exception as exc:
-            await abort_router(context, exc)
+            await abort_with(context, exc)

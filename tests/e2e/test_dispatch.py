@@ -46,9 +46,9 @@ async def test_dispatch_follows_load(stack) -> None:
 
 async def test_decode_instance_killed_mid_stream_loses_and_repeats_no_token(stack, tiny_llama_dir: str) -> None:
     """Runs last in this module: it kills an instance."""
+    from services.common.sampling import SamplingParams
+    from services.common.tokenizer import load_tokenizer
     from services.engine.engine import EngineConfig, LLMEngine
-    from services.engine.sequence import SamplingParams
-    from services.engine.tokenizer import load_tokenizer
 
     prompt, n = "survive this", 600
     task = asyncio.create_task(generate(stack.router_address, prompt, request_id="victim", max_tokens=n,

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
+from services.common.sampling import SamplingParams
+from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
-from services.engine.sequence import SamplingParams
-from services.engine.tokenizer import load_tokenizer
 from tests.e2e.helpers import generate, running_stack, wait_idle
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

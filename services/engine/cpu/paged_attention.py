@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 import torch
 
-from services.engine.cpu.build import kernel_function
+from services.common.cbuild import kernel_function
+
+HERE = Path(__file__).parent  # the .c sources
 
 
 ARGTYPES = (ctypes.c_void_p,) * 5 + (ctypes.c_long,) * 7 + (ctypes.c_float,)  # q, cache, table, lens, out; sizes; scale
 
 
 def _function() -> ctypes._CFuncPtr | None:
-    return kernel_function("paged_attention", "paged_decode_attention", ARGTYPES, ctypes.c_int)
+    return kernel_function("paged_attention", "paged_decode_attention", ARGTYPES, ctypes.c_int, HERE)
 
 
 def takes(q: torch.Tensor, cache: torch.Tensor) -> bool:

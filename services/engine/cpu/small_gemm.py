@@ -1,16 +1,19 @@
 """`small_gemm`: x @ w_t (+ bias) for a few rows of x, reading the weights once at close to memory bandwidth.
 
-Torch's MKL reaches about 0.6 of a single core's memcpy bandwidth on batch-1 GEMVs on the AMD EPYC hosts
-we run on (and less at batch 2–32), while decode is bound by that read; this kernel reaches about 1.0.
+Decode is bound by reading the weights; torch's MKL reads them well below a core's memcpy bandwidth on
+batch-1 to batch-32 GEMVs, this kernel close to it (`distserve bench-engine` prints both).
 """
 
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 import torch
 
-from services.engine.cpu.build import kernel_function
+from services.common.cbuild import kernel_function
+
+HERE = Path(__file__).parent  # the .c sources
 
 MAX_ROWS = 32  # above this MKL's blocked GEMM is as fast or faster (prefill)
 
@@ -19,7 +22,7 @@ ARGTYPES = (ctypes.c_void_p,) * 4 + (ctypes.c_long,) * 3  # x, w_t, bias, y, M, 
 
 
 def _function() -> ctypes._CFuncPtr | None:
-    return kernel_function("small_gemm", "small_gemm", ARGTYPES, None)
+    return kernel_function("small_gemm", "small_gemm", ARGTYPES, None, HERE)
 
 
 def available() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from services.engine.model_config import ModelConfig
+from services.common.model_config import ModelConfig
 
 
 def build_model(config: ModelConfig) -> nn.Module:

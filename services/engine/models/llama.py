@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from services.common.model_config import ModelConfig
 from services.engine.attention import AttentionMetadata, paged_attention
-from services.engine.model_config import ModelConfig
 from services.engine.models.linear import Linear
 from services.engine.models.packed import PackedLinear
 from services.engine.models.rope import (

@@ -32,7 +32,7 @@ def checkpoint_slices(model: nn.Module) -> dict[str, tuple[str, int, int]]:
     for path, module in model.named_modules():
         if isinstance(module, PackedLinear):
             parent = path.rpartition(".")[0]
-            for leaf, param in module.named_parameters(recurse=False):
+            for leaf, _ in module.named_parameters(recurse=False):
                 start = 0
                 for part, rows in module.parts.items():
                     slices[f"{parent}.{part}.{leaf}" if parent else f"{part}.{leaf}"] = (f"{path}.{leaf}", start, rows)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from services.engine.model_config import ModelConfig
+from services.common.model_config import ModelConfig
 
 
 def inverse_frequencies(config: ModelConfig) -> torch.Tensor:

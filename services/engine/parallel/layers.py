@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from services.engine.model_config import ModelConfig
+from services.common.model_config import ModelConfig
 from services.engine.models import materialize
 from services.engine.models.linear import use_small_gemm
 from services.engine.parallel.comm import Group

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from services.common.kv_layout import KVLayout
 from services.engine.engine import LLMEngine
-from services.engine.kv_pool import KVLayout
 from services.engine.parallel.rank import rank_layout
 from services.engine.parallel.shard import Span, shard_for
 
@@ -22,6 +22,7 @@ class RankPool:
     layout: KVLayout
     path: str | None
     device: torch.device
+    tensor: torch.Tensor | None = None  # rank 0's own pool tensor; other ranks' live in their processes
 
 
 def rank_pools(engine: LLMEngine) -> list[RankPool]:
@@ -29,7 +30,8 @@ def rank_pools(engine: LLMEngine) -> list[RankPool]:
     c, mc = engine.config, engine.model_config
     if c.tp * c.pp == 1:
         pool = engine.runner.pool
-        return [RankPool(0, Span(0, mc.num_layers), Span(0, mc.num_kv_heads), pool.layout, pool.path, pool.device)]
+        return [RankPool(0, Span(0, mc.num_layers), Span(0, mc.num_kv_heads), pool.layout, pool.path, pool.device,
+                         pool.tensor)]
     pools = []
     for spec in engine.runner.specs:
         shard = shard_for(mc, c.tp, c.pp, spec.rank)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import torch
 
-from services.engine.kv_pool import DTYPES, KVLayout, KVPool
-from services.engine.model_config import ModelConfig
+from services.common.kv_layout import KVLayout
+from services.common.model_config import ModelConfig
+from services.engine.kv_pool import DTYPES, KVPool
 from services.engine.parallel.comm import Groups
 from services.engine.parallel.layers import build_rank_model
 from services.engine.parallel.plan import StepPlan

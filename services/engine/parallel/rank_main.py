@@ -11,8 +11,8 @@ import time
 
 import torch.distributed as dist
 
+from services.common.model_config import ModelConfig
 from services.engine.device import keep_freed_memory, setup_device
-from services.engine.model_config import ModelConfig
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
 from services.engine.parallel.procs import ready_key
 from services.engine.parallel.rank import RankSpec, RankWorker

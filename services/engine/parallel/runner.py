@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from services.engine.model_config import ModelConfig
+from services.common.model_config import ModelConfig
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
 from services.engine.parallel.plan import MicroPlan, StepPlan
 from services.engine.parallel.procs import kill_ranks, spawn_ranks, stop_ranks, wait_ready

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from services.engine.model_config import ModelConfig
+from services.common.model_config import ModelConfig
 
 
 class ParallelConfigError(ValueError):

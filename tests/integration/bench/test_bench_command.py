@@ -10,7 +10,6 @@ import pytest
 from services.planner.profile import DecodePoint, PrefillPoint, ProfileFile, write_profile
 from services.planner.shapes import load_shape
 
-
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 

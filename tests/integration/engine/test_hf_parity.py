@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from services.common.sampling import SamplingParams
+from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
 from services.engine.make_model import make_model
-from services.engine.sequence import SamplingParams
-from services.engine.tokenizer import load_tokenizer
 
 transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)

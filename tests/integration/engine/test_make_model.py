@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import services.engine.make_model as make_model_module
+from services.common.model_config import ModelConfig
 from services.engine.engine import EngineConfig, LLMEngine
-from services.engine.model_config import ModelConfig
 from services.engine.models import build_model
 from services.engine.presets import PRESETS
 

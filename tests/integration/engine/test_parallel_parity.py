@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from services.common.sampling import SamplingParams
 from services.engine import model_runner
 from services.engine.engine import EngineConfig, LLMEngine
 from services.engine.parallel import runner as parallel_runner
 from services.engine.parallel.procs import RankStartError
 from services.engine.parallel.shard import ParallelConfigError
-from services.engine.sequence import SamplingParams
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 torch.set_num_threads(1)

@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import torch
 
+from services.common.kv_layout import KVLayout
 from services.common.pool_files import shm_path
-from services.engine.kv_pool import KVLayout, KVPool
+from services.engine.kv_pool import KVPool
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.local import LocalKVXfer, start_local_kvxfer
 

@@ -13,7 +13,8 @@ import sys
 
 import torch
 
-from services.engine.kv_pool import KVLayout, KVPool
+from services.common.kv_layout import KVLayout
+from services.engine.kv_pool import KVPool
 from services.kvxfer.client import KVXferClient
 
 

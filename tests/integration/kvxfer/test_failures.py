@@ -10,7 +10,7 @@ import time
 import grpc
 import pytest
 
-from services.engine.kv_pool import KVLayout
+from services.common.kv_layout import KVLayout
 from services.kvxfer.client import PullFailed
 from services.kvxfer.lease_keeper import LeaseKeeper
 from services.kvxfer.leases import LeaseState

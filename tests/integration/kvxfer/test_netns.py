@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.engine.kv_pool import KVLayout
+from services.common.kv_layout import KVLayout
 from services.kvxfer.local import ROOT, LocalKVXfer, spawn_kvxfer
 from tests.integration.kvxfer.conftest import block_bytes
 from tests.integration.kvxfer.netns import NetnsUnavailable, VethPair, make_veth_pair, tx_bytes

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from services.common.kv_shards import PoolShard
+from services.common.kv_layout import KVLayout
 from services.decode.reshard import reshard_copies
-from services.engine.kv_pool import KVLayout
 from services.engine.parallel.shard import Span
+from services.instance.kv_shards import PoolShard
 from services.kvxfer.client import PullFailed
 from services.kvxfer.ranged import RangeCopy
 from tests.integration.kvxfer.conftest import LAYOUT

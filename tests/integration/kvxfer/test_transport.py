@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from services.engine.kv_pool import KVLayout
+from services.common.kv_layout import KVLayout
 from services.kvxfer.config import KVXferConfig
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.orders import PullOrder, SourceGrant

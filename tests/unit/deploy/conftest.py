@@ -6,10 +6,10 @@ import json
 
 import pytest
 import yaml
-from tests.unit.deploy.deploy_cases import ROOT, emitted
 
 from services.cli import main
 from services.planner.placement import Parallel
+from tests.unit.deploy.deploy_cases import ROOT, emitted
 
 SCHEMA = ROOT.parent / "shared" / "schemas" / "compose-spec.json"
 

@@ -6,18 +6,19 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import get_args
 from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
 
 from services.cli import build_parser
-from services.common.instance_cli import ROLES
-from services.common.instance_config import InstanceSettings
 from services.common.settings_cli import settings_values
+from services.instance.config import InstanceSettings, Role
 from services.kvxfer.config import KVXferConfig
 from services.router.config import RouterSettings
 
+ROLES = get_args(Role)
 SETTINGS = {"router": RouterSettings, "kvxfer": KVXferConfig, **{role: InstanceSettings for role in ROLES}}
 PORT_FLAGS = ("port", "grpc_port", "http_port", "metrics_port", "ucx_port")
 

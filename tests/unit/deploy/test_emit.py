@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.unit.deploy.deploy_cases import ADDRESSES, ROOT, emitted
 
 from services.deploy.actuator import ComposeActuator
 from services.deploy.cli import emit
 from services.deploy.compose import compose_files, named_instances
 from services.planner.actuator import apply_placement
 from services.planner.placement import Cluster, Parallel, pack, pack_units
+from tests.unit.deploy.deploy_cases import ADDRESSES, ROOT, emitted
 
 
 def test_committed_compose_file_is_what_the_emitter_writes() -> None:

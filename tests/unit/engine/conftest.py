@@ -33,7 +33,7 @@ def make_engine(tiny_llama_dir: str) -> Iterator[EngineFactory]:
 @pytest.fixture(scope="module")
 def alone_tokens(tiny_llama_dir: str) -> Iterator[Callable[[tuple[int, ...]], list[int]]]:
     """Greedy tokens (8, EOS ignored) of a prompt run alone on a roomy tiny-llama engine, memoised."""
-    from services.engine.sequence import SamplingParams
+    from services.common.sampling import SamplingParams
 
     engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64))
     cache: dict[tuple[int, ...], list[int]] = {}

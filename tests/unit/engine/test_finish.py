@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.engine.sequence import FinishReason, SamplingParams
+from services.common.sampling import FinishReason, SamplingParams
 
 PROMPT = [1, *range(80, 95)]
 EOS_FIRST = [1, *range(70, 79)]  # tiny-llama's greedy first token after this prompt is EOS

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.engine.tokenizer import ByteTokenizer, IncrementalDecoder, load_tokenizer
+from services.common.tokenizer import ByteTokenizer, IncrementalDecoder, load_tokenizer
 
 
 def _stream(tokenizer, ids: list[int], cuts: list[int]) -> str:

@@ -6,9 +6,9 @@ import os
 
 import torch
 
-from services.common.pool_files import shm_path
-from services.engine.kv_pool import KVLayout, map_pool
-from services.engine.sequence import SamplingParams
+from services.common.kv_layout import KVLayout
+from services.common.pool_files import map_pool_file, shm_path
+from services.common.sampling import SamplingParams
 
 
 def test_shared_pool_is_visible_to_a_mapper(make_engine) -> None:
@@ -18,7 +18,7 @@ def test_shared_pool_is_visible_to_a_mapper(make_engine) -> None:
     (out,) = engine.step()
     assert out.prefilled
     blocks = engine.prefilled["r"].block_ids
-    mapped = map_pool(path, engine.layout, writable=False)
+    mapped = torch.from_numpy(map_pool_file(path, engine.layout.pool_bytes)).view(torch.float32).view(engine.layout.shape)
     assert mapped[blocks].abs().sum() > 0
     assert torch.equal(mapped, engine.runner.pool.tensor)
     # block b of the layout is bytes [b * block_bytes, (b + 1) * block_bytes) of the file

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from services.engine.model_config import ModelConfig
+from services.common.model_config import ModelConfig
 from services.engine.models import build_model, materialize
 from services.engine.models.packed import checkpoint_shapes
 from services.engine.weights import checkpoint_files, load_weights

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from services.engine.sequence import SamplingParams
+from services.common.sampling import SamplingParams
 
 
 def _scatter_free_blocks(engine, seed: int) -> None:

@@ -6,13 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from services.engine.model_config import ModelConfig
+from services.common.model_config import ModelConfig
+from services.common.sampling import SamplingParams
 from services.engine.parallel.plan import split_items
 from services.engine.parallel.runner import rank_devices
 from services.engine.parallel.shard import ParallelConfigError, Span, check_layout, shard_for, stage_layers
 from services.engine.presets import PRESETS
 from services.engine.scheduler import ScheduledSeq
-from services.engine.sequence import SamplingParams, Sequence
+from services.engine.sequence import Sequence
 
 LLAMA = ModelConfig.from_dict(PRESETS["tiny-llama"])  # 4 heads, 2 KV heads, 2 layers
 OPT13 = ModelConfig.from_dict(PRESETS["opt-13b"])     # 40 heads, 40 layers

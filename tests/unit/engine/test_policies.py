@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
+from services.common.sampling import SamplingParams
 from services.engine.engine import LLMEngine
-from services.engine.sequence import SamplingParams
 
 PROMPTS = [[1, *range(40, 40 + n)] for n in (5, 23, 40, 2)]
 GREEDY = SamplingParams(max_tokens=10, ignore_eos=True)

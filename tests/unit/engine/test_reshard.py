@@ -7,12 +7,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from services.common.kv_shards import PoolShard
+from services.common.kv_layout import KVLayout
+from services.common.model_config import ModelConfig
 from services.decode.reshard import reshard_copies
-from services.engine.kv_pool import KVLayout
-from services.engine.model_config import ModelConfig
 from services.engine.parallel.shard import shard_for
 from services.engine.presets import PRESETS
+from services.instance.kv_shards import PoolShard
 
 BLOCKS, BS, D = 12, 4, 8
 MODELS = {
@@ -34,8 +34,8 @@ def _slice(full: np.ndarray, shard: PoolShard) -> np.ndarray:
 
 
 @pytest.mark.parametrize("model", MODELS)
-@pytest.mark.parametrize("src_layout", LAYOUTS, ids=lambda l: f"src-tp{l[0]}pp{l[1]}")
-@pytest.mark.parametrize("dst_layout", LAYOUTS, ids=lambda l: f"dst-tp{l[0]}pp{l[1]}")
+@pytest.mark.parametrize("src_layout", LAYOUTS, ids=lambda t: f"src-tp{t[0]}pp{t[1]}")
+@pytest.mark.parametrize("dst_layout", LAYOUTS, ids=lambda t: f"dst-tp{t[0]}pp{t[1]}")
 def test_each_destination_rank_receives_exactly_its_layers_and_heads(model: str, src_layout, dst_layout) -> None:
     config = MODELS[model]
     rng = np.random.default_rng(0)

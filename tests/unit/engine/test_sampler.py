@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.engine.sequence import INT32_MAX, SamplingParams
+from services.common.sampling import INT32_MAX, SamplingParams
 
 PROMPT = [1, 40, 41, 42]
 

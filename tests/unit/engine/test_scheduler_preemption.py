@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.engine.sequence import FinishReason, SamplingParams
+from services.common.sampling import FinishReason, SamplingParams
 
 MAX_TOKENS = 8
 PARAMS = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)

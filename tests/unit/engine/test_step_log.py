@@ -6,8 +6,9 @@ import itertools
 import threading
 import time
 
+from services.common.sampling import SamplingParams
 from services.engine.scheduler import ScheduledSeq, SchedulerOutput
-from services.engine.sequence import SamplingParams, Sequence
+from services.engine.sequence import Sequence
 from services.engine.step_log import StepLog, StepRecord
 from services.engine.worker import EngineWorker
 

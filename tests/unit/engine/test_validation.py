@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.engine.errors import EngineInputError
-from services.engine.sequence import SamplingParams
+from services.common.errors import EngineInputError
+from services.common.sampling import SamplingParams
 
 PROMPT = [1, 40, 41, 42]
 

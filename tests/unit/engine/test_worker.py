@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
+from services.common.errors import EngineInputError
+from services.common.sampling import SamplingParams
 from services.engine.engine import StepOutput
-from services.engine.errors import EngineInputError
-from services.engine.sequence import SamplingParams
 from services.engine.worker import EngineWorker
 
 

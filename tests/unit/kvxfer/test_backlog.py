@@ -5,7 +5,7 @@ import logging
 import numpy as np
 import pytest
 
-from services.engine.kv_pool import KVLayout
+from services.common.kv_layout import KVLayout
 from services.kvxfer.backlog import LeaseBacklog
 from services.kvxfer.core import KVXferCore
 from services.kvxfer.leases import LeaseEnd, LeaseState

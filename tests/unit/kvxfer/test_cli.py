@@ -22,7 +22,7 @@ def test_bench_flags() -> None:
 
 @pytest.mark.parametrize("device", ["gpu", "cuda:99"])
 def test_bench_refuses_a_device_it_cannot_use(device: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from services.kvxfer.bench import run_bench
+    from services.bench.xfer import run_bench
 
     assert run_bench(as_json=False, quick=True, device=device) == 2
     assert f"--device {device!r}" in capsys.readouterr().out

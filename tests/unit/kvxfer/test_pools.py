@@ -4,9 +4,8 @@ through a frame; with the C copy loops and with their fallback (no C compiler)."
 import numpy as np
 import pytest
 
+from services.common.kv_layout import KVLayout
 from services.kvxfer import pools
-
-from services.engine.kv_pool import KVLayout
 from services.kvxfer.pools import MappedPool, copy_blocks, copy_ranges
 from services.kvxfer.ranges import block_ranges
 

@@ -1,0 +1,78 @@
+"""Compiles a C kernel for this host on first use, cached by source, compiler flags and CPU."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CACHE_DIR = Path(os.environ.get("DISTSERVE_KERNEL_CACHE", Path.home() / ".cache" / "distserve" / "kernels"))
+FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC")  # simd: vectorised reductions (`#pragma omp simd`)
+
+
+def _cpu_signature() -> str:
+    """The host's CPU flags (what -march=native compiles for), so a shared cache never serves another CPU's build."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.cache
+def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object,
+                    folder: Path) -> ctypes._CFuncPtr | None:
+    """`symbol` of the compiled `folder/name.c`, typed; None where load_kernel gives none (its caller then falls back
+    to Python or torch)."""
+    lib = load_kernel(name, folder)
+    if lib is None:
+        return None
+    fn = getattr(lib, symbol)
+    fn.argtypes, fn.restype = list(argtypes), restype
+    return fn
+
+
+def load_kernel(name: str, folder: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
+    """The compiled `folder/name.c` (`flags`: extra compiler and linker flags), or None where C kernels are off
+    (`DISTSERVE_CPU_KERNELS=0`) or no C compiler can build it (logged once)."""
+    if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
+        return None
+    source = folder / f"{name}.c"
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        log.warning("no C compiler: %s is not used", name)
+        return None
+    parts = [source.read_text(), compiler, *FLAGS, *flags, _cpu_signature()]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+    target = CACHE_DIR / f"{name}-{key}.so"
+    if not target.exists():
+        try:
+            _compile(compiler, source, target, flags)
+        except (OSError, subprocess.SubprocessError) as exc:
+            stderr = getattr(exc, "stderr", b"") or b""
+            log.warning("building %s failed (%s %s): it is not used", name, exc, stderr.decode()[-500:])
+            return None
+    return ctypes.CDLL(str(target))
+
+
+def _compile(compiler: str, source: Path, target: Path, flags: tuple[str, ...]) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
+        partial = Path(tmp.name)
+    try:
+        subprocess.run([compiler, *FLAGS, str(source), "-o", str(partial), *flags], check=True, capture_output=True,
+                       timeout=120)
+        os.replace(partial, target)  # atomic: processes building at once each install a complete file
+    finally:
+        partial.unlink(missing_ok=True)

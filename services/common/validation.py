@@ -1,0 +1,22 @@
+"""Request checks shared by the engine and the router, so bad input is refused before anything is allocated."""
+
+from __future__ import annotations
+
+from services.common.errors import EngineInputError
+from services.common.model_config import ModelConfig
+from services.common.sampling import SamplingParams
+
+
+def validate_request(config: ModelConfig, prompt_ids: list[int], params: SamplingParams) -> None:
+    """Raises EngineInputError naming the field when the model cannot serve the request."""
+    if not prompt_ids:
+        raise EngineInputError("prompt", "must not be empty")
+    if any(not isinstance(t, int) or not 0 <= t < config.vocab_size for t in prompt_ids):
+        raise EngineInputError("prompt_token_ids", f"ids must be integers in [0, {config.vocab_size})")
+    if len(prompt_ids) >= config.max_position:
+        raise EngineInputError("prompt", f"{len(prompt_ids)} tokens leave no room in the context of {config.max_position}")
+    params.validate()
+    if len(prompt_ids) + params.max_tokens > config.max_position:
+        raise EngineInputError(
+            "max_tokens",
+            f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the context of {config.max_position}")

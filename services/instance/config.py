@@ -1,0 +1,41 @@
+"""Configuration of an engine instance: flags of `distserve prefill|decode|colocated|chunked`, or DISTSERVE_*
+environment variables. Kept apart from the instance itself so the CLI parses without importing torch."""
+
+from __future__ import annotations
+
+import socket
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.common import defaults
+
+Role = Literal["prefill", "decode", "colocated", "chunked"]
+
+
+class InstanceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DISTSERVE_", frozen=True)
+
+    role: Role = Field(description="which engine policy this instance runs")
+    model: str = Field(description="model folder")
+    device: str = Field("cpu", description="cpu, cpu:N (pinned to core N) or cuda:N")
+    tp: int = Field(1, description="tensor-parallel ranks per pipeline stage (one process and device each)")
+    pp: int = Field(1, description="pipeline stages")
+    devices: str = Field("", description="comma-separated device per rank when tp x pp > 1 (default: consecutive "
+                                         "from --device)")
+    host: str = Field("127.0.0.1", description="address to bind the gRPC server to")
+    port: int = Field(0, description="gRPC port")
+    instance_id: str = Field("", description="unique id; made from the role when empty")
+    node: str = Field(default_factory=socket.gethostname, description="host name; instances of one node share a kvxfer")
+    redis_url: str = Field(description="Redis holding the registry and load book")
+    kvxfer: str = Field("", description="gRPC address of this host's kvxfer (prefill and decode)")
+    num_blocks: int = Field(defaults.NUM_BLOCKS, description="KV blocks in the pool")
+    block_size: int = Field(defaults.BLOCK_SIZE, description="tokens per KV block")
+    max_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, description="Lm for prefill; token budget per step for colocated/chunked")
+    max_num_seqs: int = Field(defaults.MAX_NUM_SEQS, description="most sequences in one batch")
+    max_pending: int = Field(256, description="most requests queued or running before RESOURCE_EXHAUSTED")
+    lease_ttl_s: float = Field(defaults.LEASE_TTL_S, description="how long prefilled K/V waits for a pull")
+    pull_timeout_s: float = Field(defaults.PULL_TIMEOUT_S, description="bound on one K/V pull")
+    heartbeat_s: float = Field(1.0, description="registry heartbeat period (the TTL is 3 periods)")
+    metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")

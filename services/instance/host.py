@@ -1,0 +1,100 @@
+"""What every engine instance (prefill, decode, colocated, chunked) shares: config, engine, gRPC server,
+health, Redis registration with heartbeats, KV pool registration with kvxfer, metrics, clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import uuid
+from collections.abc import Awaitable, Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from services.common.metrics import KV_TOTAL, serve_metrics
+from services.common.pool_files import shm_path
+from services.common.registry import InstanceInfo, Registry
+from services.engine.async_engine import AsyncEngine
+from services.engine.device import setup_device
+from services.engine.engine import EngineConfig, LLMEngine
+from services.engine.parallel.pools import rank_pools
+from services.instance.config import InstanceSettings
+from services.instance.kv_shards import rank_pool_id
+from services.instance.stats import export_gauges
+from services.kvxfer.client import KVXferClient
+
+log = logging.getLogger(__name__)
+
+
+ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str, KVXferClient | None],
+                           Awaitable[Callable[[], Awaitable[None]]]]
+
+
+async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory) -> None:
+    """Serves one instance until SIGINT/SIGTERM."""
+    instance_id = settings.instance_id or f"{settings.role}-{uuid.uuid4().hex[:8]}"
+    device = setup_device(settings.device)
+    uses_kvxfer = settings.role in ("prefill", "decode")
+    pool_path = shm_path(instance_id) if uses_kvxfer and device.type == "cpu" else None
+    engine = LLMEngine(EngineConfig(
+        model=settings.model, policy=settings.role, device=settings.device, block_size=settings.block_size,
+        num_blocks=settings.num_blocks, max_batch_tokens=settings.max_batch_tokens,
+        max_num_seqs=settings.max_num_seqs, pool_path=pool_path, tp=settings.tp, pp=settings.pp,
+        devices=tuple(d for d in settings.devices.split(",") if d)), device)
+    async_engine = AsyncEngine(engine)
+    KV_TOTAL.labels(instance_id).set(settings.num_blocks)
+    kv = KVXferClient(settings.kvxfer) if uses_kvxfer else None
+    pools = rank_pools(engine)
+    if kv is not None:
+        for pool in pools:  # rank r's pool under its own id, covered by the instance's leases
+            await kv.register_pool(rank_pool_id(instance_id, pool.rank), pool, owner=instance_id if pool.rank else "")
+
+    server = grpc.aio.server()
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    on_stop = await add_servicer(server, async_engine, settings, instance_id, kv)
+    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    await server.start()
+    serve_metrics(settings.metrics_port, settings.host)
+
+    registry = Registry.from_url(settings.redis_url, ttl_s=3 * settings.heartbeat_s)
+    info = InstanceInfo(instance_id, settings.role, f"{settings.host}:{port}", settings.node, settings.device, settings.kvxfer)
+    await registry.register(info)
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    log.info("%s %s serving on %s:%d (device %s)", settings.role, instance_id, settings.host, port, settings.device)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    while not stop.is_set() and not async_engine.failed:
+        try:
+            await registry.heartbeat(info)
+            export_gauges(await async_engine.stats(), instance_id)
+        except Exception as exc:  # Redis briefly away: keep serving, retry next beat
+            log.warning("heartbeat failed: %s", exc)
+        try:
+            await asyncio.wait_for(stop.wait(), settings.heartbeat_s)
+        except TimeoutError:
+            pass
+
+    if async_engine.failed:
+        log.error("%s %s stopping: its engine failed", settings.role, instance_id)
+    log.info("%s %s stopping", settings.role, instance_id)
+    await health_servicer.enter_graceful_shutdown()
+    try:
+        await registry.deregister(info)
+    except Exception as exc:
+        log.warning("deregister failed: %s", exc)
+    await server.stop(grace=5)
+    await on_stop()
+    if kv is not None:
+        for pool in reversed(pools):
+            await kv.unregister_pool(rank_pool_id(instance_id, pool.rank))
+        await kv.close()
+    async_engine.stop()
+    engine.close()
+    await registry.close()
+    if async_engine.failed:
+        raise SystemExit(70)
