@@ -16,6 +16,10 @@ def _make_model(args: argparse.Namespace) -> int:
 
 
 def _bench_engine(args: argparse.Namespace) -> int:
+    if args.layouts:
+        from services.engine.parallel.bench import parse_layouts, run_bench_layouts
+
+        return run_bench_layouts(resolve_model(args.model), parse_layouts(args.layouts), args.json)
     from services.engine.bench import run_bench_engine
 
     return run_bench_engine(resolve_model(args.model), args.device, args.json)
@@ -32,4 +36,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="model folder or preset")
     p.add_argument("--device", default="cpu:0")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--layouts", default="", help="TPxPP instances to time instead, e.g. 1x1,2x1,1x2: prefill and "
+                                                 "decode step wall times, a core per rank")
     p.set_defaults(func=_bench_engine)

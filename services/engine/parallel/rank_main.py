@@ -32,10 +32,19 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def _unpin() -> None:
+    """Leaves the core the instance's process is pinned to (inherited), so that `cpu:N` can pin this rank to N."""
+    try:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the kernel keeps what the cpuset allows
+    except OSError:
+        pass
+
+
 def main(arg: str) -> int:
     args = json.loads(arg)
     spec = RankSpec(**args["spec"])
     _exit_with_parent(args["parent"])
+    _unpin()
     device = setup_device(spec.device)
     if device.type == "cpu":
         keep_freed_memory()
