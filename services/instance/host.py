@@ -68,7 +68,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    while not stop.is_set() and not async_engine.failed:
+    lost = None  # a TP/PP rank that exited: the instance cannot step any more
+    while not stop.is_set() and not async_engine.failed and not (lost := engine.runner.lost_rank()):
         try:
             await registry.heartbeat(info)
             export_gauges(await async_engine.stats(), instance_id)
@@ -79,8 +80,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         except TimeoutError:
             pass
 
-    if async_engine.failed:
-        log.error("%s %s stopping: its engine failed", settings.role, instance_id)
+    if async_engine.failed or lost:
+        log.error("%s %s stopping: %s", settings.role, instance_id, lost or "its engine failed")
     log.info("%s %s stopping", settings.role, instance_id)
     await health_servicer.enter_graceful_shutdown()
     try:
@@ -96,5 +97,5 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     async_engine.stop()
     engine.close()
     await registry.close()
-    if async_engine.failed:
+    if async_engine.failed or lost:
         raise SystemExit(70)

@@ -75,6 +75,13 @@ class ParallelRunner:
     def pool_paths(self) -> list[str | None]:
         return [spec.pool_path for spec in self.specs]
 
+    def lost_rank(self) -> str | None:
+        """Why the instance lost a rank (its process exited), or None while every rank runs."""
+        for spec, (proc, _) in zip(self.specs[1:], self._ranks):
+            if proc.poll() is not None:
+                return f"rank {spec.rank} (device {spec.device}) exited with status {proc.returncode}"
+        return None
+
     def _run(self, plan: StepPlan) -> torch.Tensor:
         self.groups.world.broadcast_object(plan)
         return self.worker.run(plan)

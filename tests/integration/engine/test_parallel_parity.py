@@ -124,3 +124,24 @@ def test_generate_local_with_tp_and_pp_prints_the_single_rank_tokens(tiny_llama_
         outputs.append(json.loads(capsys.readouterr().out)["token_ids"])
     assert outputs[0] == outputs[1]
     assert not _rank_processes()
+
+
+def test_a_rank_that_dies_fails_the_step_and_nothing_hangs(tiny_llama_dir: str) -> None:
+    import signal
+    import time
+
+    engine = LLMEngine(_config(tiny_llama_dir, tp=2))
+    try:
+        assert engine.runner.lost_rank() is None
+        os.kill(_rank_processes()[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while engine.runner.lost_rank() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "rank 1 (device cpu) exited" in engine.runner.lost_rank()
+        started = time.monotonic()
+        with pytest.raises(RuntimeError):
+            engine.generate([PROMPTS[1]], PARAMS)
+        assert time.monotonic() - started < 30
+    finally:
+        engine.close()
+    assert not _rank_processes()
