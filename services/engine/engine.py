@@ -39,6 +39,7 @@ class EngineConfig:
     tp: int = 1  # tensor-parallel ranks per stage
     pp: int = 1  # pipeline stages
     devices: tuple[str, ...] = ()  # one per rank (TP x PP > 1); default: consecutive from `device`
+    rendezvous: str = ""  # host:port where rank 0 waits for ranks started elsewhere; empty: it starts them
 
 
 @dataclass(slots=True)
@@ -75,7 +76,8 @@ class LLMEngine:
             from services.engine.parallel.runner import ParallelRunner
 
             self.runner = ParallelRunner(config.model, mc, config.num_blocks, config.block_size, config.dtype,
-                                         config.device, config.tp, config.pp, config.devices, config.pool_path)
+                                         config.device, config.tp, config.pp, config.devices, config.pool_path,
+                                         config.rendezvous)
         else:
             self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device(config.device), config.pool_path)
         self.blocks = BlockManager(config.num_blocks, config.block_size)

@@ -41,13 +41,17 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         model=settings.model, policy=settings.role, device=settings.device, block_size=settings.block_size,
         num_blocks=settings.num_blocks, max_batch_tokens=settings.max_batch_tokens,
         max_num_seqs=settings.max_num_seqs, pool_path=pool_path, tp=settings.tp, pp=settings.pp,
-        devices=tuple(d for d in settings.devices.split(",") if d)), device)
+        devices=tuple(d for d in settings.devices.split(",") if d), rendezvous=settings.rendezvous), device)
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
     kv = KVXferClient(settings.kvxfer) if uses_kvxfer else None
     pools = rank_pools(engine)
     if kv is not None:
         for pool in pools:  # rank r's pool under its own id, covered by the instance's leases
+            if pool.rank and pool.path is None:
+                log.warning("rank %d's KV pool is not in a file this host's kvxfer can map: pulls cannot reach it",
+                            pool.rank)
+                continue
             await kv.register_pool(rank_pool_id(instance_id, pool.rank), pool, owner=instance_id if pool.rank else "")
 
     server = grpc.aio.server()

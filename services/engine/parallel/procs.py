@@ -31,11 +31,26 @@ class RankStartError(RuntimeError):
         self.rank = rank
 
 
+Started = list[tuple[subprocess.Popen | None, Path | None]]  # per rank 1..N-1; None: started elsewhere (compose)
+
+
 def ready_key(rank: int) -> str:
     return f"ready/{rank}"
 
 
-def spawn_ranks(specs: list[RankSpec], host: str, port: int) -> list[tuple[subprocess.Popen, Path]]:
+def spec_key(rank: int) -> str:
+    """Where rank 0 publishes a rank's RankSpec for ranks started elsewhere, which ask for it."""
+    return f"spec/{rank}"
+
+
+def publish_specs(store: dist.Store, specs: list[RankSpec]) -> Started:
+    """Ranks started elsewhere (`distserve rank --rendezvous`) read their specs from the store."""
+    for spec in specs:
+        store.set(spec_key(spec.rank), json.dumps(asdict(spec)))
+    return [(None, None) for _ in specs]
+
+
+def spawn_ranks(specs: list[RankSpec], host: str, port: int) -> Started:
     """Starts one process per spec; each one's output goes to a log file (its tail explains a failed start)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p))
     started = []
@@ -49,7 +64,7 @@ def spawn_ranks(specs: list[RankSpec], host: str, port: int) -> list[tuple[subpr
     return started
 
 
-def _tail(log: Path, lines: int = 3) -> str:
+def _tail(log: Path | None, lines: int = 3) -> str:
     try:
         text = log.read_text(errors="replace").strip().splitlines()
     except OSError:
@@ -57,8 +72,7 @@ def _tail(log: Path, lines: int = 3) -> str:
     return " | ".join(text[-lines:]) or "(no output)"
 
 
-def wait_ready(store: dist.Store, specs: list[RankSpec], started: list[tuple[subprocess.Popen, Path]],
-               timeout_s: float = READY_TIMEOUT_S) -> None:
+def wait_ready(store: dist.Store, specs: list[RankSpec], started: Started, timeout_s: float = READY_TIMEOUT_S) -> None:
     """Returns once every rank has built its part; raises RankStartError naming the first that died or hung."""
     deadline = time.monotonic() + timeout_s
     waiting = {spec.rank: (spec, proc, log) for spec, (proc, log) in zip(specs, started)}
@@ -66,7 +80,7 @@ def wait_ready(store: dist.Store, specs: list[RankSpec], started: list[tuple[sub
         for rank, (spec, proc, log) in list(waiting.items()):
             if store.check([ready_key(rank)]):
                 del waiting[rank]
-            elif proc.poll() is not None:
+            elif proc is not None and proc.poll() is not None:
                 raise RankStartError(rank, spec.device, f"exited with status {proc.returncode}: {_tail(log)}")
         if waiting and time.monotonic() > deadline:
             spec = next(iter(waiting.values()))[0]
@@ -75,10 +89,12 @@ def wait_ready(store: dist.Store, specs: list[RankSpec], started: list[tuple[sub
             time.sleep(0.02)
 
 
-def stop_ranks(started: list[tuple[subprocess.Popen, Path]], grace_s: float = 10.0) -> None:
+def stop_ranks(started: Started, grace_s: float = 10.0) -> None:
     """Waits for ranks told to stop, kills any still running after `grace_s`, removes the logs."""
     deadline = time.monotonic() + grace_s
     for proc, log in started:
+        if proc is None:
+            continue
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -87,8 +103,8 @@ def stop_ranks(started: list[tuple[subprocess.Popen, Path]], grace_s: float = 10
         log.unlink(missing_ok=True)
 
 
-def kill_ranks(started: list[tuple[subprocess.Popen, Path]]) -> None:
+def kill_ranks(started: Started) -> None:
     for proc, _ in started:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.kill()
     stop_ranks(started, grace_s=5.0)

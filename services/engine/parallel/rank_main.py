@@ -8,13 +8,14 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import torch.distributed as dist
 
 from services.common.model_config import ModelConfig
 from services.engine.device import keep_freed_memory, setup_device
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
-from services.engine.parallel.procs import ready_key
+from services.engine.parallel.procs import ready_key, spec_key
 from services.engine.parallel.rank import RankSpec, RankWorker
 from services.engine.parallel.shard import shard_for
 
@@ -40,17 +41,14 @@ def _unpin() -> None:
         pass
 
 
-def main(arg: str) -> int:
-    args = json.loads(arg)
-    spec = RankSpec(**args["spec"])
-    _exit_with_parent(args["parent"])
+def serve_rank(spec: RankSpec, store: dist.Store) -> int:
+    """Builds the rank's part, reports ready, then runs the plans rank 0 broadcasts until it says stop."""
     _unpin()
     device = setup_device(spec.device)
     if device.type == "cpu":
         keep_freed_memory()
     config = ModelConfig.from_folder(spec.model_dir)
     shard = shard_for(config, spec.tp, spec.pp, spec.rank)
-    store = dist.TCPStore(args["host"], args["port"], spec.tp * spec.pp, is_master=False, timeout=TIMEOUT)
     groups = make_groups(spec.rank, spec.tp, spec.pp)
     worker = RankWorker(spec, config, shard, groups, device)
     try:
@@ -61,6 +59,24 @@ def main(arg: str) -> int:
     finally:
         worker.close()
     return 0
+
+
+def main(arg: str) -> int:
+    """A rank the instance's process started (its spec in `arg`, JSON); it exits with that process."""
+    args = json.loads(arg)
+    spec = RankSpec(**args["spec"])
+    _exit_with_parent(args["parent"])
+    store = dist.TCPStore(args["host"], args["port"], spec.tp * spec.pp, is_master=False, timeout=TIMEOUT)
+    return serve_rank(spec, store)
+
+
+def join(rendezvous: str, rank: int, device: str, model_dir: str = "") -> int:
+    """A rank started on its own (`distserve rank`: a compose service): its spec comes from rank 0 at `rendezvous`,
+    its device (and model folder, where given) as this host sees them."""
+    host, _, port = rendezvous.rpartition(":")
+    store = dist.TCPStore(host, int(port), None, is_master=False, timeout=TIMEOUT)
+    spec = RankSpec(**json.loads(store.get(spec_key(rank))))
+    return serve_rank(replace(spec, device=device, model_dir=model_dir or spec.model_dir), store)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from services.common.model_config import ModelConfig
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
 from services.engine.parallel.plan import MicroPlan, StepPlan
-from services.engine.parallel.procs import kill_ranks, spawn_ranks, stop_ranks, wait_ready
+from services.engine.parallel.procs import kill_ranks, publish_specs, spawn_ranks, stop_ranks, wait_ready
 from services.engine.parallel.rank import RankSpec, RankWorker
 from services.engine.parallel.shard import ParallelConfigError, check_layout, shard_for
 from services.engine.sampler import sample
@@ -48,15 +48,21 @@ def rank_pool_path(pool_path: str | None, rank: int) -> str | None:
 class ParallelRunner:
     def __init__(self, model_dir: str | Path, config: ModelConfig, num_blocks: int, block_size: int, dtype: str,
                  device: str, tp: int, pp: int, devices: tuple[str, ...] = (), pool_path: str | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 rendezvous: str = "") -> None:
+        """`rendezvous` (host:port): rank 0 waits there for ranks started elsewhere (`distserve rank`, one per
+        device, e.g. a compose service each); empty: it starts them itself as local processes."""
         check_layout(config, tp, pp)
         world = tp * pp
         placed = rank_devices(device, world, devices)
         self.config, self.tp, self.pp = config, tp, pp
         self.specs = [RankSpec(str(model_dir), tp, pp, r, placed[r], num_blocks, block_size, dtype,
                                rank_pool_path(pool_path, r)) for r in range(world)]
-        self._store = dist.TCPStore(host, 0, world, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
-        self._ranks = spawn_ranks(self.specs[1:], host, self._store.port)
+        host, _, port = (rendezvous or "127.0.0.1:0").rpartition(":")
+        self._store = dist.TCPStore(host, int(port), world, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
+        if rendezvous:
+            self._ranks = publish_specs(self._store, self.specs[1:])
+        else:
+            self._ranks = spawn_ranks(self.specs[1:], host, self._store.port)
         self._finalizer = weakref.finalize(self, kill_ranks, self._ranks)  # a runner never closed leaves nothing
         try:
             self.groups = make_groups(0, tp, pp)
@@ -78,7 +84,7 @@ class ParallelRunner:
     def lost_rank(self) -> str | None:
         """Why the instance lost a rank (its process exited), or None while every rank runs."""
         for spec, (proc, _) in zip(self.specs[1:], self._ranks):
-            if proc.poll() is not None:
+            if proc is not None and proc.poll() is not None:
                 return f"rank {spec.rank} (device {spec.device}) exited with status {proc.returncode}"
         return None
 

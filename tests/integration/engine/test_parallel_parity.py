@@ -145,3 +145,26 @@ def test_a_rank_that_dies_fails_the_step_and_nothing_hangs(tiny_llama_dir: str) 
     finally:
         engine.close()
     assert not _rank_processes()
+
+
+def test_ranks_started_on_their_own_join_rank_0_at_its_rendezvous(tiny_llama_dir: str, reference) -> None:
+    import subprocess
+    import sys
+
+    from services.common.net import free_port
+
+    if reference[0].config.model != tiny_llama_dir:
+        pytest.skip("one model is enough")
+    rendezvous = f"127.0.0.1:{free_port()}"
+    rank = subprocess.Popen([sys.executable, "-m", "services", "rank", "--rendezvous", rendezvous, "--rank", "1",
+                             "--device", "cpu"])
+    try:
+        engine = LLMEngine(_config(tiny_llama_dir, tp=2, rendezvous=rendezvous))
+        try:
+            tokens = engine.generate(PROMPTS, PARAMS)
+        finally:
+            engine.close()
+        assert tokens == reference[1]
+        assert rank.wait(timeout=30) == 0  # rank 0 closing tells it to stop
+    finally:
+        rank.kill()
