@@ -74,6 +74,7 @@ class ParallelRunner:
             self._finalizer()
             raise
         self.model = self.worker.model  # rank 0's part (bench, profile)
+        self.device = self.worker.device
         self.pool = self.worker.pool    # rank 0's pool; the others lie at `pool_paths`
         self.block_size = block_size
 

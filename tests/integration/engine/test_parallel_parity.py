@@ -168,3 +168,19 @@ def test_ranks_started_on_their_own_join_rank_0_at_its_rendezvous(tiny_llama_dir
         assert rank.wait(timeout=30) == 0  # rank 0 closing tells it to stop
     finally:
         rank.kill()
+
+
+def test_profile_records_a_tp_instance(tiny_llama_dir: str, tmp_path: Path, capsys) -> None:
+    import json
+
+    from services.cli import main
+
+    out = tmp_path / "profile.json"
+    with pytest.raises(SystemExit) as done:
+        main(["profile", "--model", tiny_llama_dir, "--device", "cpu", "--tp", "2", "--max-tokens", "128",
+              "--repeats", "1", "--out", str(out)])
+    assert done.value.code in (0, None)
+    profile = json.loads(out.read_text())
+    assert (profile["tp"], profile["pp"]) == (2, 1) and len(profile["prefill"]) >= 3 and len(profile["decode"]) >= 3
+    assert "(TP 2 x PP 1)" in capsys.readouterr().out
+    assert not _rank_processes()
