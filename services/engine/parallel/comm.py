@@ -1,6 +1,7 @@
 """Process groups of one instance, made without torch's global default group (several instances per process).
 
-Each group is a backend object (gloo on CPU, NCCL on GPU) over a prefix of the instance's TCPStore.
+Each group is a backend object over a prefix of the instance's TCPStore. The plans (pickled, host memory) go
+over gloo always; hidden states, logits and all-reduces over gloo on CPU and NCCL on GPU.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ TIMEOUT = timedelta(seconds=120)
 
 
 def new_backend(store: dist.Store, rank: int, size: int, device: torch.device, prefix: str):
+    """gloo for host tensors, NCCL for a GPU's."""
     scoped = dist.PrefixStore(prefix, store)
     if device.type == "cuda":
         return dist.ProcessGroupNCCL(scoped, rank, size)
@@ -68,22 +70,27 @@ class Group:
 
 @dataclass(slots=True)
 class Groups:
-    """This rank's groups: the whole instance (control and stage-to-stage), and its stage's TP ranks."""
+    """This rank's groups: the instance's control (plans, gloo), its data path between stages (hidden states,
+    logits: the control group itself on CPU), and its stage's TP ranks."""
 
     world: Group
     tp: Group
+    data: Group
 
 
 def make_groups(rank: int, tp: int, pp: int) -> Groups:
     """This rank's groups, not yet connected (the model is built against them first)."""
     stage = rank // tp
-    return Groups(Group(list(range(tp * pp)), rank), Group([stage * tp + t for t in range(tp)], rank % tp))
+    world = Group(list(range(tp * pp)), rank)
+    return Groups(world, Group([stage * tp + t for t in range(tp)], rank % tp), world)
 
 
 def connect(groups: Groups, store: dist.Store, device: torch.device) -> None:
     """Joins the backends of this rank's groups (each waits for all its ranks), over their own store prefixes."""
     world, tp = groups.world, groups.tp
     if world.size > 1:
-        world.backend = new_backend(store, world.rank, world.size, device, "world/")
+        world.backend = new_backend(store, world.rank, world.size, torch.device("cpu"), "world/")
+        if device.type != "cpu":
+            groups.data = Group(world.ranks, world.rank, new_backend(store, world.rank, world.size, device, "data/"))
     if tp.size > 1:
         tp.backend = new_backend(store, tp.rank, tp.size, device, f"tp{tp.ranks[0] // tp.size}/")

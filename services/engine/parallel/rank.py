@@ -54,7 +54,7 @@ class RankWorker:
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> torch.Tensor | None:
         """Runs this rank's part of the step; rank 0 gets the logits [rows, V] of every micro-batch, in order."""
-        s, world = self.shard, self.groups.world
+        s, data = self.shard, self.groups.data
         outs: list[torch.Tensor] = []
         for i, mb in enumerate(plan.micro):
             ids, positions, meta = mb.tensors(self.block_size, self.device)
@@ -62,10 +62,10 @@ class RankWorker:
                 x = self.model.embed(ids, positions)  # [T, hidden]
             else:
                 x = torch.empty(mb.num_tokens, self.config.hidden_size, dtype=self.dtype, device=self.device)
-                world.recv(x, s.rank_of(s.tp_rank, s.pp_rank - 1), i)
+                data.recv(x, s.rank_of(s.tp_rank, s.pp_rank - 1), i)
             x = self.model.run_layers(x, positions, self.pool.tensor, meta)
             if not s.last_stage:
-                world.send(x, s.rank_of(s.tp_rank, s.pp_rank + 1), i)
+                data.send(x, s.rank_of(s.tp_rank, s.pp_rank + 1), i)
             elif s.tp_rank == 0:
                 rows = mb.logit_rows(plan.all_logits)
                 if rows:
@@ -74,11 +74,11 @@ class RankWorker:
         if s.last_stage and s.tp_rank == 0:
             logits = torch.cat(outs) if outs else torch.empty(0, self.config.vocab_size, dtype=self.dtype, device=self.device)
             if s.rank != 0:
-                world.send(logits.contiguous(), 0, LOGITS_TAG)
-        world.flush()
+                data.send(logits.contiguous(), 0, LOGITS_TAG)
+        data.flush()
         if s.rank == 0 and logits is None:
             logits = torch.empty(plan.num_logit_rows(), self.config.vocab_size, dtype=self.dtype, device=self.device)
-            world.recv(logits, s.rank_of(0, s.pp - 1), LOGITS_TAG)
+            data.recv(logits, s.rank_of(0, s.pp - 1), LOGITS_TAG)
         return logits if s.rank == 0 else None
 
     def close(self) -> None:
