@@ -6,6 +6,7 @@ exception into a client-visible status through `status_of`; nothing else maps er
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -32,6 +33,14 @@ class Overloaded(ServingError):
     """A queue is full."""
 
     grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class SloUnmet(Overloaded):
+    """The router predicts the request would miss its latency objective; a later try may meet it."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class Unavailable(ServingError):
@@ -74,6 +83,7 @@ class Status:
     code: grpc.StatusCode
     message: str
     field: str | None = None
+    retry_after_s: float | None = None  # when a later try may succeed (HTTP Retry-After, gRPC retry-after)
 
     @property
     def http(self) -> HttpStatus:
@@ -83,7 +93,7 @@ class Status:
 def status_of(exc: BaseException) -> Status | None:
     """The status of an expected failure; None for anything else (a bug, to be raised as it is)."""
     if isinstance(exc, ServingError):
-        return Status(exc.grpc_code, str(exc), getattr(exc, "field", None))
+        return Status(exc.grpc_code, str(exc), getattr(exc, "field", None), getattr(exc, "retry_after_s", None))
     if isinstance(exc, grpc.aio.AioRpcError):  # a downstream service's status passes through
         return Status(exc.code(), exc.details() or "")
     return None
@@ -94,4 +104,6 @@ async def abort_with(context: grpc.aio.ServicerContext, exc: Exception) -> None:
     status = status_of(exc)
     if status is None:
         raise exc
+    if status.retry_after_s is not None:
+        context.set_trailing_metadata((("retry-after", str(math.ceil(status.retry_after_s))),))
     await context.abort(status.code, status.message)

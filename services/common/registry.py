@@ -5,6 +5,7 @@
   The router picks the least-loaded live instance and adds the request's load in one Lua call, so
   several routers do not herd onto the same instance.
 - `ds:requests`: a capped stream of request records for the planner's workload profiler.
+- `ds:model`: the latency model the planner fits online to the served steps (JSON; `services/planner/online_fit.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ INST_KEY = "ds:inst:{}"
 LOAD_KEY = "ds:load:{}"
 REQUESTS_STREAM = "ds:requests"
 REQUESTS_MAXLEN = 100_000
+MODEL_KEY = "ds:model"
 
 # KEYS[1] = load zset; ARGV[1] = load to add. Returns the chosen live id; drops dead ids on the way.
 _PICK = """

@@ -19,6 +19,7 @@ from services.common.registry import Registry
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import IncrementalDecoder, Tokenizer
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
+from services.router.gate import SloGate
 from services.router.request import RouterRequest
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,8 @@ def _retryable(exc: BaseException) -> bool:
 class RouterCore:
     def __init__(self, mode: str, tokenizer: Tokenizer, dispatcher: Dispatcher, registry: Registry,
                  max_inflight: int, max_queued: int, retries: int, block_size: int = defaults.BLOCK_SIZE,
-                 release_lease: Callable[[kv_pb2.KVHandle], Awaitable[None]] | None = None) -> None:
+                 release_lease: Callable[[kv_pb2.KVHandle], Awaitable[None]] | None = None,
+                 gate: SloGate | None = None) -> None:
         self.mode = mode
         self.tokenizer = tokenizer
         self.dispatcher = dispatcher
@@ -53,12 +55,15 @@ class RouterCore:
         self.max_queued = max_queued
         self.retries = retries
         self.release_lease = release_lease
+        self.gate = gate  # SLO-aware admission (router/gate.py); None: FCFS only
         self._admission = asyncio.Semaphore(max_inflight)
         self._queued = 0
 
     async def generate(self, req: RouterRequest) -> AsyncIterator[Chunk]:
         """Streams the request's tokens; cancelling the iteration cancels every downstream call."""
         req.lifetime.arrival = req.lifetime.arrival or time.time()
+        if self.gate is not None:
+            self.gate.admit(req)  # refuses before any prefill
         if self._queued >= self.max_queued:
             metrics.REQUESTS.labels("overloaded").inc()
             raise Overloaded(f"router queue full ({self._queued} waiting)")
@@ -87,6 +92,8 @@ class RouterCore:
             metrics.REQUESTS.labels(outcome).inc()
             if outcome == "ok":
                 self._observe(req, n_tokens)
+                if self.gate is not None:
+                    self.gate.finished(req, n_tokens)
                 await self._record(req, n_tokens)
 
     # ---- disaggregated: prefill instance, then decode instance -------------------------------------

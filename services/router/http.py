@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +21,7 @@ from services.router.openai_models import (
     chat_prompt,
 )
 from services.router.request import RequestBuilder, RouterRequest
+from services.router.slo import requested_slo
 
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
@@ -30,7 +32,10 @@ def _status_of(exc: Exception) -> JSONResponse:
     status = status_of(exc)
     if status is None:
         return _error(500, f"{type(exc).__name__}: {exc}", "internal_error")
-    return _error(status.http.status, status.message, status.http.kind, status.field)
+    response = _error(status.http.status, status.message, status.http.kind, status.field)
+    if status.retry_after_s is not None:
+        response.headers["Retry-After"] = str(math.ceil(status.retry_after_s))
+    return response
 
 
 def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
@@ -68,13 +73,15 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
     async def models() -> dict:
         return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
 
-    async def run(body: SamplingBody, prompt: str | list[int], max_tokens: int | None, chat: bool):
+    async def run(body: SamplingBody, prompt: str | list[int], max_tokens: int | None, chat: bool,
+                  headers: Mapping[str, str]):
         try:
             params = _params(body, max_tokens, default_max_tokens)
             text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
             if isinstance(prompt, str) and not prompt:
                 raise EngineInputError("prompt", "must not be empty")
             req = builder.build(prompt=text, prompt_ids=ids, params=params, model=body.model)
+            req.slo = requested_slo(headers)
             stream = core.generate(req)
             first = await anext(stream)  # admission and validation errors surface before any byte is sent
         except Exception as exc:
@@ -85,12 +92,13 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
         return _final(req, chunks, chat, builder.model_name)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionBody):
-        return await run(body, body.prompt, body.max_tokens, chat=False)
+    async def completions(body: CompletionBody, request: Request):
+        return await run(body, body.prompt, body.max_tokens, chat=False, headers=request.headers)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatBody):
-        return await run(body, chat_prompt(body.messages), body.max_completion_tokens or body.max_tokens, chat=True)
+    async def chat_completions(body: ChatBody, request: Request):
+        return await run(body, chat_prompt(body.messages), body.max_completion_tokens or body.max_tokens, chat=True,
+                         headers=request.headers)
 
     return app
 

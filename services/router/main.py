@@ -20,10 +20,12 @@ from services.common.tokenizer import load_tokenizer
 from services.router.config import RouterSettings
 from services.router.core import RouterCore
 from services.router.dispatch import Dispatcher
+from services.router.gate import SloGate
 from services.router.http import build_app
 from services.router.kv_release import lease_releaser
 from services.router.request import RequestBuilder
 from services.router.server import RouterServicer
+from services.router.slo import default_slo
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +37,12 @@ async def serve_router(settings: RouterSettings) -> None:
     registry = Registry.from_url(settings.redis_url)
     dispatcher = Dispatcher(registry, settings.refresh_s)
     await dispatcher.refresh()
+    gate = SloGate(registry, dispatcher, settings.admission, default_slo(settings.slo_ttft_ms, settings.slo_tpot_ms),
+                   settings.prefill_batch_tokens) if settings.mode == "disagg" else None
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
-                      settings.retries, release_lease=lease_releaser(dispatcher))
+                      settings.retries, release_lease=lease_releaser(dispatcher), gate=gate)
     refresher = asyncio.create_task(dispatcher.run())
+    model_reader = asyncio.create_task(gate.run(settings.model_refresh_s)) if gate is not None else None
 
     server = grpc.aio.server()
     router_pb2_grpc.add_RouterServicer_to_server(
@@ -77,5 +82,7 @@ async def serve_router(settings: RouterSettings) -> None:
         await http_task
     await server.stop(grace=5)
     refresher.cancel()
+    if model_reader is not None:
+        model_reader.cancel()
     await dispatcher.close()
     await registry.close()

@@ -12,6 +12,8 @@ from services.common.sampling import SamplingParams
 from services.common.stamps import Lifetime
 from services.common.tokenizer import Tokenizer
 from services.common.validation import validate_request
+from services.router.admission import Prediction
+from services.router.slo import RequestSLO
 
 
 @dataclass(slots=True)
@@ -24,6 +26,9 @@ class RouterRequest:
     decode_instance: str = ""
     deadline: float | None = None  # time.monotonic() by which the client wants the answer
     attempt: int = 0  # retries after an instance failure; each attempt is a new request downstream
+    slo: RequestSLO | None = None  # as requested, then with the router's defaults filled in at admission
+    prediction: Prediction | None = None  # TTFT/TPOT predicted at admission (None: no fitted model)
+    best_effort: bool = False  # admitted although predicted to miss its SLO
 
     @property
     def downstream_id(self) -> str:

@@ -11,6 +11,7 @@ from services.common.errors import abort_with
 from services.common.sampling import SamplingParams
 from services.router.core import RouterCore
 from services.router.request import RequestBuilder
+from services.router.slo import requested_slo
 
 
 def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens: int) -> SamplingParams:
@@ -40,6 +41,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                                      params=params_from_request(request, self.default_max_tokens),
                                      model=request.model, request_id=request.request_id,
                                      timeout_s=context.time_remaining())
+            req.slo = requested_slo(dict(context.invocation_metadata()))
             completion = 0
             async with aclosing(self.core.generate(req)) as stream:  # a cancelled client closes it at once
                 async for chunk in stream:
