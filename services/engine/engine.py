@@ -22,6 +22,7 @@ from services.engine.block_manager import BlockManager
 from services.engine.model_runner import ModelRunner
 from services.engine.scheduler import SCHEDULERS, Policy, SchedulerConfig
 from services.engine.sequence import SeqStatus, Sequence
+from services.engine.step_guard import StepGuard
 from services.engine.step_log import EngineStats, StepLog, StepRecord
 
 
@@ -36,6 +37,10 @@ class EngineConfig:
     max_num_seqs: int = defaults.MAX_NUM_SEQS
     dtype: str = "float32"
     pool_path: str | None = None  # a /dev/shm file makes the pool mappable by kvxfer
+    tp: int = 1  # tensor-parallel ranks per stage
+    pp: int = 1  # pipeline stages
+    devices: tuple[str, ...] = ()  # one per rank (TP x PP > 1); default: consecutive from `device`
+    rendezvous: str = ""  # host:port where rank 0 waits for ranks started elsewhere; empty: it starts them
 
 
 @dataclass(slots=True)
@@ -49,6 +54,7 @@ class StepOutput:
     step_start: float = 0.0  # unix seconds: the step that produced this output
     step_end: float = 0.0
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # of new_token_ids, when the request asked
+    error: str = ""  # the step failed for this request alone: it ends here (finish_reason ABORT)
 
     @property
     def finished(self) -> bool:
@@ -69,7 +75,14 @@ class LLMEngine:
         self.model_config = ModelConfig.from_folder(config.model)
         mc = self.model_config
         self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.dtype)
-        self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device(config.device), config.pool_path)
+        if config.tp * config.pp > 1:
+            from services.engine.parallel.runner import ParallelRunner
+
+            self.runner = ParallelRunner(config.model, mc, config.num_blocks, config.block_size, config.dtype,
+                                         config.device, config.tp, config.pp, config.devices, config.pool_path,
+                                         config.rendezvous)
+        else:
+            self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device(config.device), config.pool_path)
         self.blocks = BlockManager(config.num_blocks, config.block_size)
         self.scheduler = SCHEDULERS[config.policy](
             self.blocks, SchedulerConfig(config.max_batch_tokens, config.max_num_seqs, mc.max_position))
@@ -77,6 +90,7 @@ class LLMEngine:
         self._ids: set[str] = set()
         self.last_step: StepRecord | None = None  # the shape of the latest step (seconds: its forward pass)
         self.step_log = StepLog()  # served steps, with their periods (EngineWorker writes it)
+        self.guard = StepGuard()
 
     # ---- admission -------------------------------------------------------------------------------
 
@@ -151,10 +165,11 @@ class LLMEngine:
             self.last_step = None
             return []
         step_start = time.time()
-        result = self.runner.execute(batch)
+        guarded = self.guard.run(self.runner.execute, batch)
+        batch, result = guarded.batch, guarded.sampled
         step_end = time.time()
-        self.last_step = StepRecord.of(batch, step_start, step_end - step_start)
-        outputs: list[StepOutput] = []
+        self.last_step = StepRecord.of(batch, step_start, step_end - step_start) if batch.items else None
+        outputs = [self._fail(item.seq, exc) for item, exc in guarded.failed]
         sampled = iter(zip(result.tokens, result.logprobs))
         for it in batch.items:
             seq, samples = it.seq, it.samples
@@ -175,6 +190,13 @@ class LLMEngine:
                 out.prefilled = True
             outputs.append(out)
         return outputs
+
+    def _fail(self, seq: Sequence, exc: BaseException) -> StepOutput:
+        """Ends a request whose step failed alone; its blocks go back and the engine serves on."""
+        self.scheduler.abort(seq.request_id)
+        self._ids.discard(seq.request_id)
+        return StepOutput(seq.request_id, [], FinishReason.ABORT, num_prompt_tokens=len(seq.prompt_ids),
+                          error=f"the engine's step failed for this request ({type(exc).__name__})")
 
     def _hold(self, seq: Sequence) -> list[int]:
         self.scheduler.running.remove(seq)

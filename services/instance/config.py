@@ -20,6 +20,12 @@ class InstanceSettings(BaseSettings):
     role: Role = Field(description="which engine policy this instance runs")
     model: str = Field(description="model folder")
     device: str = Field("cpu", description="cpu, cpu:N (pinned to core N) or cuda:N")
+    tp: int = Field(1, description="tensor-parallel ranks per pipeline stage (one process and device each)")
+    pp: int = Field(1, description="pipeline stages")
+    devices: str = Field("", description="comma-separated device per rank when tp x pp > 1 (default: consecutive "
+                                         "from --device)")
+    rendezvous: str = Field("", description="host:port where rank 0 waits for ranks 1..N-1 started on their own "
+                                            "(`distserve rank`); empty: the instance starts its ranks itself")
     host: str = Field("127.0.0.1", description="address to bind the gRPC server to")
     port: int = Field(0, description="gRPC port")
     instance_id: str = Field("", description="unique id; made from the role when empty")
@@ -34,4 +40,5 @@ class InstanceSettings(BaseSettings):
     lease_ttl_s: float = Field(defaults.LEASE_TTL_S, description="how long prefilled K/V waits for a pull")
     pull_timeout_s: float = Field(defaults.PULL_TIMEOUT_S, description="bound on one K/V pull")
     heartbeat_s: float = Field(1.0, description="registry heartbeat period (the TTL is 3 periods)")
+    drain_grace_s: float = Field(defaults.DRAIN_GRACE_S, description="on SIGTERM: seconds in-flight requests get to finish")
     metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")

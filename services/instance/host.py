@@ -13,16 +13,21 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.common.metrics import KV_TOTAL, serve_metrics
+from services.common.net import EXCLUSIVE_PORT, bind_port
 from services.common.pool_files import shm_path
 from services.common.registry import InstanceInfo, Registry
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
+from services.engine.parallel.pools import rank_pools
 from services.instance.config import InstanceSettings
+from services.instance.kv_shards import rank_pool_id
+from services.instance.pool_keeper import PoolKeeper
 from services.instance.stats import export_gauges
 from services.kvxfer.client import KVXferClient
 
 log = logging.getLogger(__name__)
+SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str, KVXferClient | None],
@@ -38,33 +43,49 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     engine = LLMEngine(EngineConfig(
         model=settings.model, policy=settings.role, device=settings.device, block_size=settings.block_size,
         num_blocks=settings.num_blocks, max_batch_tokens=settings.max_batch_tokens,
-        max_num_seqs=settings.max_num_seqs, pool_path=pool_path), device)
+        max_num_seqs=settings.max_num_seqs, pool_path=pool_path, tp=settings.tp, pp=settings.pp,
+        devices=tuple(d for d in settings.devices.split(",") if d), rendezvous=settings.rendezvous), device)
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
     kv = KVXferClient(settings.kvxfer) if uses_kvxfer else None
-    if kv is not None:
-        await kv.register_pool(instance_id, engine.runner.pool)
+    pools = rank_pools(engine)
 
-    server = grpc.aio.server()
+    async def register_pools() -> None:
+        for pool in pools:  # rank r's pool under its own id, covered by the instance's leases
+            if pool.rank and pool.path is None:
+                log.warning("rank %d's KV pool is not in a file this host's kvxfer can map: pulls cannot reach it",
+                            pool.rank)
+                continue
+            await kv.register_pool(rank_pool_id(instance_id, pool.rank), pool, owner=instance_id if pool.rank else "")
+
+    keeper = PoolKeeper(kv, instance_id, register_pools) if kv is not None else None
+    if kv is not None:
+        await register_pools()
+
+    server = grpc.aio.server(options=EXCLUSIVE_PORT)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     on_stop = await add_servicer(server, async_engine, settings, instance_id, kv)
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    port = bind_port(server, settings.host, settings.port)
     await server.start()
     serve_metrics(settings.metrics_port, settings.host)
 
     registry = Registry.from_url(settings.redis_url, ttl_s=3 * settings.heartbeat_s)
     info = InstanceInfo(instance_id, settings.role, f"{settings.host}:{port}", settings.node, settings.device, settings.kvxfer)
     await registry.register(info)
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set("", SERVING)
     log.info("%s %s serving on %s:%d (device %s)", settings.role, instance_id, settings.host, port, settings.device)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    while not stop.is_set() and not async_engine.failed:
+    lost = None  # a TP/PP rank that exited: the instance cannot step any more
+    while not stop.is_set() and not async_engine.failed and not (lost := engine.runner.lost_rank()):
         try:
+            if keeper is not None:  # without its kvxfer the instance can neither lease nor pull
+                ready = await keeper.check()
+                await health_servicer.set("", SERVING if ready else NOT_SERVING)
             await registry.heartbeat(info)
             export_gauges(await async_engine.stats(), instance_id)
         except Exception as exc:  # Redis briefly away: keep serving, retry next beat
@@ -74,21 +95,25 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         except TimeoutError:
             pass
 
-    if async_engine.failed:
-        log.error("%s %s stopping: its engine failed", settings.role, instance_id)
+    if async_engine.failed or lost:
+        log.error("%s %s stopping: %s", settings.role, instance_id, lost or "its engine failed")
     log.info("%s %s stopping", settings.role, instance_id)
     await health_servicer.enter_graceful_shutdown()
     try:
         await registry.deregister(info)
     except Exception as exc:
         log.warning("deregister failed: %s", exc)
-    await server.stop(grace=5)
+    await server.stop(grace=settings.drain_grace_s)
     await on_stop()
     if kv is not None:
-        await kv.unregister_pool(instance_id)
+        try:
+            for pool in reversed(pools):
+                await asyncio.wait_for(kv.unregister_pool(rank_pool_id(instance_id, pool.rank)), 2.0)
+        except Exception as exc:  # kvxfer gone first: it holds nothing of ours any more
+            log.warning("could not unregister the pools: %r", exc)
         await kv.close()
     async_engine.stop()
     engine.close()
     await registry.close()
-    if async_engine.failed:
+    if async_engine.failed or lost:
         raise SystemExit(70)

@@ -11,6 +11,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from distserve.v1 import kvxfer_pb2_grpc
+from services.common.net import EXCLUSIVE_PORT, bind_port
 from services.kvxfer.config import KVXferConfig
 from services.kvxfer.core import KVXferCore
 from services.kvxfer.iov import helper
@@ -32,8 +33,8 @@ async def serve(config: KVXferConfig) -> None:
 
     c_loop = copy_kernel() is not None and blocks_kernel() is not None  # built now, not in the first pull
     iov = helper() is not None
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
-    port = server.add_insecure_port(f"{config.host}:{config.port}")
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20), *EXCLUSIVE_PORT])
+    port = bind_port(server, config.host, config.port)
     metrics = XferMetrics()
     peers = GrpcPeers(config.connect_timeout_s)
     ucx_loop = UcxLoop()

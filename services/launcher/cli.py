@@ -6,24 +6,35 @@ import argparse
 import signal
 import threading
 
+from services.common import defaults
+from services.common.net import bindable
 from services.launcher.cores import cores_argument
 from services.launcher.stack import Stack, StackConfig
+from services.launcher.supervisor import Supervisor
 
 
 def _up(args: argparse.Namespace) -> int:
     from services.engine.presets import resolve_model
 
+    model = resolve_model(args.model)
+    _check_parallel(model, args)
     config = StackConfig(
-        model=resolve_model(args.model), mode=args.mode, prefill=args.prefill, decode=args.decode,
+        model=model, mode=args.mode, prefill=args.prefill, decode=args.decode,
+        prefill_tp=args.prefill_tp, prefill_pp=args.prefill_pp, decode_tp=args.decode_tp, decode_pp=args.decode_pp,
         devices=tuple(d for d in args.devices.split(",") if d) if args.devices else (), host=args.host,
         grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
         redis_url=args.redis_url or "", num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens,
-        log_level=args.log_level, service_cores=args.service_cores)
+        log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s)
+    taken = [p for p in (config.grpc_port, config.http_port, config.planner_port) if p and not bindable(config.host, p)]
+    if taken:  # say so now rather than have clients reach whatever holds them
+        raise SystemExit(f"distserve up: port(s) {', '.join(map(str, taken))} on {config.host} already in use")
     stack = Stack(config)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stack.start()
+    supervisor = Supervisor(stack).start()
+    threading.Thread(target=lambda: (supervisor.gave_up.wait(), stop.set()), daemon=True).start()
     if args.replan_profile:
         from services.launcher.autoscale import start_autoscaler
         from services.planner.schemas import SLOBody
@@ -43,8 +54,25 @@ def _up(args: argparse.Namespace) -> int:
         print("ready; Ctrl-C stops everything", flush=True)
         stop.wait()
     finally:
+        supervisor.stop()
         stack.stop()
-    return 0
+    return 1 if supervisor.gave_up.is_set() else 0
+
+
+def _check_parallel(model: str, args: argparse.Namespace) -> None:
+    """Refuses, naming the flag, a TP/PP layout the model or the given devices cannot take (before starting anything)."""
+    from services.common.model_config import ModelConfig
+    from services.engine.parallel.shard import ParallelConfigError, check_layout
+
+    config = ModelConfig.from_folder(model)
+    devices = len([d for d in args.devices.split(",") if d]) if args.devices else None
+    for role in ("prefill", "decode"):
+        tp, pp = getattr(args, f"{role}_tp"), getattr(args, f"{role}_pp")
+        try:
+            check_layout(config, tp, pp, devices)
+        except ParallelConfigError as exc:
+            flag = {"--tp": f"--{role}-tp", "--pp": f"--{role}-pp"}.get(exc.flag, exc.flag)
+            raise SystemExit(f"{flag}: {str(exc).split(': ', 1)[1]}") from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +81,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=("disagg", "colocated", "chunked"), default="disagg")
     p.add_argument("--prefill", type=int, default=1, help="prefill instances (colocated/chunked: added to --decode)")
     p.add_argument("--decode", type=int, default=1, help="decode instances")
-    p.add_argument("--devices", default="", help="comma-separated devices, one per instance (default cpu:0, cpu:1, ...)")
+    p.add_argument("--devices", default="", help="comma-separated devices, one per rank of each instance in order "
+                   "(default cpu:0, cpu:1, ...)")
+    for role in ("prefill", "decode"):
+        p.add_argument(f"--{role}-tp", type=int, default=1, help=f"tensor-parallel ranks per stage of each {role} instance")
+        p.add_argument(f"--{role}-pp", type=int, default=1, help=f"pipeline stages of each {role} instance")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--grpc-port", type=int, default=50051)
     p.add_argument("--http-port", type=int, default=8000)
@@ -63,6 +95,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch-tokens", type=int, default=512, help="Lm / token budget per step")
     p.add_argument("--service-cores", type=cores_argument, default="auto", help="CPU cores of the router, Redis and planner: "
                    "auto (disagg on CPU: the prefill instances' cores; else any), any, or e.g. 0,1")
+    p.add_argument("--drain-grace-s", type=float, default=defaults.DRAIN_GRACE_S,
+                   help="on SIGTERM: seconds every service gives in-flight requests (the compose files' too)")
     p.add_argument("--replan-profile", default="", help="a `distserve profile` file of this host: replan on workload "
                    "shifts and scale the instances to the plan")
     p.add_argument("--replan-interval", type=float, default=30.0, help="seconds between workload checks")

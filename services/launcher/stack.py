@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from services.common import defaults
+from services.common.lifetime import child_env
 from services.common.net import free_port
 from services.common.pool_files import remove_pool_files
 from services.common.redis_server import EmbeddedRedis
@@ -28,7 +29,11 @@ class StackConfig:
     mode: Mode = "disagg"
     prefill: int = 1
     decode: int = 1
-    devices: tuple[str, ...] = ()  # one per instance; cpu:i round-robin over the cores when empty
+    devices: tuple[str, ...] = ()  # one per rank, in order; cpu:i round-robin over the cores when empty
+    prefill_tp: int = 1  # tensor-parallel ranks per stage of each prefill (disagg) instance
+    prefill_pp: int = 1
+    decode_tp: int = 1   # of each decode instance (colocated/chunked instances use these too)
+    decode_pp: int = 1
     host: str = "127.0.0.1"
     grpc_port: int = 50051
     http_port: int = 8000
@@ -41,9 +46,14 @@ class StackConfig:
     log_level: str = "INFO"
     service_cores: tuple[int, ...] | None = None  # router, Redis, planner; None: see launcher/cores.py
     extra_env: dict[str, str] = field(default_factory=dict)
+    drain_grace_s: float = defaults.DRAIN_GRACE_S  # on SIGTERM, what every service gives in-flight requests
     # A second host for the decode instances (disagg): its own kvxfer there, so every KV pull crosses hosts.
     decode_host: str = ""   # the address decode instances and their kvxfer listen on; empty: this host
     decode_netns: str = ""  # the network namespace that host is (`ip netns exec`); empty: this one
+
+    def parallel(self, role: str) -> tuple[int, int]:
+        """(TP, PP) of an instance of `role`."""
+        return (self.prefill_tp, self.prefill_pp) if role == "prefill" else (self.decode_tp, self.decode_pp)
 
     def instance_roles(self) -> list[str]:
         if self.mode == "disagg":
@@ -59,6 +69,8 @@ class Proc:
     role: str = ""
     device: str = ""
     metrics_port: int = 0
+    cmd: list[str] = field(default_factory=list)
+    stopping: bool = False  # stopped on purpose: not to be restarted
 
 
 class Stack:
@@ -91,11 +103,21 @@ class Stack:
         cmd = [*enter, sys.executable, "-m", "services", "--log-level", self.config.log_level, *pinning, *args]
         if metrics:
             cmd += ["--metrics-port", str(metrics_port)]
-        env = {**os.environ, **self.config.extra_env}
-        process = subprocess.Popen(cmd, env=env, start_new_session=True)
-        proc = Proc(name, address, process, role, device, metrics_port)
+        proc = Proc(name, address, self._popen(cmd), role, device, metrics_port, cmd)
         self.procs.append(proc)
         return proc
+
+    def _popen(self, cmd: list[str]) -> subprocess.Popen:
+        grace = str(self.config.drain_grace_s)
+        env = {**os.environ, "DISTSERVE_DRAIN_GRACE_S": grace, "DISTSERVE_ROUTER_DRAIN_GRACE_S": grace,
+               **child_env(), **self.config.extra_env}
+        return subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def respawn(self, proc: Proc) -> None:
+        """Starts a dead process again, as it was started (same name, ports and instance id)."""
+        if proc.role:
+            remove_pool_files(proc.name)
+        proc.process = self._popen(proc.cmd)
 
     def _free_port(self, host: str) -> int:
         """A free port of host; the decode host's namespace runs nothing else, so any port there is free."""
@@ -134,8 +156,12 @@ class Stack:
                                                          self.decode_kvxfer_address.rsplit(":", 1)[1]],
                                        self.decode_kvxfer_address, netns=c.decode_netns)
                     wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
-            for i, role in enumerate(c.instance_roles()):
-                waits.append(self.add_instance(role, self.device(i), wait=False))
+            first = 0  # each instance takes the next TP x PP devices, one per rank
+            for role in c.instance_roles():
+                tp, pp = c.parallel(role)
+                ranks = tuple(self.device(first + r) for r in range(tp * pp))
+                waits.append(self.add_instance(role, ranks[0], wait=False, rank_devices=ranks))
+                first += tp * pp
             for proc in waits:
                 wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             router = self._spawn("router", [
@@ -152,7 +178,8 @@ class Stack:
             self.stop()
             raise
 
-    def add_instance(self, role: str, device: str, wait: bool = True) -> Proc:
+    def add_instance(self, role: str, device: str, wait: bool = True, rank_devices: tuple[str, ...] = ()) -> Proc:
+        """Starts an instance of `role` (TP x PP ranks on `rank_devices` when it has several)."""
         c = self.config
         remote = role == "decode" and bool(c.decode_host)
         host = c.decode_host if remote else c.host
@@ -163,6 +190,9 @@ class Stack:
                 "--max-batch-tokens", str(c.max_batch_tokens), "--lease-ttl-s", str(c.lease_ttl_s)]
         if self.kvxfer_address:
             args += ["--kvxfer", self.decode_kvxfer_address if remote else self.kvxfer_address]
+        tp, pp = c.parallel(role)
+        if tp * pp > 1:
+            args += ["--tp", str(tp), "--pp", str(pp), "--devices", ",".join(rank_devices or (device,) * (tp * pp))]
         proc = self._spawn(instance_id, args, f"{host}:{port}", role, device, netns=c.decode_netns if remote else "")
         if wait:
             wait_serving(proc.address, proc.process, c.ready_timeout_s, instance_id)
@@ -176,6 +206,7 @@ class Stack:
 
     @staticmethod
     def _terminate(proc: Proc, timeout_s: float) -> None:
+        proc.stopping = True
         if proc.process.poll() is None:
             proc.process.send_signal(signal.SIGTERM)
             try:
@@ -192,7 +223,7 @@ class Stack:
         """Router first (no new work), then instances, then kvxfer, then Redis."""
         order = sorted(self.procs, key=lambda p: {"router": 0, "planner": 0, "kvxfer": 2, "kvxfer-decode": 2}.get(p.name, 1))
         for proc in order:
-            self._terminate(proc, 15.0)
+            self._terminate(proc, self.config.drain_grace_s + 10)
         self.procs.clear()
         if self.redis is not None:
             self.redis.stop()

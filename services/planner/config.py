@@ -17,3 +17,8 @@ class PlannerSettings(BaseSettings):
     replan_threshold: float = Field(0.25, gt=0, description="relative workload change that triggers a replan")
     replan_model: str = Field("opt-13b", description="model the replanning loop plans for")
     replan_hardware: str = Field("a100-80gb", description="coefficient set or profile file the loop plans with")
+    fit_interval: float = Field(5.0, ge=0, description="seconds between refits of the online latency model; 0: none")
+    fit_window_s: float = Field(300.0, gt=0, description="age of the oldest served step the online model is fitted to")
+    fit_max_steps: int = Field(5000, ge=10, description="steps per instance kind and device the window holds at most")
+    model_profile: str | None = Field(None, description="`distserve profile` file seeding the online fit's attention "
+                                                        "terms; none: every term is fitted")

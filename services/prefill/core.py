@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import grpc
+
 from distserve.v1 import kv_pb2
+from services.common.errors import Unavailable
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
@@ -26,8 +30,9 @@ class PrefillResult:
 
 class PrefillCore:
     def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, lease_ttl_s: float,
-                 max_pending: int, pull_timeout_s: float) -> None:
+                 max_pending: int, pull_timeout_s: float, shards: Sequence[kv_pb2.KVShard] = ()) -> None:
         self.engine = engine
+        self.shards = list(shards)  # a TP/PP instance's rank pools, written into every handle
         # A pull in flight holds its lease past expiry: free by our own clock only well after that.
         self.leases = LeaseKeeper(kv, instance_id, self.free_leased, grace_s=pull_timeout_s + 5)
         self.instance_id = instance_id
@@ -60,8 +65,11 @@ class PrefillCore:
         self._holder[last.held_blocks[0]] = request_id
         try:
             handle = await self.leases.create_lease(last.held_blocks, len(prompt_ids), self.lease_ttl_s, pulls)
-        except BaseException:
+        except BaseException as exc:
             self._holder.pop(last.held_blocks[0], None)
             self.engine.release(request_id)
+            if isinstance(exc, grpc.aio.AioRpcError):  # kvxfer away or restarted: retryable, not this request's fault
+                raise Unavailable(f"KV transfer service: {exc.code().name}") from exc
             raise
+        handle.shards.extend(self.shards)
         return PrefillResult(last.new_token_ids[0], "", handle, stamps, last.logprobs)

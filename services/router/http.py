@@ -4,34 +4,49 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from services.common.errors import EngineInputError, status_of
+from services.common.errors import EngineInputError, Status, internal_status, status_of
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import Tokenizer
 from services.router.choices import merge
+from services.router.closing_response import ClosingStreamingResponse
 from services.router.core import Chunk, RouterCore
 from services.router.openai_logprobs import chat_logprobs, completion_logprobs
 from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, chat_prompt
 from services.router.request import RequestBuilder, RouterRequest
+from services.router.slo import requested_slo
+
+log = logging.getLogger(__name__)
 
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status_code=status)
 
 
-def _status_of(exc: Exception) -> JSONResponse:
+def _client_status(exc: Exception) -> Status:
     status = status_of(exc)
     if status is None:
-        return _error(500, f"{type(exc).__name__}: {exc}", "internal_error")
-    return _error(status.http.status, status.message, status.http.kind, status.field)
+        log.error("unexpected error", exc_info=exc)
+        return internal_status(exc)
+    return status
+
+
+def _status_of(exc: Exception) -> JSONResponse:
+    status = _client_status(exc)
+    response = _error(status.http.status, status.message, status.http.kind, status.field)
+    if status.retry_after_s is not None:
+        response.headers["Retry-After"] = str(math.ceil(status.retry_after_s))
+    return response
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +118,8 @@ def _best(chunks: list[Chunk], prompts: int, best_of: int, n: int) -> list[Chunk
     return [replace(c, index=index[c.index]) for c in chunks if c.index in index]
 
 
-def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "") -> FastAPI:
+def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "",
+              missing: Callable[[], list[str]] = list) -> FastAPI:
     app = FastAPI(title="distserve router", description="OpenAI-compatible API of distserve")
 
     @app.exception_handler(RequestValidationError)
@@ -122,14 +138,18 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
         return await call_next(request)
 
     @app.get("/health")
-    async def health() -> dict:
+    async def health():
+        roles = missing()  # no live instance of a role the router needs: it cannot serve
+        if roles:
+            return JSONResponse({"status": "unavailable", "missing": roles}, status_code=503, headers={"Retry-After": "1"})
         return {"status": "ok"}
 
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
 
-    async def run(body: CompletionBody | ChatBody, prompts: list[str | list[int]], max_tokens: int | None, chat: bool):
+    async def run(body: CompletionBody | ChatBody, prompts: list[str | list[int]], max_tokens: int | None, chat: bool,
+                  headers: Mapping[str, str]):
         streams: list[AsyncIterator[Chunk]] = []
         try:
             params = _params(body, max_tokens, default_max_tokens)
@@ -137,6 +157,8 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
                 raise EngineInputError("prompt", "must not be empty")
             reqs = [builder.build(prompt=p if isinstance(p, str) else "", prompt_ids=[] if isinstance(p, str) else p,
                                   params=replace(params), model=body.model, n=_samples(body)) for p in prompts]
+            for req in reqs:
+                req.slo = requested_slo(headers)
             streams = [core.generate(req) for req in reqs]
             # admission and validation errors surface before any byte is sent
             firsts = await asyncio.gather(*(anext(s) for s in streams), return_exceptions=True)
@@ -153,23 +175,26 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
         chunks = merge([_numbered(i * _samples(body), first, s) for i, (first, s) in enumerate(zip(firsts, streams))])
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(_sse(Batch(reqs, body.n), chunks, shape, usage), media_type="text/event-stream")
-        async with aclosing(chunks):
-            collected = [c async for c in chunks]
+            return ClosingStreamingResponse(_sse(Batch(reqs, body.n), chunks, shape, usage), media_type="text/event-stream")
+        try:
+            async with aclosing(chunks):
+                collected = [c async for c in chunks]
+        except Exception as exc:
+            return _status_of(exc)
         if _samples(body) > body.n:
             collected = _best(collected, len(reqs), _samples(body), body.n)
         return _final(Batch(reqs, body.n), collected, shape)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionBody):
+    async def completions(body: CompletionBody, request: Request):
         prompts = body.prompt if isinstance(body.prompt, list) and body.prompt and not isinstance(body.prompt[0], int) \
             else [body.prompt]
-        return await run(body, prompts, body.max_tokens, chat=False)
+        return await run(body, prompts, body.max_tokens, chat=False, headers=request.headers)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatBody):
+    async def chat_completions(body: ChatBody, request: Request):
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-        return await run(body, [chat_prompt(body.messages)], max_tokens, chat=True)
+        return await run(body, [chat_prompt(body.messages)], max_tokens, chat=True, headers=request.headers)
 
     return app
 
@@ -232,11 +257,17 @@ async def _sse(batch: Batch, chunks: AsyncIterator[Chunk], shape: Shape, usage: 
     async with aclosing(chunks):
         for index in range(total) if shape.echo else ():
             yield event([{"index": index, "text": shape.echo[index // batch.n], "finish_reason": None, "logprobs": None}])
-        async for chunk in chunks:
-            choice = shape.choice([chunk], chunk.index, delta=True, offset=offsets[chunk.index])
-            offsets[chunk.index] += len(chunk.text)
-            completion += len(chunk.token_ids)
-            yield event([choice], token_ids=chunk.token_ids, **({"usage": None} if usage else {}))
+        try:
+            async for chunk in chunks:
+                choice = shape.choice([chunk], chunk.index, delta=True, offset=offsets[chunk.index])
+                offsets[chunk.index] += len(chunk.text)
+                completion += len(chunk.token_ids)
+                yield event([choice], token_ids=chunk.token_ids, **({"usage": None} if usage else {}))
+        except Exception as exc:  # the status is already sent: the failure goes in an error event
+            status = _client_status(exc)
+            error = {"message": status.message, "type": status.http.kind, "param": status.field,
+                     "code": status.http.status}
+            yield f"data: {json.dumps({'error': error})}\n\n"
     if usage:
         yield event([], usage=batch.usage(completion))
     yield "data: [DONE]\n\n"
