@@ -71,6 +71,8 @@ class Proc:
     metrics_port: int = 0
     cmd: list[str] = field(default_factory=list)
     stopping: bool = False  # stopped on purpose: not to be restarted
+    parallel: tuple[int, int] = (1, 1)  # an instance's TP x PP
+    rank_devices: tuple[str, ...] = ()  # its ranks' devices, stage-major (empty: `device` alone)
 
 
 class Stack:
@@ -178,8 +180,10 @@ class Stack:
             self.stop()
             raise
 
-    def add_instance(self, role: str, device: str, wait: bool = True, rank_devices: tuple[str, ...] = ()) -> Proc:
-        """Starts an instance of `role` (TP x PP ranks on `rank_devices` when it has several)."""
+    def add_instance(self, role: str, device: str, wait: bool = True, rank_devices: tuple[str, ...] = (),
+                     parallel: tuple[int, int] | None = None) -> Proc:
+        """Starts an instance of `role` (TP x PP ranks on `rank_devices` when it has several); `parallel`: its
+        TP x PP when not the stack's for the role."""
         c = self.config
         remote = role == "decode" and bool(c.decode_host)
         host = c.decode_host if remote else c.host
@@ -190,10 +194,12 @@ class Stack:
                 "--max-batch-tokens", str(c.max_batch_tokens), "--lease-ttl-s", str(c.lease_ttl_s)]
         if self.kvxfer_address:
             args += ["--kvxfer", self.decode_kvxfer_address if remote else self.kvxfer_address]
-        tp, pp = c.parallel(role)
+        tp, pp = parallel or c.parallel(role)
         if tp * pp > 1:
-            args += ["--tp", str(tp), "--pp", str(pp), "--devices", ",".join(rank_devices or (device,) * (tp * pp))]
+            rank_devices = rank_devices or (device,) * (tp * pp)
+            args += ["--tp", str(tp), "--pp", str(pp), "--devices", ",".join(rank_devices)]
         proc = self._spawn(instance_id, args, f"{host}:{port}", role, device, netns=c.decode_netns if remote else "")
+        proc.parallel, proc.rank_devices = (tp, pp), tuple(rank_devices)
         if wait:
             wait_serving(proc.address, proc.process, c.ready_timeout_s, instance_id)
         return proc
