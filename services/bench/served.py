@@ -15,11 +15,12 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 
-import grpc
 import numpy as np
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.bench.loadgen import RequestResult
+from services.common.auth import TOOL
+from services.common.links import internal_channel
 from services.common.registry import Registry
 from services.common.stamps import Lifetime
 from services.engine.step_log import StepRecord
@@ -40,7 +41,7 @@ async def _steps(redis_url: str, since: float) -> list[StepRecord]:
         await registry.close()
     out: list[StepRecord] = []
     for info in instances:
-        async with grpc.aio.insecure_channel(info.address) as channel:
+        async with internal_channel(info.address, TOOL) as channel:
             stub = STUBS.get(info.role, worker_pb2_grpc.ColocatedStub)(channel)
             reply = await stub.Stats(worker_pb2.InstanceStatsRequest(steps_since=since), timeout=10)
         out += [StepRecord(s.kind, s.seqs, s.tokens, s.sum_sq, s.context, s.start, s.seconds) for s in reply.step_log]

@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from services.common.auth import instance_principal
+from services.common.links import internal_server
 from services.common.metrics import KV_TOTAL, serve_metrics
 from services.common.pool_files import shm_path
 from services.common.registry import InstanceInfo, Registry
@@ -41,11 +43,11 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         max_num_seqs=settings.max_num_seqs, pool_path=pool_path), device)
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
-    kv = KVXferClient(settings.kvxfer) if uses_kvxfer else None
+    kv = KVXferClient(settings.kvxfer, instance_principal(instance_id)) if uses_kvxfer else None
     if kv is not None:
         await kv.register_pool(instance_id, engine.runner.pool)
 
-    server = grpc.aio.server()
+    server = internal_server()
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     on_stop = await add_servicer(server, async_engine, settings, instance_id, kv)

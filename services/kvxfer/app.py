@@ -6,11 +6,12 @@ import asyncio
 import logging
 import signal
 
-import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from distserve.v1 import kvxfer_pb2_grpc
+from services.common.links import internal_server
+from services.common.secret import deployment_secret
 from services.kvxfer.config import KVXferConfig
 from services.kvxfer.core import KVXferCore
 from services.kvxfer.iov import helper
@@ -32,7 +33,7 @@ async def serve(config: KVXferConfig) -> None:
 
     c_loop = copy_kernel() is not None and blocks_kernel() is not None  # built now, not in the first pull
     iov = helper() is not None
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+    server = internal_server(64 << 20)
     port = server.add_insecure_port(f"{config.host}:{config.port}")
     metrics = XferMetrics()
     peers = GrpcPeers(config.connect_timeout_s)
@@ -41,7 +42,8 @@ async def serve(config: KVXferConfig) -> None:
     core = KVXferCore(f"{config.host}:{port}", peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
     ucx = UcxServer(ucx_loop, core)
     ucx_port = ucx.start(config.ucx_port)
-    kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port), server)
+    kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port,
+                                                                 check_owners=deployment_secret() is not None), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if config.metrics_port:

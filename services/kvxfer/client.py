@@ -16,8 +16,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
+from services.common.auth import TOOL
 from services.common.errors import ServingError
 from services.common.kv_layout import KVLayout
+from services.common.links import internal_channel
 from services.kvxfer.convert import layout_to_pb, stats_from_pb
 from services.kvxfer.leases import LeaseEnd, LeaseState
 from services.kvxfer.records import PullResult, Stats
@@ -49,9 +51,10 @@ class PullFailed(ServingError):
 
 
 class KVXferClient:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, principal: str = TOOL) -> None:
+        """`principal`: who calls (auth.py); an instance calls as itself, so kvxfer lets it use its own pool only."""
         self.address = address
-        self._channel = grpc.aio.insecure_channel(address)
+        self._channel = internal_channel(address, principal)
         self._stub = kvxfer_pb2_grpc.KVXferStub(self._channel)
 
     async def wait_ready(self, timeout_s: float = 30.0) -> None:

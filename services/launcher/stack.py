@@ -15,6 +15,7 @@ from services.common import defaults
 from services.common.net import free_port
 from services.common.pool_files import remove_pool_files
 from services.common.redis_server import EmbeddedRedis
+from services.common.secret import SECRET_ENV, ensure_secret
 from services.launcher.cores import host_service_cores, pin_process
 from services.launcher.health import wait_serving
 
@@ -65,6 +66,7 @@ class Stack:
         self.redis_url = config.redis_url
         self.kvxfer_address = ""
         self.procs: list[Proc] = []
+        self.secret_file = os.environ.get(SECRET_ENV) or str(ensure_secret())  # made on first use
 
     @property
     def router_address(self) -> str:
@@ -86,7 +88,7 @@ class Stack:
         cmd = [sys.executable, "-m", "services", "--log-level", self.config.log_level, *pinning, *args]
         if metrics:
             cmd += ["--metrics-port", str(metrics_port)]
-        env = {**os.environ, **self.config.extra_env}
+        env = {**os.environ, SECRET_ENV: self.secret_file, **self.config.extra_env}
         process = subprocess.Popen(cmd, env=env, start_new_session=True)
         proc = Proc(name, address, process, role, device, metrics_port)
         self.procs.append(proc)

@@ -13,6 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from distserve.v1 import router_pb2, router_pb2_grpc
+from services.common.links import server_options
 from services.common.metrics import serve_metrics
 from services.common.model_config import ModelConfig
 from services.common.registry import Registry
@@ -39,7 +40,7 @@ async def serve_router(settings: RouterSettings) -> None:
                       settings.retries, release_lease=lease_releaser(dispatcher))
     refresher = asyncio.create_task(dispatcher.run())
 
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=server_options())
     router_pb2_grpc.add_RouterServicer_to_server(
         RouterServicer(core, builder, settings.default_max_tokens, settings.api_key), server)
     health_servicer = health.aio.HealthServicer()

@@ -1,0 +1,100 @@
+"""kvxfer with a deployment secret: callers without its token are refused, and only a pool's owner uses it."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
+from services.common.auth import PRINCIPAL_KEY, TOKEN_KEY, instance_principal, token
+from services.common.secret import SECRET_ENV, ensure_secret
+from services.kvxfer.client import KVXferClient, PullFailed
+from services.kvxfer.convert import layout_to_pb
+from tests.integration.kvxfer.conftest import LAYOUT, block_bytes
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+
+@pytest.fixture
+def secret_file(tmp_path, monkeypatch) -> str:
+    path = str(ensure_secret(tmp_path / "secret"))
+    monkeypatch.setenv(SECRET_ENV, path)  # the kvxfer process and this test's clients read it
+    return path
+
+
+async def test_calls_without_a_valid_token_are_refused_and_change_nothing(secret_file, start_kvxfer, make_pool) -> None:
+    host = await start_kvxfer()
+    owner = KVXferClient(host.address, instance_principal("p0"))
+    src, dst = make_pool("p0"), make_pool("d0", fill=False)
+    await owner.register_pool("p0", src)
+    handle = await owner.create_lease("p0", [1, 2], num_tokens=20, ttl_s=30)
+    before = await owner.stats()
+    forged = ((PRINCIPAL_KEY, instance_principal("p0")), (TOKEN_KEY, token(b"another deployment" * 2, instance_principal("p0"))))
+    async with grpc.aio.insecure_channel(host.address) as channel:
+        stub = kvxfer_pb2_grpc.KVXferStub(channel)
+        calls = {
+            "register": lambda md: stub.RegisterPool(kvxfer_pb2.RegisterPoolRequest(
+                instance_id="d0", layout=layout_to_pb(LAYOUT), device="cpu", shm_path=dst.path), metadata=md),
+            "lease": lambda md: stub.CreateLease(kvxfer_pb2.CreateLeaseRequest(
+                instance_id="p0", block_ids=[3], num_tokens=10, ttl_s=30), metadata=md),
+            "pull": lambda md: stub.Pull(kvxfer_pb2.PullRequest(
+                source=handle, dst_instance_id="p0", dst_block_ids=[5, 6]), metadata=md),
+            "release": lambda md: stub.Release(kvxfer_pb2.ReleaseRequest(lease_id=handle.lease_id), metadata=md),
+            "unregister": lambda md: stub.UnregisterPool(kvxfer_pb2.UnregisterPoolRequest(instance_id="p0"), metadata=md),
+        }
+        for name, call in calls.items():
+            for metadata in ((), forged, ((PRINCIPAL_KEY, instance_principal("p0")),)):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await call(metadata)
+                assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED, name
+    assert await owner.stats() == before  # still one pool, one live lease, no pull
+    assert await owner.release(handle.lease_id)
+    await owner.close()
+
+
+async def test_one_instance_cannot_use_another_instances_pool(secret_file, start_kvxfer, make_pool) -> None:
+    host = await start_kvxfer()
+    a, b = KVXferClient(host.address, instance_principal("p0")), KVXferClient(host.address, instance_principal("d0"))
+    src, dst = make_pool("p0"), make_pool("d0", fill=False)
+    await a.register_pool("p0", src)
+    handle = await a.create_lease("p0", [1, 2, 3], num_tokens=40, ttl_s=30)
+
+    denied = [
+        b.register_pool("p0", src),  # take over a's name
+        b.create_lease("p0", [4], num_tokens=10),
+        b.release(handle.lease_id),
+        b.unregister_pool("p0"),
+        b.pull(handle, "p0", [7, 8, 9]),  # write into a's pool
+        anext(b.watch_leases("p0")),
+    ]
+    for call in denied:
+        with pytest.raises((grpc.aio.AioRpcError, PullFailed)) as refused:
+            await call
+        code = refused.value.code() if isinstance(refused.value, grpc.aio.AioRpcError) else refused.value.code
+        assert code is grpc.StatusCode.PERMISSION_DENIED, refused.value
+    stats = await a.stats()
+    assert (stats.pools, stats.live_leases, stats.pulls_ok, stats.pulls_failed) == (1, 1, 0, 0)
+
+    await b.register_pool("d0", dst)  # b's own pool, with the lease it was handed: the pull goes through
+    result = await b.pull(handle, "d0", [7, 8, 9])
+    assert result.path == "same-host" and block_bytes(dst, [7, 8, 9]) == block_bytes(src, [1, 2, 3])
+    assert (await a.stats()).live_leases == 0
+    for client in (a, b):
+        await client.close()
+
+
+async def test_a_lease_id_is_needed_to_pull(secret_file, start_kvxfer, make_pool) -> None:
+    host = await start_kvxfer()
+    a, b = KVXferClient(host.address, instance_principal("p0")), KVXferClient(host.address, instance_principal("d0"))
+    await a.register_pool("p0", make_pool("p0"))
+    await b.register_pool("d0", make_pool("d0", fill=False))
+    handle = await a.create_lease("p0", [1], num_tokens=10, ttl_s=30)
+    guessed = kv_pb2.KVHandle()
+    guessed.CopyFrom(handle)
+    guessed.lease_id = "0" * 32
+    with pytest.raises(PullFailed) as failed:
+        await b.pull(guessed, "d0", [2])
+    assert failed.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    assert (await a.stats()).live_leases == 1
+    for client in (a, b):
+        await client.close()
