@@ -9,13 +9,15 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from services.common import defaults
 from services.common.net import free_port
 from services.common.pool_files import remove_pool_files
+from services.common.redis_auth import redis_password
 from services.common.redis_server import EmbeddedRedis
-from services.common.secret import SECRET_ENV, ensure_secret
+from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.launcher.cores import host_service_cores, pin_process
 from services.launcher.health import wait_serving
 
@@ -109,7 +111,7 @@ class Stack:
         """Starts everything and returns once every server reports SERVING."""
         c = self.config
         if not self.redis_url:
-            self.redis = EmbeddedRedis(host=c.host).start()
+            self.redis = EmbeddedRedis(host=c.host, password=redis_password(read_secret(Path(self.secret_file)))).start()
             self.redis_url = self.redis.url
             if self.service_cores:
                 pin_process(self.redis.process.pid, self.service_cores)
