@@ -49,7 +49,7 @@ class TokenCheck(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None or details.method.startswith(OPEN_METHODS) or self.valid(details.invocation_metadata):
             return handler
-        return _refusal(handler)
+        return refusal(handler, grpc.StatusCode.UNAUTHENTICATED, "missing or invalid deployment token")
 
     def valid(self, metadata) -> bool:
         fields = dict(metadata or ())
@@ -59,15 +59,14 @@ class TokenCheck(grpc.aio.ServerInterceptor):
         return bool(principal) and hmac.compare_digest(token(self._secret, principal), presented)
 
 
-def _refusal(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """A handler of the same kind that ends the call with UNAUTHENTICATED and runs nothing."""
-    message = "missing or invalid deployment token"
+def refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same kind as `handler` that ends the call with `code` and runs nothing."""
 
     async def unary(request, context: grpc.aio.ServicerContext):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await context.abort(code, message)
 
     async def stream(request, context: grpc.aio.ServicerContext):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await context.abort(code, message)
         yield  # an async generator, as a streaming handler must be
 
     kinds = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,

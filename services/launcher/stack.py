@@ -19,6 +19,7 @@ from services.common.redis_auth import redis_password
 from services.common.redis_server import EmbeddedRedis
 from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.launcher.cores import host_service_cores, pin_process
+from services.launcher.credentials import planner_access, router_access
 from services.launcher.health import wait_serving
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class StackConfig:
     log_level: str = "INFO"
     service_cores: tuple[int, ...] | None = None  # router, Redis, planner; None: see launcher/cores.py
     extra_env: dict[str, str] = field(default_factory=dict)
+    api_key_file: str = ""  # the router's client keys; none: the router serves loopback only
+    allow_unauthenticated: bool = False  # let the router serve beyond loopback without keys
 
     def instance_roles(self) -> list[str]:
         if self.mode == "disagg":
@@ -128,12 +131,13 @@ class Stack:
                 wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             router = self._spawn("router", [
                 "router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(c.grpc_port),
-                "--http-port", str(c.http_port), "--redis-url", self.redis_url], self.router_address,
-                cores=self.service_cores)
+                "--http-port", str(c.http_port), "--redis-url", self.redis_url, *router_access(c)],
+                self.router_address, cores=self.service_cores)
             wait_serving(router.address, router.process, c.ready_timeout_s, "router")
             if c.planner_port:
                 self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
-                                        "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}", metrics=False,
+                                        "--redis-url", self.redis_url, *planner_access(c)],
+                            f"{c.host}:{c.planner_port}", metrics=False,
                             cores=self.service_cores)
         except BaseException:
             self.stop()

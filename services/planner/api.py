@@ -19,6 +19,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from services.common.api_keys import ApiKeys
+from services.common.front_door import BodyLimit
 from services.common.redis_auth import resolve_url
 from services.planner.actuator import Actuator
 from services.planner.config import PlannerSettings
@@ -66,6 +68,15 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
     app = FastAPI(title="distserve planner", version="1", lifespan=lifespan,
                   description="Goodput-optimal placement of prefill and decode instances (DistServe, OSDI'24).")
     app.state.replanner = replanner
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    admin = ApiKeys(settings.admin_key_file)
+
+    @app.middleware("http")
+    async def check_admin_key(request: Request, call_next):
+        """Planning runs worker processes and rescales the stack: only operators with an admin key may POST."""
+        if request.method != "GET" and not admin.allows_bearer(request.headers.get("authorization")):
+            return JSONResponse(status_code=401, content={"detail": "missing or wrong admin key"})
+        return await call_next(request)
 
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError) -> JSONResponse:

@@ -17,3 +17,6 @@ class PlannerSettings(BaseSettings):
     replan_threshold: float = Field(0.25, gt=0, description="relative workload change that triggers a replan")
     replan_model: str = Field("opt-13b", description="model the replanning loop plans for")
     replan_hardware: str = Field("a100-80gb", description="coefficient set or profile file the loop plans with")
+    admin_key_file: str = Field("", description="file of hashed admin keys (`distserve api-key add`); POSTs need one")
+    allow_unauthenticated: bool = Field(False, description="serve beyond loopback without admin keys")
+    max_body_bytes: int = Field(1 << 20, description="largest request body accepted (413 above)")

@@ -10,7 +10,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from services.common.api_keys import ApiKeys
 from services.common.errors import EngineInputError, status_of
+from services.common.front_door import BodyLimit
 from services.common.sampling import SamplingParams
 from services.router.core import Chunk, RouterCore
 from services.router.openai_models import (
@@ -45,8 +47,11 @@ def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int)
                           stop_token_ids=tuple(body.stop_token_ids), ignore_eos=body.ignore_eos)
 
 
-def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "") -> FastAPI:
+def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, keys: ApiKeys | None = None,
+              max_body_bytes: int = 4 << 20) -> FastAPI:
     app = FastAPI(title="distserve router", description="OpenAI-compatible API of distserve")
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    keys = keys or ApiKeys()
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -56,7 +61,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
 
     @app.middleware("http")
     async def check_key(request: Request, call_next):
-        if api_key and request.url.path.startswith("/v1/") and request.headers.get("authorization") != f"Bearer {api_key}":
+        if request.url.path.startswith("/v1/") and not keys.allows_bearer(request.headers.get("authorization")):
             return _error(401, "missing or wrong API key", "authentication_error")
         return await call_next(request)
 

@@ -13,6 +13,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from distserve.v1 import router_pb2, router_pb2_grpc
+from services.common.api_keys import ApiKeys, check_exposure
+from services.common.front_door import KeyCheck
 from services.common.links import server_options
 from services.common.metrics import serve_metrics
 from services.common.model_config import ModelConfig
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 
 
 async def serve_router(settings: RouterSettings) -> None:
+    keys = ApiKeys(settings.api_key_file, (settings.api_key,))
+    check_exposure(settings.host, keys, settings.allow_unauthenticated, "router")
     tokenizer = load_tokenizer(settings.model)
     model_name = settings.model_name or Path(settings.model).name
     builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars)
@@ -40,9 +44,9 @@ async def serve_router(settings: RouterSettings) -> None:
                       settings.retries, release_lease=lease_releaser(dispatcher))
     refresher = asyncio.create_task(dispatcher.run())
 
-    server = grpc.aio.server(options=server_options())
-    router_pb2_grpc.add_RouterServicer_to_server(
-        RouterServicer(core, builder, settings.default_max_tokens, settings.api_key), server)
+    checks = [KeyCheck(keys, settings.close_reflection)] if keys.enabled else []
+    server = grpc.aio.server(interceptors=checks, options=server_options())
+    router_pb2_grpc.add_RouterServicer_to_server(RouterServicer(core, builder, settings.default_max_tokens), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (router_pb2.DESCRIPTOR.services_by_name["Router"].full_name, reflection.SERVICE_NAME, health.SERVICE_NAME)
@@ -53,7 +57,7 @@ async def serve_router(settings: RouterSettings) -> None:
 
     http_server = None
     if settings.http_port:
-        app = build_app(core, builder, settings.default_max_tokens, settings.api_key)
+        app = build_app(core, builder, settings.default_max_tokens, keys, settings.max_body_bytes)
         http_server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.http_port,
                                                     log_level="warning", lifespan="off"))
         http_task = asyncio.create_task(http_server.serve())
