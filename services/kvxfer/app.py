@@ -10,6 +10,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from distserve.v1 import kvxfer_pb2_grpc
+from services.common.auth import KVXFER, token
 from services.common.links import internal_server
 from services.common.secret import deployment_secret
 from services.kvxfer.config import KVXferConfig
@@ -38,12 +39,14 @@ async def serve(config: KVXferConfig) -> None:
     metrics = XferMetrics()
     peers = GrpcPeers(config.connect_timeout_s)
     ucx_loop = UcxLoop()
-    puller = UcxPuller(ucx_loop, config.connect_timeout_s)
+    secret = deployment_secret()
+    ucx_token = token(secret, KVXFER) if secret is not None else ""
+    puller = UcxPuller(ucx_loop, config.connect_timeout_s, ucx_token)
     core = KVXferCore(f"{config.host}:{port}", peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
-    ucx = UcxServer(ucx_loop, core)
+    ucx = UcxServer(ucx_loop, core, ucx_token)
     ucx_port = ucx.start(config.ucx_port)
     kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port,
-                                                                 check_owners=deployment_secret() is not None), server)
+                                                                 check_owners=secret is not None), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if config.metrics_port:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
+from pathlib import Path
+
 import grpc
 import pytest
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
-from services.common.auth import PRINCIPAL_KEY, TOKEN_KEY, instance_principal, token
-from services.common.secret import SECRET_ENV, ensure_secret
+from services.common.auth import KVXFER, PRINCIPAL_KEY, TOKEN_KEY, instance_principal, token
+from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.kvxfer.client import KVXferClient, PullFailed
 from services.kvxfer.convert import layout_to_pb
 from tests.integration.kvxfer.conftest import LAYOUT, block_bytes
 
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 
@@ -96,5 +101,39 @@ async def test_a_lease_id_is_needed_to_pull(secret_file, start_kvxfer, make_pool
         await b.pull(guessed, "d0", [2])
     assert failed.value.code is grpc.StatusCode.FAILED_PRECONDITION
     assert (await a.stats()).live_leases == 1
+    for client in (a, b):
+        await client.close()
+
+
+async def test_ucx_peers_without_the_token_are_refused(secret_file, start_kvxfer, make_pool) -> None:
+    host = await start_kvxfer()
+    a = KVXferClient(host.address, instance_principal("p0"))
+    await a.register_pool("p0", make_pool("p0"))
+    handle = await a.create_lease("p0", [1], num_tokens=10, ttl_s=60)
+    described = await kvxfer_pb2_grpc.KVXferStub(a._channel).Describe(kvxfer_pb2.DescribeRequest())
+    real = token(read_secret(Path(secret_file)), KVXFER)
+    for presented in ("-", token(b"another deployment's secret, 32 bytes", KVXFER), real):
+        run = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.integration.kvxfer.ucx_intruder", described.ucx_host, str(described.ucx_port),
+            handle.lease_id, "p0", presented, stdout=asyncio.subprocess.PIPE, cwd=ROOT)
+        outcome = (await asyncio.wait_for(run.communicate(), 60))[0].decode().strip().splitlines()[-1]
+        if presented == real:  # the same order with the token goes through: the refusals were the token's
+            assert outcome == "pulled", outcome
+        else:
+            assert outcome.startswith("refused"), outcome
+            stats = await a.stats()
+            assert (stats.live_leases, stats.pulls_ok, stats.pulls_failed) == (1, 0, 0)
+    await a.close()
+
+
+async def test_cross_host_pulls_carry_the_token(secret_file, start_kvxfer, make_pool) -> None:
+    host_a, host_b = await start_kvxfer(), await start_kvxfer()
+    a, b = KVXferClient(host_a.address, instance_principal("p0")), KVXferClient(host_b.address, instance_principal("d0"))
+    src, dst = make_pool("p0"), make_pool("d0", fill=False)
+    await a.register_pool("p0", src)
+    await b.register_pool("d0", dst)
+    handle = await a.create_lease("p0", [1, 5, 9], num_tokens=40, ttl_s=30)
+    result = await b.pull(handle, "d0", [2, 3, 4], checksum=True)
+    assert result.path == "cross-host" and block_bytes(dst, [2, 3, 4]) == block_bytes(src, [1, 5, 9])
     for client in (a, b):
         await client.close()
