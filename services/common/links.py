@@ -1,5 +1,6 @@
-"""The one way the deployment's processes make internal gRPC servers and channels: token checks (auth.py)
-when a deployment secret is set, and bounded message sizes on every server."""
+"""The one way the deployment's processes make internal gRPC servers, ports and channels: token checks
+(auth.py) when a deployment secret is set, mutual TLS (tls.py) when certificates are set, and bounded
+message sizes on every server."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import grpc
 
 from services.common.auth import TokenCheck, attach_token
 from services.common.secret import SECRET_ENV, client_secret, deployment_secret
+from services.common.tls import channel_credentials, channel_options, server_credentials, tls_files
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 16 << 20  # the largest request a server reads: a KV layout or a long prompt fits
@@ -30,8 +32,27 @@ def internal_server(max_message_bytes: int = MAX_MESSAGE_BYTES,
     return grpc.aio.server(interceptors=[*checks, *interceptors], options=server_options(max_message_bytes))
 
 
+def add_port(server: grpc.aio.Server, address: str) -> int:
+    """Binds `address`: with mutual TLS when configured; returns the port."""
+    tls = tls_files()
+    if tls is None:
+        return server.add_insecure_port(address)
+    return server.add_secure_port(address, server_credentials(tls))
+
+
 def internal_channel(address: str, principal: str) -> grpc.aio.Channel:
-    """A channel whose calls carry `principal` and its token."""
+    """A channel whose calls carry `principal` and its token (over mutual TLS when configured)."""
     secret = client_secret()
     interceptors = attach_token(secret, principal) if secret is not None else None
-    return grpc.aio.insecure_channel(address, interceptors=interceptors)
+    tls = tls_files()
+    if tls is None:
+        return grpc.aio.insecure_channel(address, interceptors=interceptors)
+    return grpc.aio.secure_channel(address, channel_credentials(tls), channel_options(tls), interceptors=interceptors)
+
+
+def blocking_channel(address: str) -> grpc.Channel:
+    """A blocking channel to an internal server, for checks (health, stats); over mutual TLS when configured."""
+    tls = tls_files()
+    if tls is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, channel_credentials(tls), channel_options(tls))

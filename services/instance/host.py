@@ -13,7 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.common.auth import instance_principal
-from services.common.links import internal_server
+from services.common.links import add_port, internal_server
 from services.common.metrics import KV_TOTAL, serve_metrics
 from services.common.pool_files import shm_path
 from services.common.registry import InstanceInfo, Registry
@@ -51,7 +51,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     on_stop = await add_servicer(server, async_engine, settings, instance_id, kv)
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    port = add_port(server, f"{settings.host}:{settings.port}")
     await server.start()
     serve_metrics(settings.metrics_port, settings.host)
 

@@ -11,7 +11,7 @@ from prometheus_client import start_http_server
 
 from distserve.v1 import kvxfer_pb2_grpc
 from services.common.auth import KVXFER, token
-from services.common.links import internal_server
+from services.common.links import add_port, internal_server
 from services.common.secret import deployment_secret
 from services.kvxfer.config import KVXferConfig
 from services.kvxfer.core import KVXferCore
@@ -35,7 +35,7 @@ async def serve(config: KVXferConfig) -> None:
     c_loop = copy_kernel() is not None and blocks_kernel() is not None  # built now, not in the first pull
     iov = helper() is not None
     server = internal_server(64 << 20)
-    port = server.add_insecure_port(f"{config.host}:{config.port}")
+    port = add_port(server, f"{config.host}:{config.port}")
     metrics = XferMetrics()
     peers = GrpcPeers(config.connect_timeout_s)
     ucx_loop = UcxLoop()

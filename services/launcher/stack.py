@@ -133,7 +133,7 @@ class Stack:
                 "router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(c.grpc_port),
                 "--http-port", str(c.http_port), "--redis-url", self.redis_url, *router_access(c)],
                 self.router_address, cores=self.service_cores)
-            wait_serving(router.address, router.process, c.ready_timeout_s, "router")
+            wait_serving(router.address, router.process, c.ready_timeout_s, "router", internal=False)
             if c.planner_port:
                 self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
                                         "--redis-url", self.redis_url, *planner_access(c)],

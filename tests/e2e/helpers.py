@@ -11,6 +11,7 @@ import redis
 
 from distserve.v1 import router_pb2, router_pb2_grpc, worker_pb2, worker_pb2_grpc
 from services.common.auth import TOOL, token_metadata
+from services.common.links import blocking_channel
 from services.common.net import free_port
 from services.common.secret import client_secret
 from services.launcher.stack import Stack, StackConfig
@@ -45,7 +46,7 @@ def instance_stats(stack: Stack) -> list[worker_pb2.InstanceStatsResponse]:
     out = []
     for proc in stack.procs:
         if proc.role in STUBS:
-            with grpc.insecure_channel(proc.address) as channel:
+            with blocking_channel(proc.address) as channel:
                 out.append(STUBS[proc.role](channel).Stats(worker_pb2.InstanceStatsRequest(), timeout=10,
                                                            metadata=token_metadata(client_secret(), TOOL)))
     return out

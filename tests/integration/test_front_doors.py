@@ -35,7 +35,7 @@ def test_router_serves_only_callers_with_a_current_key(tmp_path, tiny_llama_dir:
     key, other = add_key(path, "alice"), add_key(path, "bob")
     proc, grpc_port, http_port = _router(tiny_llama_dir, redis_url, "--api-key-file", str(path))
     try:
-        wait_serving(f"127.0.0.1:{grpc_port}", proc, 60, "router")
+        wait_serving(f"127.0.0.1:{grpc_port}", proc, 60, "router", internal=False)
         with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
             stub = router_pb2_grpc.RouterStub(channel)
 

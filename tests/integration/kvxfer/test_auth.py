@@ -15,6 +15,7 @@ from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.kvxfer.client import KVXferClient, PullFailed
 from services.kvxfer.convert import layout_to_pb
 from tests.integration.kvxfer.conftest import LAYOUT, block_bytes
+from tests.tls_certs import Authority
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -136,4 +137,31 @@ async def test_cross_host_pulls_carry_the_token(secret_file, start_kvxfer, make_
     result = await b.pull(handle, "d0", [2, 3, 4], checksum=True)
     assert result.path == "cross-host" and block_bytes(dst, [2, 3, 4]) == block_bytes(src, [1, 5, 9])
     for client in (a, b):
+        await client.close()
+
+
+async def test_mutual_tls_admits_only_certificates_of_the_deployments_ca(secret_file, tmp_path, monkeypatch,
+                                                                        start_kvxfer, make_pool) -> None:
+    ours, theirs = Authority("deployment"), Authority("someone else")
+    for var, path in ours.issue(tmp_path / "ours", "kvxfer").items():
+        monkeypatch.setenv(var, path)
+    host = await start_kvxfer()  # serves mutual TLS with our certificate
+    a = KVXferClient(host.address, instance_principal("p0"))
+    await a.register_pool("p0", make_pool("p0"))
+    assert (await a.stats()).pools == 1
+
+    for var, path in theirs.issue(tmp_path / "theirs", "intruder").items():
+        monkeypatch.setenv(var, path)  # a client certificate (and trust) from another CA
+    intruder = KVXferClient(host.address, instance_principal("p0"))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await intruder.create_lease("p0", [1], num_tokens=10)
+    assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+    for var in ("DISTSERVE_TLS_CA", "DISTSERVE_TLS_CERT", "DISTSERVE_TLS_KEY"):
+        monkeypatch.delenv(var)
+    plaintext = KVXferClient(host.address, instance_principal("p0"))  # the right token, but no TLS
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await plaintext.create_lease("p0", [1], num_tokens=10, ttl_s=5)
+    assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert (await a.stats()).live_leases == 0
+    for client in (a, intruder, plaintext):
         await client.close()
