@@ -75,14 +75,19 @@ async def _measure(stack: Stack, requests: int, tokens: int, streams: int) -> Re
     return RelayFigures(tokens, requests, router_ms, direct_ms, router_ms - direct_ms, 1e3 / router_ms, streams, concurrent)
 
 
-def run_bench_router(model: str, requests: int, tokens: int, streams: int, as_json: bool) -> int:
+def measure_stack(model: str, requests: int, tokens: int, streams: int, env: dict[str, str] | None = None) -> RelayFigures:
+    """The figures of a fresh stack (its processes also get `env`)."""
     stack = Stack(StackConfig(model=model, grpc_port=free_port(), http_port=0, devices=("cpu:0", "cpu:1"),
-                              log_level="WARNING"))
+                              log_level="WARNING", extra_env=env or {}))
     stack.start()
     try:
-        figures = asyncio.run(_measure(stack, requests, tokens, streams))
+        return asyncio.run(_measure(stack, requests, tokens, streams))
     finally:
         stack.stop()
+
+
+def run_bench_router(model: str, requests: int, tokens: int, streams: int, as_json: bool) -> int:
+    figures = measure_stack(model, requests, tokens, streams)
     if as_json:
         print(json.dumps(asdict(figures)))
         return 0

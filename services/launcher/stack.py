@@ -71,7 +71,8 @@ class Stack:
         self.redis_url = config.redis_url
         self.kvxfer_address = ""
         self.procs: list[Proc] = []
-        self.secret_file = os.environ.get(SECRET_ENV) or str(ensure_secret())  # made on first use
+        given = config.extra_env.get(SECRET_ENV, os.environ.get(SECRET_ENV))
+        self.secret_file = str(ensure_secret()) if given is None else given  # made on first use; "": auth off
 
     @property
     def router_address(self) -> str:
@@ -114,7 +115,8 @@ class Stack:
         """Starts everything and returns once every server reports SERVING."""
         c = self.config
         if not self.redis_url:
-            self.redis = EmbeddedRedis(host=c.host, password=redis_password(read_secret(Path(self.secret_file)))).start()
+            password = redis_password(read_secret(Path(self.secret_file))) if self.secret_file else ""
+            self.redis = EmbeddedRedis(host=c.host, password=password).start()
             self.redis_url = self.redis.url
             if self.service_cores:
                 pin_process(self.redis.process.pid, self.service_cores)
