@@ -43,13 +43,25 @@ def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object,
     return fn
 
 
+def why_not_buildable() -> str | None:
+    """Why C kernels cannot be built on this host (kernels switched off, no C compiler), or None where they must
+    build: a kernel that then loads as None failed to compile."""
+    if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
+        return "C kernels are off (DISTSERVE_CPU_KERNELS=0)"
+    return None if _compiler() else "no C compiler on this host (CC, cc, gcc)"
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
 def load_kernel(name: str, folder: Path, flags: tuple[str, ...] = ()) -> ctypes.CDLL | None:
     """The compiled `folder/name.c` (`flags`: extra compiler and linker flags), or None where C kernels are off
-    (`DISTSERVE_CPU_KERNELS=0`) or no C compiler can build it (logged once)."""
+    (`DISTSERVE_CPU_KERNELS=0`), no C compiler exists or the build failed (logged)."""
     if os.environ.get("DISTSERVE_CPU_KERNELS", "1") == "0":
         return None
     source = folder / f"{name}.c"
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    compiler = _compiler()
     if compiler is None:
         log.warning("no C compiler: %s is not used", name)
         return None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -44,3 +46,20 @@ def wait_serving(address: str, process: subprocess.Popen | None, timeout_s: floa
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name} at {address} not serving after {timeout_s:.0f} s")
             time.sleep(0.1)
+
+
+def wait_http_ok(url: str, process: subprocess.Popen | None, timeout_s: float, name: str) -> None:
+    """Polls `url` (an HTTP liveness route) until it answers 200; raises if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {process.returncode} before serving")
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as reply:
+                if reply.status == 200:
+                    return
+        except (OSError, urllib.error.URLError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} at {url} not serving after {timeout_s:.0f} s")
+        time.sleep(0.1)

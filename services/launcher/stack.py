@@ -20,7 +20,7 @@ from services.common.redis_server import EmbeddedRedis
 from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.launcher.cores import host_service_cores, pin_process
 from services.launcher.credentials import planner_access, router_access
-from services.launcher.health import wait_serving
+from services.launcher.health import wait_http_ok, wait_serving
 
 log = logging.getLogger(__name__)
 Mode = Literal["disagg", "colocated", "chunked"]
@@ -47,6 +47,9 @@ class StackConfig:
     extra_env: dict[str, str] = field(default_factory=dict)
     api_key_file: str = ""  # the router's client keys; none: the router serves loopback only
     allow_unauthenticated: bool = False  # let the router serve beyond loopback without keys
+    # A second host for the decode instances (disagg): its own kvxfer there, so every KV pull crosses hosts.
+    decode_host: str = ""   # the address decode instances and their kvxfer listen on; empty: this host
+    decode_netns: str = ""  # the network namespace that host is (`ip netns exec`); empty: this one
 
     def instance_roles(self) -> list[str]:
         if self.mode == "disagg":
@@ -70,6 +73,7 @@ class Stack:
         self.redis: EmbeddedRedis | None = None
         self.redis_url = config.redis_url
         self.kvxfer_address = ""
+        self.decode_kvxfer_address = ""  # the decode host's kvxfer, where config.decode_host is set
         self.procs: list[Proc] = []
         given = config.extra_env.get(SECRET_ENV, os.environ.get(SECRET_ENV))
         self.secret_file = str(ensure_secret()) if given is None else given  # made on first use; "": auth off
@@ -88,10 +92,11 @@ class Stack:
         return host_service_cores(c.mode, roles, [self.device(i) for i in range(len(roles))])
 
     def _spawn(self, name: str, args: list[str], address: str, role: str = "", device: str = "",
-               metrics: bool = True, cores: tuple[int, ...] = ()) -> Proc:
+               metrics: bool = True, cores: tuple[int, ...] = (), netns: str = "") -> Proc:
         metrics_port = free_port(self.config.host) if metrics else 0
         pinning = ["--cores", ",".join(map(str, cores))] if cores else []
-        cmd = [sys.executable, "-m", "services", "--log-level", self.config.log_level, *pinning, *args]
+        enter = ["ip", "netns", "exec", netns] if netns else []  # it execs the command: the pid stays the child's
+        cmd = [*enter, sys.executable, "-m", "services", "--log-level", self.config.log_level, *pinning, *args]
         if metrics:
             cmd += ["--metrics-port", str(metrics_port)]
         env = {**os.environ, SECRET_ENV: self.secret_file, **self.config.extra_env}
@@ -99,6 +104,11 @@ class Stack:
         proc = Proc(name, address, process, role, device, metrics_port)
         self.procs.append(proc)
         return proc
+
+    def _free_port(self, host: str) -> int:
+        """A free port of host; the decode host's namespace runs nothing else, so any port there is free."""
+        c = self.config
+        return free_port(c.host if c.decode_netns and host == c.decode_host else host)
 
     def devices(self) -> tuple[str, ...]:
         return self.config.devices or tuple(f"cpu:{i}" for i in range(os.cpu_count() or 1))
@@ -127,6 +137,12 @@ class Stack:
                 self.kvxfer_address = f"{c.host}:{port}"
                 waits.append(self._spawn("kvxfer", ["kvxfer", "--host", c.host, "--port", str(port)], self.kvxfer_address))
                 wait_serving(self.kvxfer_address, waits[-1].process, c.ready_timeout_s, "kvxfer")
+                if c.decode_host:
+                    self.decode_kvxfer_address = f"{c.decode_host}:{self._free_port(c.decode_host)}"
+                    proc = self._spawn("kvxfer-decode", ["kvxfer", "--host", c.decode_host, "--port",
+                                                         self.decode_kvxfer_address.rsplit(":", 1)[1]],
+                                       self.decode_kvxfer_address, netns=c.decode_netns)
+                    wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             for i, role in enumerate(c.instance_roles()):
                 waits.append(self.add_instance(role, self.device(i), wait=False))
             for proc in waits:
@@ -137,24 +153,26 @@ class Stack:
                 self.router_address, cores=self.service_cores)
             wait_serving(router.address, router.process, c.ready_timeout_s, "router", internal=False)
             if c.planner_port:
-                self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
-                                        "--redis-url", self.redis_url, *planner_access(c)],
-                            f"{c.host}:{c.planner_port}", metrics=False,
-                            cores=self.service_cores)
+                planner = self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
+                                                  "--redis-url", self.redis_url, *planner_access(c)],
+                                      f"{c.host}:{c.planner_port}", metrics=False, cores=self.service_cores)
+                wait_http_ok(f"http://{planner.address}/healthz", planner.process, c.ready_timeout_s, "planner")
         except BaseException:
             self.stop()
             raise
 
     def add_instance(self, role: str, device: str, wait: bool = True) -> Proc:
         c = self.config
-        port = free_port(c.host)
+        remote = role == "decode" and bool(c.decode_host)
+        host = c.decode_host if remote else c.host
+        port = self._free_port(host)
         instance_id = f"{role}-{device.replace(':', '')}-{uuid.uuid4().hex[:4]}"
-        args = [role, "--model", c.model, "--device", device, "--host", c.host, "--port", str(port),
+        args = [role, "--model", c.model, "--device", device, "--host", host, "--port", str(port),
                 "--instance-id", instance_id, "--redis-url", self.redis_url, "--num-blocks", str(c.num_blocks),
                 "--max-batch-tokens", str(c.max_batch_tokens), "--lease-ttl-s", str(c.lease_ttl_s)]
         if self.kvxfer_address:
-            args += ["--kvxfer", self.kvxfer_address]
-        proc = self._spawn(instance_id, args, f"{c.host}:{port}", role, device)
+            args += ["--kvxfer", self.decode_kvxfer_address if remote else self.kvxfer_address]
+        proc = self._spawn(instance_id, args, f"{host}:{port}", role, device, netns=c.decode_netns if remote else "")
         if wait:
             wait_serving(proc.address, proc.process, c.ready_timeout_s, instance_id)
         return proc
@@ -181,7 +199,7 @@ class Stack:
 
     def stop(self) -> None:
         """Router first (no new work), then instances, then kvxfer, then Redis."""
-        order = sorted(self.procs, key=lambda p: {"router": 0, "planner": 0, "kvxfer": 2}.get(p.name, 1))
+        order = sorted(self.procs, key=lambda p: {"router": 0, "planner": 0, "kvxfer": 2, "kvxfer-decode": 2}.get(p.name, 1))
         for proc in order:
             self._terminate(proc, 15.0)
         self.procs.clear()

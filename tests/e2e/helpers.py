@@ -35,11 +35,13 @@ def running_stack(model: str, redis_url: str, **overrides) -> Iterator[Stack]:
         stack.stop()
 
 
-async def generate(address: str, prompt: str = "", prompt_ids: list[int] | None = None, **fields) -> list[router_pb2.GenerateResponse]:
+async def generate(address: str, prompt: str = "", prompt_ids: list[int] | None = None, api_key: str = "",
+                   **fields) -> list[router_pb2.GenerateResponse]:
+    metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
     async with grpc.aio.insecure_channel(address) as channel:
         stub = router_pb2_grpc.RouterStub(channel)
         request = router_pb2.GenerateRequest(prompt=prompt, prompt_token_ids=prompt_ids or [], **fields)
-        return [r async for r in stub.Generate(request, timeout=120)]
+        return [r async for r in stub.Generate(request, timeout=120, metadata=metadata)]
 
 
 def instance_stats(stack: Stack) -> list[worker_pb2.InstanceStatsResponse]:

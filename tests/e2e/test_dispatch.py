@@ -20,13 +20,18 @@ def stack(tiny_llama_dir: str, redis_url: str):
         yield stack
 
 
+async def _until_a_decode_is_loaded(book: redis.Redis, timeout_s: float = 60.0) -> None:
+    async with asyncio.timeout(timeout_s):  # a request that never reaches decode fails here, not at the test timeout
+        while not any(load > 0 for _, load in book.zrange("ds:load:decode", 0, -1, withscores=True)):
+            await asyncio.sleep(0.01)
+
+
 async def test_dispatch_follows_load(stack) -> None:
     # A long decode holds its decode instance's load (prompt + max_tokens) for its whole life ...
     long = asyncio.create_task(generate(stack.router_address, "x " * 8, request_id="long", max_tokens=1500,
                                         ignore_eos=True, temperature=0.0))
     book = redis.Redis.from_url(stack.redis_url)
-    while not any(load > 0 for _, load in book.zrange("ds:load:decode", 0, -1, withscores=True)):
-        await asyncio.sleep(0.02)
+    await _until_a_decode_is_loaded(book)
     # ... so short requests sent one after another meanwhile all go to the other decode instance.
     for i in range(4):
         await generate(stack.router_address, "short", request_id=f"short-{i}", max_tokens=4, temperature=0.0)
@@ -54,8 +59,7 @@ async def test_decode_instance_killed_mid_stream_loses_and_repeats_no_token(stac
     task = asyncio.create_task(generate(stack.router_address, prompt, request_id="victim", max_tokens=n,
                                         ignore_eos=True, temperature=0.0))
     book = redis.Redis.from_url(stack.redis_url)
-    while not any(load > 0 for _, load in book.zrange("ds:load:decode", 0, -1, withscores=True)):
-        await asyncio.sleep(0.01)
+    await _until_a_decode_is_loaded(book)
     busy = max(book.zrange("ds:load:decode", 0, -1, withscores=True), key=lambda kv: kv[1])[0].decode()
     next(p for p in stack.procs if p.name == busy).process.kill()
     responses = await task

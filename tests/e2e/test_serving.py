@@ -141,17 +141,50 @@ def test_router_serves_reflection_and_health(stack) -> None:
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_every_service_serves_prometheus_metrics(stack) -> None:
+def _scrape(stack) -> dict[str, dict[tuple[str, tuple], float]]:
+    """Each process's metric samples: {process: {(sample name, sorted labels): value}}."""
     import httpx
+    from prometheus_client.parser import text_string_to_metric_families
 
-    asyncio.run(generate(stack.router_address, "metrics please", max_tokens=4, temperature=0.0))
-    texts = {p.name: httpx.get(f"http://{stack.config.host}:{p.metrics_port}/metrics", timeout=10).text
-             for p in stack.procs if p.metrics_port}
-    router = texts.pop("router")
-    for name in ("distserve_ttft_seconds_count", "distserve_tpot_seconds_count", "distserve_e2e_seconds_count",
-                 'distserve_stage_seconds_count{stage="prefill"}'):
-        assert name in router
-    for name, text in texts.items():
-        if name != "kvxfer":
-            assert "distserve_kv_blocks_used" in text and "distserve_kv_blocks_reserved" in text
-            assert "distserve_queue_length" in text
+    out = {}
+    for p in stack.procs:
+        if p.metrics_port:
+            text = httpx.get(f"http://{stack.config.host}:{p.metrics_port}/metrics", timeout=10).text
+            out[p.name] = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                           for family in text_string_to_metric_families(text) for s in family.samples}
+    return out
+
+
+def test_metrics_count_the_traffic_served(stack) -> None:
+    """Known traffic moves every service's metrics by known amounts (a metric left unrecorded stays put)."""
+    n, tokens = 3, 5
+    before = _scrape(stack)
+    for i in range(n):
+        responses = asyncio.run(generate(stack.router_address, f"metrics please {i}", max_tokens=tokens,
+                                         ignore_eos=True, temperature=0.0))
+        assert sum(len(r.token_ids) for r in responses) == tokens
+    asyncio.run(wait_idle(stack))
+    after = _scrape(stack)
+
+    def delta(process: str, name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after[process].get(key, 0.0) - before[process].get(key, 0.0)
+
+    assert delta("router", "distserve_requests_total", outcome="ok") == n
+    for name in ("distserve_ttft_seconds", "distserve_tpot_seconds", "distserve_e2e_seconds"):
+        assert delta("router", f"{name}_count") == n, name
+        assert delta("router", f"{name}_sum") > 0, name
+    assert delta("router", "distserve_ttft_seconds_sum") < delta("router", "distserve_e2e_seconds_sum")
+    stages = ["prefill_queue", "prefill"] + (["transfer", "decode_queue", "decode"] if stack.config.mode == "disagg" else [])
+    for stage in stages:
+        assert delta("router", "distserve_stage_seconds_count", stage=stage) == n, stage
+    assert delta("router", "distserve_stage_seconds_sum", stage="prefill") > 0
+    instances = [p for p in stack.procs if p.role]
+    for proc in instances:  # idle now: the gauges read the pool's true state
+        labels = {"instance": proc.name}
+        assert after[proc.name][("distserve_kv_blocks_total", tuple(labels.items()))] == stack.config.num_blocks
+        for gauge in ("distserve_kv_blocks_used", "distserve_kv_blocks_reserved", "distserve_queue_length"):
+            assert after[proc.name][(gauge, tuple(labels.items()))] == 0, (proc.name, gauge)
+    if stack.config.mode == "disagg":  # one pull per request, on the one host
+        assert delta("kvxfer", "distserve_kvxfer_pull_seconds_count", path="same-host") == n
+        assert delta("kvxfer", "distserve_kvxfer_pulled_bytes_total", path="same-host") > 0

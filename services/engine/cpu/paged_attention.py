@@ -19,6 +19,10 @@ def _function() -> ctypes._CFuncPtr | None:
     return kernel_function("paged_attention", "paged_decode_attention", ARGTYPES, ctypes.c_int, HERE)
 
 
+def available() -> bool:
+    return _function() is not None
+
+
 def takes(q: torch.Tensor, cache: torch.Tensor) -> bool:
     """Whether the kernel takes this call: fp32 on CPU, each block of the layer laid out densely."""
     if _function() is None or q.dtype != torch.float32 or cache.dtype != torch.float32 or q.device.type != "cpu":

@@ -67,7 +67,7 @@ async def _wait_in_flight(client, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
-async def test_killing_the_source_mid_pull_fails_it_in_bounded_time(start_kvxfer, make_pool, clients) -> None:
+async def test_killing_the_source_mid_pull_fails_it_as_unavailable_well_before_the_timeout(start_kvxfer, make_pool, clients) -> None:
     host_a, host_b = await start_kvxfer(), await start_kvxfer("--pull-timeout-s", "10")
     a, b = clients(host_a.address), clients(host_b.address)
     src = make_pool("p0", BIG)
@@ -86,8 +86,10 @@ async def test_killing_the_source_mid_pull_fails_it_in_bounded_time(start_kvxfer
     start = time.monotonic()
     with pytest.raises(PullFailed) as failed:
         await pull
-    assert time.monotonic() - start < 10
-    assert failed.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    elapsed = time.monotonic() - start
+    # A dead peer is detected by its closed connection, not by waiting out the pull's 10 s timeout.
+    assert failed.value.code is grpc.StatusCode.UNAVAILABLE, (failed.value.code, str(failed.value), elapsed)
+    assert elapsed < 3, elapsed
     assert freed == [blocks[::-1]]
     stats = await b.stats()
     assert (stats.pulls_in_flight, stats.pulls_failed, stats.pulls_ok, stats.pools) == (0, 1, 1, 1)

@@ -1,4 +1,4 @@
-"""The planner REST API over real HTTP (TestClient) with a real Redis."""
+"""The planner REST API through FastAPI's in-process TestClient (the app's routes, no socket) with a real Redis."""
 
 import json
 import time

@@ -7,11 +7,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from services.common.cbuild import why_not_buildable
 from services.engine.attention import AttentionMetadata, gathered_decode_attention
 from services.engine.cpu import paged_attention, small_gemm
 from services.engine.models.linear import Linear, use_small_gemm
 
-pytestmark = pytest.mark.skipif(not small_gemm.available(), reason="no C compiler on this host")
+UNBUILDABLE = why_not_buildable()
+pytestmark = pytest.mark.skipif(UNBUILDABLE is not None, reason=UNBUILDABLE or "")
+
+
+def test_every_kernel_builds_where_a_compiler_exists() -> None:
+    """A kernel that fails to compile must fail here: the product would quietly fall back to torch."""
+    assert small_gemm.available(), "small_gemm.c did not build (see the warning logged above)"
+    assert paged_attention.available(), "paged_attention.c did not build (see the warning logged above)"
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 512, 1408), (3, 13, 7), (32, 1408, 512), (5, 8, 1), (2, 7, 100)])

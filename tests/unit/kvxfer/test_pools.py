@@ -4,6 +4,7 @@ through a frame; with the C copy loops and with their fallback (no C compiler)."
 import numpy as np
 import pytest
 
+from services.common.cbuild import why_not_buildable
 from services.common.kv_layout import KVLayout
 from services.kvxfer import pools
 from services.kvxfer.pools import MappedPool, copy_blocks, copy_ranges
@@ -25,8 +26,9 @@ def _blocks(pool: MappedPool, ids: list[int]) -> list[bytes]:
 @pytest.fixture(params=["C loop", "memmove per range"], autouse=True)
 def copier(request, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.param == "C loop":
-        if pools.copy_kernel() is None:
-            pytest.skip("no C compiler")
+        if (unbuildable := why_not_buildable()) is not None:
+            pytest.skip(unbuildable)
+        assert pools.copy_kernel() is not None and pools.blocks_kernel() is not None, "copy_ranges.c did not build"
         monkeypatch.setattr(pools, "KERNEL_FROM_RANGES", 1)  # these few ranges too
     else:
         monkeypatch.setattr(pools, "copy_kernel", lambda: None)
