@@ -3,11 +3,14 @@ and on, in one run (off first, then on), and what authentication costs."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -52,8 +55,39 @@ def compare_xfer(quick: bool, device: str) -> int:
         table.add_row(off.path, off.blocks_layout, size, f"{off.ratio:.2f}", f"{on.ratio:.2f}", f"{off.gbps:.2f}",
                       f"{on.gbps:.2f}", f"{on.gbps / off.gbps:.3f}", f"{off.e2e_ms:.2f}", f"{on.e2e_ms:.2f}",
                       f"{on.e2e_ms / off.e2e_ms:.3f}")
-    Console(width=140).print(table)
+    console = Console(width=140)
+    console.print(table)
+    off_us, on_us = asyncio.run(_rpc_cost())
+    console.print(f"one unary kvxfer RPC (Stats), median of interleaved batches: {off_us:.0f} us off, {on_us:.0f} us "
+                  f"on: authentication adds {on_us - off_us:.0f} us per call ({on_us / off_us:.3f}x)")
     return 0
+
+
+async def _rpc_cost(batches: int = 20, calls: int = 100) -> tuple[float, float]:
+    """Microseconds per Stats call on a kvxfer without and one with authentication, in alternating batches."""
+    from services.kvxfer.client import KVXferClient
+    from services.kvxfer.local import start_local_kvxfer
+
+    hosts, clients, seconds = [], [], {False: [], True: []}
+    try:
+        for on in (False, True):
+            with deployment_auth(on):
+                hosts.append(await start_local_kvxfer(quiet=True))
+                clients.append(KVXferClient(hosts[-1].address))
+        for client in clients:
+            await client.stats()  # connect
+        for _ in range(batches):
+            for on, client in zip((False, True), clients):
+                start = time.perf_counter()
+                for _ in range(calls):
+                    await client.stats()
+                seconds[on].append((time.perf_counter() - start) / calls)
+    finally:
+        for client in clients:
+            await client.close()
+        for host in hosts:
+            host.stop()
+    return 1e6 * statistics.median(seconds[False]), 1e6 * statistics.median(seconds[True])
 
 
 def compare_router(model: str, requests: int, tokens: int, streams: int) -> int:
