@@ -10,7 +10,8 @@ import grpc
 import pytest
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
-from services.common.auth import KVXFER, PRINCIPAL_KEY, TOKEN_KEY, instance_principal, token
+from services.common.auth import KVXFER, PRINCIPAL_KEY, TOKEN_KEY, TOOL, instance_principal, token
+from services.common.links import internal_channel
 from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.kvxfer.client import KVXferClient, PullFailed
 from services.kvxfer.convert import layout_to_pb
@@ -111,7 +112,8 @@ async def test_ucx_peers_without_the_token_are_refused(secret_file, start_kvxfer
     a = KVXferClient(host.address, instance_principal("p0"))
     await a.register_pool("p0", make_pool("p0"))
     handle = await a.create_lease("p0", [1], num_tokens=10, ttl_s=60)
-    described = await kvxfer_pb2_grpc.KVXferStub(a._channel).Describe(kvxfer_pb2.DescribeRequest())
+    async with internal_channel(host.address, TOOL) as channel:
+        described = await kvxfer_pb2_grpc.KVXferStub(channel).Describe(kvxfer_pb2.DescribeRequest())
     real = token(read_secret(Path(secret_file)), KVXFER)
     for presented in ("-", token(b"another deployment's secret, 32 bytes", KVXFER), real):
         run = await asyncio.create_subprocess_exec(
