@@ -38,8 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from services.common.lifetime import follow_parent
     from services.common.logs import setup_logging
 
+    follow_parent()
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level, args.log_json)

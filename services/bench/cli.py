@@ -44,6 +44,16 @@ def ensure_profile(model_dir: str, device: str, given: str | None) -> str:
     return str(path)
 
 
+def _multiples(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--overload: comma-separated numbers, not {text!r}") from None
+    if not values or any(not v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"--overload: positive multiples of the goodput, not {text!r}")
+    return values
+
+
 def _config(args: argparse.Namespace):
     from services.bench.runner import BenchConfig
     from services.engine.presets import resolve_model
@@ -68,7 +78,8 @@ def _config(args: argparse.Namespace):
         tpot_scale=args.tpot_scale, slo_scale=args.slo_scale, target=args.attainment, rate=args.rate,
         start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
         num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, calibration_rate=args.calibration_rate,
-        repeats=args.repeats, repeat_within=args.repeat_within, service_cores=args.service_cores, **fields)
+        repeats=args.repeats, repeat_within=args.repeat_within, service_cores=args.service_cores,
+        overload=args.overload, **fields)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -139,6 +150,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="runs of a rate at most: while the pooled attainment of its runs lies within "
                             "--repeat-within standard errors of the target, the same requests run again (default 1)")
     sweep.add_argument("--repeat-within", type=float, default=2.0, help="standard errors (default 2)")
+    sweep.add_argument("--overload", type=_multiples, default=(),
+                       help="with disagg: multiples of its goodput (e.g. 1.5,2) run with SLO-aware admission off and on")
     sweep.add_argument("--quick", action="store_true", help="fewer requests and probes: the comparison in minutes")
     pred = p.add_argument_group("prediction")
     pred.add_argument("--simulate", action="store_true", help="the planner's simulated attainment beside each point")

@@ -70,8 +70,8 @@ class RequestResult:
 
 
 async def run_load(address: str, requests: list[BenchRequest], on_done: Callable[[], None] = lambda: None,
-                   timeout_s: float = 600.0) -> list[RequestResult]:
-    """Sends every request at its arrival time (open loop) and waits for all of them."""
+                   timeout_s: float = 600.0, metadata: tuple[tuple[str, str], ...] = ()) -> list[RequestResult]:
+    """Sends every request at its arrival time (open loop), with `metadata` (e.g. its SLO), and waits for all."""
     async with grpc.aio.insecure_channel(address) as channel:
         stub = router_pb2_grpc.RouterStub(channel)
         loop = asyncio.get_running_loop()
@@ -81,17 +81,17 @@ async def run_load(address: str, requests: list[BenchRequest], on_done: Callable
             delay = began + req.arrival - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_call(stub, req, timeout_s, on_done)))
+            tasks.append(asyncio.create_task(_call(stub, req, timeout_s, on_done, metadata)))
         return list(await asyncio.gather(*tasks))
 
 
 async def _call(stub: router_pb2_grpc.RouterStub, req: BenchRequest, timeout_s: float,
-                on_done: Callable[[], None]) -> RequestResult:
+                on_done: Callable[[], None], metadata: tuple[tuple[str, str], ...] = ()) -> RequestResult:
     result = RequestResult(req.request_id, len(req.prompt_ids), sent=time.time())
     message = router_pb2.GenerateRequest(prompt_token_ids=req.prompt_ids, max_tokens=req.max_tokens, temperature=0.0,
                                          ignore_eos=True, request_id=req.request_id)
     try:
-        async for chunk in stub.Generate(message, timeout=timeout_s):
+        async for chunk in stub.Generate(message, timeout=timeout_s, metadata=metadata or None):
             if chunk.token_ids:
                 now = result.last = time.time()
                 if not result.first:

@@ -90,6 +90,22 @@ def _pct(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.0f}%"
 
 
+def _overload_table(results: list[ModeResult], console: Console) -> None:
+    """Past the knee, SLO-aware admission off and on (`--overload`)."""
+    rows = [(r, o) for r in results for o in r.overload]
+    if not rows:
+        return
+    table = Table(title="past the knee: SLO-aware admission off and on (goodput: req/s meeting both SLOs)")
+    for col in ("workload", "mode", "x knee", "rate", "admission", "requests", "refused", "attainment",
+                "admitted attain", "goodput/device"):
+        table.add_column(col, justify="left" if col in ("workload", "mode", "admission") else "right")
+    for r, o in rows:
+        table.add_row(r.workload, r.mode, f"{o['multiple']:g}", f"{o['rate']:.3g}", "on" if o["admission"] else "off",
+                      str(o["requests"]), _pct(o["share_refused"]), _pct(o["attainment"]),
+                      _pct(o["admitted_attainment"]), f"{o['goodput_per_device']:.3f}")
+    console.print(table)
+
+
 def print_tables(results: list[ModeResult], console: Console) -> None:
     """Goodput per mode and workload, the points of each, and the comparisons."""
     summary = Table(title="goodput per device (req/s per device; attainment target met)")
@@ -121,6 +137,7 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
                            *(_ms(p.stages.get(s)) for s in STAGES),
                            "-" if p.transfer_share is None else f"{100 * p.transfer_share:.2f}%")
     console.print(points)
+    _overload_table(results, console)
     for workload, by in ratios(results).items():
         console.print(f"{workload}: " + ", ".join(f"{k} = {'undefined (no goodput)' if v is None else f'{v:.2f}x'}"
                                                   for k, v in by.items()))

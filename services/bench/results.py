@@ -56,6 +56,7 @@ class ModeResult:
     simulated_curve: list[tuple[float, float]] = field(default_factory=list)  # (rate, attainment)
     calibrated_curve: list[tuple[float, float]] = field(default_factory=list)
     fitted_curve: list[tuple[float, float]] = field(default_factory=list)
+    overload: list[dict] = field(default_factory=list)  # OverloadPoint fields: past the knee, admission off and on
 
     def point_at(self, rate: float) -> Point | None:
         return next((p for p in self.points if p.rate == rate), None)

@@ -11,15 +11,16 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from rich.progress import Progress
 
 from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
+from services.bench.overload import ADMISSION_ENV, OverloadPoint, overload_point, slo_metadata
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
-from services.bench.served import ServedFit, fit_steps, joins_of, loaded_overheads, path_overheads, served_steps
+from services.bench.served import joins_of, loaded_overheads, path_overheads
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import goodput_search, pooled_runs
 from services.bench.workload import BenchWorkload, Sample
@@ -27,9 +28,11 @@ from services.common import defaults
 from services.common.net import free_port
 from services.launcher.stack import Stack, StackConfig
 from services.planner.latency import TPCoefficients
+from services.planner.online_fit import served_steps
 from services.planner.profile import fit_profile, read_profile
 from services.planner.serving import ServingOverheads
 from services.planner.shapes import load_shape
+from services.planner.step_fit import ServedFit, fit_steps
 
 BLOCK_SIZE = 16  # tokens per KV block, the instances' default
 DEFAULT_LINK_GBPS = 10.0  # used for the simulator's guess before any transfer was measured
@@ -72,6 +75,7 @@ class BenchConfig:
     warmup: int = 6  # lone requests (then a burst of as many) before measuring
     calibration: int = 40  # requests of the calibration load (--simulate) at least, from a sample of another seed
     calibration_rate: float | None = None  # req/s of it; None: the first workload's start rate
+    overload: tuple[float, ...] = ()  # multiples of disagg's goodput run with admission off and on (overload.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +92,12 @@ def serving(cfg: BenchConfig, mode: str) -> Iterator[Served]:
         yield Served(mode, cfg.router, cfg.redis_url)
         return
     n = len(cfg.devices)
+    admission = bool(cfg.overload) and mode == "disagg"  # the router admits by SLO, from the planner's online fit
     stack = Stack(StackConfig(model=cfg.model, mode=mode, prefill=n // 2, decode=n - n // 2, devices=cfg.devices,
                               grpc_port=free_port(), http_port=0, num_blocks=cfg.num_blocks,
                               max_batch_tokens=cfg.max_batch_tokens, service_cores=cfg.service_cores,
-                              log_level="WARNING"))
+                              log_level="WARNING", planner_port=free_port() if admission else 0,
+                              extra_env=ADMISSION_ENV if admission else {}))
     stack.start()
     try:
         yield Served(mode, stack.router_address, stack.redis_url)
@@ -99,12 +105,13 @@ def serving(cfg: BenchConfig, mode: str) -> Iterator[Served]:
         stack.stop()
 
 
-def run_requests(served: Served, requests: list[BenchRequest], progress: Progress | None, label: str) -> list[RequestResult]:
-    """Runs the requests open-loop and joins their stage breakdowns."""
+def run_requests(served: Served, requests: list[BenchRequest], progress: Progress | None, label: str,
+                 metadata: tuple[tuple[str, str], ...] = ()) -> list[RequestResult]:
+    """Runs the requests open-loop (with `metadata` on each call) and joins their stage breakdowns."""
     task = progress.add_task(label, total=len(requests)) if progress else None
     tail = stream_tail(served.redis_url)
     done = (lambda: progress.advance(task)) if progress else (lambda: None)
-    results = asyncio.run(run_load(served.address, requests, done))
+    results = asyncio.run(run_load(served.address, requests, done, metadata=metadata))
     attach_stages(served.redis_url, results, tail)
     return results
 
@@ -256,6 +263,18 @@ class Bench:
                     out.append(result)
         return out
 
+    def overload(self, served: Served, workload: str, multiple: float, knee: float) -> list[OverloadPoint]:
+        """The load at `multiple` × the knee, run with admission off, then on (`overload.py`)."""
+        rate, slo, devices = multiple * knee, self.slos[workload], len(self.cfg.devices)
+        reqs = self.sample_at(workload)(rate).requests(rate, f"over-{uuid.uuid4().hex[:6]}")
+        out = []
+        for admission in (False, True):
+            again = [replace(r, request_id=f"{r.request_id}-{'on' if admission else 'off'}") for r in reqs]
+            label = f"{served.mode} {workload} {multiple:g}x knee, admission {'on' if admission else 'off'}"
+            results = run_requests(served, again, self.progress, label, slo_metadata(slo) if admission else ())
+            out.append(overload_point(multiple, rate, admission, results, slo, devices))
+        return out
+
     def measure(self, served: Served, workload: str, predictors: dict[str, Predictor], fit_since: float,
                 joins: Counter[float]) -> ModeResult:
         """The sweep (or the fixed rate) of one workload on one served mode. The fitted prediction of a point is
@@ -310,6 +329,9 @@ class Bench:
         devices = len(self.cfg.devices)
         result = ModeResult(served.mode, workload, devices, slo.as_dict(), goodput, goodput / devices,
                             sorted(points, key=lambda p: p.rate), sample.stats())
+        if self.cfg.overload and served.mode == "disagg":
+            knee = goodput or self.cfg.rate or self.start_rates[workload]  # no goodput: the rate tried
+            result.overload = [asdict(p) for m in self.cfg.overload for p in self.overload(served, workload, m, knee)]
         for kind, predictor in predictors.items():
             per_device = predictor.goodput(sample_at, slo, self.start_rates[workload]) / devices
             setattr(result, f"{kind}_goodput_per_device", per_device)

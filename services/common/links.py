@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import grpc
 
 from services.common.auth import TokenCheck, attach_token, token_metadata
+from services.common.net import EXCLUSIVE_PORT, bind_port
 from services.common.secret import SECRET_ENV, client_secret, deployment_secret
 from services.common.tls import channel_credentials, channel_options, server_credentials, tls_files
 
@@ -29,15 +30,14 @@ def internal_server(max_message_bytes: int = MAX_MESSAGE_BYTES,
     if secret is None:
         log.warning("internal authentication off: %s is not set", SECRET_ENV)
     checks = [TokenCheck(secret)] if secret is not None else []
-    return grpc.aio.server(interceptors=[*checks, *interceptors], options=server_options(max_message_bytes))
+    return grpc.aio.server(interceptors=[*checks, *interceptors],
+                           options=[*server_options(max_message_bytes), *EXCLUSIVE_PORT])
 
 
-def add_port(server: grpc.aio.Server, address: str) -> int:
-    """Binds `address`: with mutual TLS when configured; returns the port."""
+def add_port(server: grpc.aio.Server, host: str, port: int) -> int:
+    """Binds host:port (net.bind_port): with mutual TLS when configured; returns the port."""
     tls = tls_files()
-    if tls is None:
-        return server.add_insecure_port(address)
-    return server.add_secure_port(address, server_credentials(tls))
+    return bind_port(server, host, port, server_credentials(tls) if tls is not None else None)
 
 
 def internal_channel(address: str, principal: str, attach: bool = True) -> grpc.aio.Channel:

@@ -10,7 +10,7 @@ import socket
 _LOW, _HIGH = 20000, 32000
 
 
-def _bindable(host: str, port: int) -> bool:
+def bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((host, port))
@@ -22,8 +22,26 @@ def _bindable(host: str, port: int) -> bool:
 def free_port(host: str = "127.0.0.1") -> int:
     for _ in range(100):
         port = random.randrange(_LOW, _HIGH)
-        if _bindable(host, port):
+        if bindable(host, port):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+# gRPC servers set SO_REUSEPORT by default, so a second server binds a taken port and the two share its
+# connections silently; without it a taken port is an error at start.
+EXCLUSIVE_PORT = [("grpc.so_reuseport", 0)]
+
+
+def bind_port(server, host: str, port: int, credentials=None) -> int:
+    """Binds a gRPC server (made with EXCLUSIVE_PORT) to host:port (with TLS `credentials` if given); SystemExit
+    naming it when it is taken."""
+    try:
+        address = f"{host}:{port}"
+        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if not bound:
+        raise SystemExit(f"cannot bind {host}:{port}: the port is in use")
+    return bound

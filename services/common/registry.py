@@ -5,11 +5,13 @@
   The router picks the least-loaded live instance and adds the request's load in one Lua call, so
   several routers do not herd onto the same instance.
 - `ds:requests`: a capped stream of request records for the planner's workload profiler.
+- `ds:model`: the latency model the planner fits online to the served steps (JSON; `services/planner/online_fit.py`).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import asdict, dataclass
 
 import redis.asyncio as aioredis
@@ -19,7 +21,10 @@ from services.common.redis_auth import resolve_url
 INST_KEY = "ds:inst:{}"
 LOAD_KEY = "ds:load:{}"
 REQUESTS_STREAM = "ds:requests"
+EPOCH_KEY = "ds:epoch"
+ROUTER_KEY = "ds:router:{}"
 REQUESTS_MAXLEN = 100_000
+MODEL_KEY = "ds:model"
 
 # KEYS[1] = load zset; ARGV[1] = load to add. Returns the chosen live id; drops dead ids on the way.
 _PICK = """
@@ -63,12 +68,36 @@ class Registry:
         return cls(aioredis.Redis.from_url(resolve_url(url), socket_timeout=2.0, socket_connect_timeout=2.0), ttl_s)
 
     async def register(self, info: InstanceInfo) -> None:
-        """Announces an instance with zero load (a restart forgets the old load)."""
+        """Announces an instance, with zero load when new; a restarted one keeps the load routers booked on it,
+        since they take it off as their requests end."""
         await self.redis.set(INST_KEY.format(info.id), info.to_json(), px=self.ttl_ms)
-        await self.redis.zadd(LOAD_KEY.format(info.role), {info.id: 0})
+        await self.redis.zadd(LOAD_KEY.format(info.role), {info.id: 0}, nx=True)
+
+    async def router_beat(self, router_id: str) -> bool:
+        """Renews a router's presence; True when no other router is present (then its bookings are all there are)."""
+        others = [k async for k in self.redis.scan_iter(match=ROUTER_KEY.format("*"), count=1000)
+                  if k.decode() != ROUTER_KEY.format(router_id)]
+        await self.redis.set(ROUTER_KEY.format(router_id), "1", px=self.ttl_ms)
+        return not others
+
+    async def reset_load(self) -> None:
+        """Every instance's booked load to zero (a sole router starting: no booking is in flight)."""
+        async for key in self.redis.scan_iter(match=LOAD_KEY.format("*"), count=1000):
+            members = await self.redis.zrange(key, 0, -1)
+            if members:
+                await self.redis.zadd(key, {m: 0 for m in members}, xx=True)
 
     async def heartbeat(self, info: InstanceInfo) -> None:
-        await self.redis.set(INST_KEY.format(info.id), info.to_json(), px=self.ttl_ms)
+        """Renews the instance; puts it back in the load book (at zero) after Redis restarted empty."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(INST_KEY.format(info.id), info.to_json(), px=self.ttl_ms)
+            pipe.zadd(LOAD_KEY.format(info.role), {info.id: 0}, nx=True)
+            await pipe.execute()
+
+    async def epoch(self) -> str:
+        """Names this Redis's data: a new name once Redis restarted empty (so routers book their loads again)."""
+        await self.redis.set(EPOCH_KEY, uuid.uuid4().hex, nx=True)
+        return (await self.redis.get(EPOCH_KEY) or b"").decode()
 
     async def deregister(self, info: InstanceInfo) -> None:
         await self.redis.delete(INST_KEY.format(info.id))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from services.common import defaults
 from services.deploy.compose_secrets import RUN, secrets_section, with_credentials
 from services.planner.actuator import InstanceSpec, specs_of
 from services.planner.placement import Placement, Stage
@@ -27,6 +28,10 @@ PLANNER_PORT = 8001
 KVXFER_PORT, KVXFER_UCX_PORT, KVXFER_METRICS_PORT = 50061, 50062, 9101
 INSTANCE_PORT, INSTANCE_METRICS_PORT = 50100, 9200  # plus the instance's first GPU: unique on its host, stable
 LABEL = "distserve.instance"  # JSON of the InstanceSpec: the actuator reads running instances back from it
+
+
+# SIGTERM, then the services' own drain grace, then a margin to deregister and close before compose kills
+STOP_GRACE = f"{int(defaults.DRAIN_GRACE_S) + 10}s"
 
 
 def file_name(node: int) -> str:
@@ -82,8 +87,9 @@ def _head_services(address: str, redis_url: str) -> dict:
                        str(ROUTER_GRPC_PORT), "--http-port", str(ROUTER_HTTP_PORT), "--metrics-port",
                        str(ROUTER_METRICS_PORT), "--api-key-file", f"{RUN}/distserve_api_keys"],
                       f"127.0.0.1:{ROUTER_GRPC_PORT}", plaintext=True)
-    router.update(environment={"DISTSERVE_ROUTER_REDIS_URL": redis_url}, volumes=[MODEL_VOLUME],
-                  depends_on=_healthy("redis"))
+    router.update(environment={"DISTSERVE_ROUTER_REDIS_URL": redis_url,
+                               "DISTSERVE_ROUTER_DRAIN_GRACE_S": str(defaults.DRAIN_GRACE_S)},
+                  volumes=[MODEL_VOLUME], depends_on=_healthy("redis"), stop_grace_period=STOP_GRACE)
     planner = _service(["distserve", "planner", "--host", address, "--port", str(PLANNER_PORT), "--redis-url",
                         redis_url, "--admin-key-file", f"{RUN}/distserve_admin_keys"], f"http://{address}:{PLANNER_PORT}/docs")
     planner.update(depends_on=_healthy("redis"))
@@ -109,11 +115,12 @@ def _instance(name: str, spec: InstanceSpec, address: str, node: int, redis_url:
                             "stages": [[s.node, list(s.gpus)] for s in spec.stages]})
     service.update(
         environment={"DISTSERVE_REDIS_URL": redis_url, "DISTSERVE_KVXFER": f"{address}:{KVXFER_PORT}",
+                     "DISTSERVE_DRAIN_GRACE_S": str(defaults.DRAIN_GRACE_S),
                      "DISTSERVE_NODE": f"node{node}", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
         volumes=[MODEL_VOLUME], deploy=_gpus(gpus), labels={LABEL: spec_json},
         depends_on={"kvxfer": {"condition": "service_healthy", "restart": True},
                     **(_healthy("redis") if node == 0 else {})},
-        stop_grace_period="60s", **_shared_memory())
+        stop_grace_period=STOP_GRACE, **_shared_memory())
     return service
 
 

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
-from services.common.errors import EngineFailed
+from services.common.errors import EngineFailed, RequestFailed
 from services.common.sampling import SamplingParams
 from services.engine.engine import LLMEngine, StepOutput
 from services.engine.step_log import EngineStats
@@ -62,6 +62,9 @@ class AsyncEngine:
                 out = await queue.get()
                 if isinstance(out, BaseException):
                     raise EngineFailed(f"engine failed: {out!r}") from out
+                if out.error:
+                    done = True  # the engine dropped it already
+                    raise RequestFailed(out.error)
                 done = out.finished or out.prefilled
                 yield out
         finally:

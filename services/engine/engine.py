@@ -22,6 +22,7 @@ from services.engine.block_manager import BlockManager
 from services.engine.model_runner import ModelRunner
 from services.engine.scheduler import SCHEDULERS, Policy, SchedulerConfig
 from services.engine.sequence import SeqStatus, Sequence
+from services.engine.step_guard import StepGuard
 from services.engine.step_log import EngineStats, StepLog, StepRecord
 
 
@@ -48,6 +49,7 @@ class StepOutput:
     held_blocks: list[int] = field(default_factory=list)  # with `prefilled`: the blocks holding the K/V
     step_start: float = 0.0  # unix seconds: the step that produced this output
     step_end: float = 0.0
+    error: str = ""  # the step failed for this request alone: it ends here (finish_reason ABORT)
 
     @property
     def finished(self) -> bool:
@@ -76,6 +78,7 @@ class LLMEngine:
         self._ids: set[str] = set()
         self.last_step: StepRecord | None = None  # the shape of the latest step (seconds: its forward pass)
         self.step_log = StepLog()  # served steps, with their periods (EngineWorker writes it)
+        self.guard = StepGuard()
 
     # ---- admission -------------------------------------------------------------------------------
 
@@ -148,10 +151,11 @@ class LLMEngine:
             self.last_step = None
             return []
         step_start = time.time()
-        tokens = self.runner.execute(batch)
+        guarded = self.guard.run(self.runner.execute, batch)
+        batch, tokens = guarded.batch, guarded.tokens
         step_end = time.time()
-        self.last_step = StepRecord.of(batch, step_start, step_end - step_start)
-        outputs: list[StepOutput] = []
+        self.last_step = StepRecord.of(batch, step_start, step_end - step_start) if batch.items else None
+        outputs = [self._fail(item.seq, exc) for item, exc in guarded.failed]
         sampled = iter(tokens)
         for it in batch.items:
             seq, samples = it.seq, it.samples
@@ -172,6 +176,13 @@ class LLMEngine:
                 out.prefilled = True
             outputs.append(out)
         return outputs
+
+    def _fail(self, seq: Sequence, exc: BaseException) -> StepOutput:
+        """Ends a request whose step failed alone; its blocks go back and the engine serves on."""
+        self.scheduler.abort(seq.request_id)
+        self._ids.discard(seq.request_id)
+        return StepOutput(seq.request_id, [], FinishReason.ABORT, num_prompt_tokens=len(seq.prompt_ids),
+                          error=f"the engine's step failed for this request ({type(exc).__name__})")
 
     def _hold(self, seq: Sequence) -> list[int]:
         self.scheduler.running.remove(seq)

@@ -34,4 +34,5 @@ class InstanceSettings(BaseSettings):
     lease_ttl_s: float = Field(defaults.LEASE_TTL_S, description="how long prefilled K/V waits for a pull")
     pull_timeout_s: float = Field(defaults.PULL_TIMEOUT_S, description="bound on one K/V pull")
     heartbeat_s: float = Field(1.0, description="registry heartbeat period (the TTL is 3 periods)")
+    drain_grace_s: float = Field(defaults.DRAIN_GRACE_S, description="on SIGTERM: seconds in-flight requests get to finish")
     metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")

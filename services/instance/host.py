@@ -21,10 +21,12 @@ from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
 from services.instance.config import InstanceSettings
+from services.instance.pool_keeper import PoolKeeper
 from services.instance.stats import export_gauges
 from services.kvxfer.client import KVXferClient
 
 log = logging.getLogger(__name__)
+SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str, KVXferClient | None],
@@ -44,6 +46,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
     kv = KVXferClient(settings.kvxfer, instance_principal(instance_id)) if uses_kvxfer else None
+    keeper = PoolKeeper(kv, instance_id, engine.runner.pool) if kv is not None else None
     if kv is not None:
         await kv.register_pool(instance_id, engine.runner.pool)
 
@@ -51,14 +54,14 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     on_stop = await add_servicer(server, async_engine, settings, instance_id, kv)
-    port = add_port(server, f"{settings.host}:{settings.port}")
+    port = add_port(server, settings.host, settings.port)
     await server.start()
     serve_metrics(settings.metrics_port, settings.host)
 
     registry = Registry.from_url(settings.redis_url, ttl_s=3 * settings.heartbeat_s)
     info = InstanceInfo(instance_id, settings.role, f"{settings.host}:{port}", settings.node, settings.device, settings.kvxfer)
     await registry.register(info)
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set("", SERVING)
     log.info("%s %s serving on %s:%d (device %s)", settings.role, instance_id, settings.host, port, settings.device)
 
     stop = asyncio.Event()
@@ -67,6 +70,9 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         loop.add_signal_handler(sig, stop.set)
     while not stop.is_set() and not async_engine.failed:
         try:
+            if keeper is not None:  # without its kvxfer the instance can neither lease nor pull
+                ready = await keeper.check()
+                await health_servicer.set("", SERVING if ready else NOT_SERVING)
             await registry.heartbeat(info)
             export_gauges(await async_engine.stats(), instance_id)
         except Exception as exc:  # Redis briefly away: keep serving, retry next beat
@@ -84,10 +90,13 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         await registry.deregister(info)
     except Exception as exc:
         log.warning("deregister failed: %s", exc)
-    await server.stop(grace=5)
+    await server.stop(grace=settings.drain_grace_s)
     await on_stop()
     if kv is not None:
-        await kv.unregister_pool(instance_id)
+        try:
+            await asyncio.wait_for(kv.unregister_pool(instance_id), 2.0)
+        except Exception as exc:  # kvxfer gone first: it holds nothing of ours any more
+            log.warning("could not unregister the pool: %r", exc)
         await kv.close()
     async_engine.stop()
     engine.close()

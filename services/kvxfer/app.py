@@ -35,7 +35,7 @@ async def serve(config: KVXferConfig) -> None:
     c_loop = copy_kernel() is not None and blocks_kernel() is not None  # built now, not in the first pull
     iov = helper() is not None
     server = internal_server(64 << 20)
-    port = add_port(server, f"{config.host}:{config.port}")
+    port = add_port(server, config.host, config.port)
     metrics = XferMetrics()
     peers = GrpcPeers(config.connect_timeout_s)
     ucx_loop = UcxLoop()

@@ -34,6 +34,7 @@ class LeaseKeeper:
         self._clock = clock
         self._held: dict[str, tuple[list[int], float]] = {}  # lease id -> (blocks, expiry)
         self._ended_early: OrderedDict[str, None] = OrderedDict()  # ends seen before create returned
+        self._unsure: set[str] = set()  # leases held when the stream broke: a new kvxfer would not know them
 
     async def create_lease(self, block_ids: Sequence[int], num_tokens: int, ttl_s: float = 0.0) -> kv_pb2.KVHandle:
         """Lease blocks of this instance's pool and keep track of them until the lease ends."""
@@ -58,9 +59,25 @@ class LeaseKeeper:
                         self._end(end.lease_id, end.block_ids)
                 except grpc.aio.AioRpcError as e:
                     log.warning("lease stream of %s broken (%s); retrying", self._instance_id, e.code().name)
+                    self._unsure |= set(self._held)
                 await asyncio.sleep(self._retry_s)
         finally:
             sweeper.cancel()
+
+    async def _settle_unsure(self) -> None:
+        """Asks kvxfer to release each lease held across a broken stream: one it does not know (it restarted, or
+        the lease ended unheard) is freed now rather than at expiry; one it releases ends by its event, after any
+        pull in flight."""
+        for lease_id in list(self._unsure):
+            try:
+                known = await self._client.release(lease_id)
+            except grpc.aio.AioRpcError:
+                return  # kvxfer still away: next sweep
+            self._unsure.discard(lease_id)
+            held = self._held.pop(lease_id, None) if not known else None
+            if held is not None:
+                log.warning("lease %s unknown to kvxfer after its stream broke; freeing its blocks", lease_id)
+                self._free(held[0])
 
     def _end(self, lease_id: str, block_ids: list[int]) -> None:
         if self._held.pop(lease_id, None) is not None:
@@ -72,6 +89,9 @@ class LeaseKeeper:
 
     async def _sweep(self) -> None:
         while True:
+            self._unsure &= set(self._held)
+            if self._unsure:
+                await self._settle_unsure()
             now = self._clock()
             for lease_id, (blocks, expiry) in list(self._held.items()):
                 if now > expiry + self._grace_s:

@@ -1,7 +1,8 @@
 """`distserve up --replan-profile FILE`: the planner's replanning loop driving this stack's instances.
 
-The loop reads the request records the router writes, replans when the workload shifts (latency model
-from a `distserve profile` file of this host; the stack's devices are the cluster), and applies the
+The loop reads the request records the router writes, replans when the workload shifts (latency model: the
+stack's own online fit at `ds:model` where its planner has made one, seeded by a `distserve profile` file of
+this host; the stack's devices are the cluster), and applies the
 placement with the StackActuator: instances start, drain and stop.
 """
 

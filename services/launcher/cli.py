@@ -6,9 +6,12 @@ import argparse
 import signal
 import threading
 
+from services.common import defaults
+from services.common.net import bindable
 from services.launcher.cores import cores_argument
 from services.launcher.credentials import planner_admin_keys
 from services.launcher.stack import Stack, StackConfig
+from services.launcher.supervisor import Supervisor
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -19,13 +22,18 @@ def _up(args: argparse.Namespace) -> int:
         devices=tuple(d for d in args.devices.split(",") if d) if args.devices else (), host=args.host,
         grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
         redis_url=args.redis_url or "", num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens,
-        log_level=args.log_level, service_cores=args.service_cores, api_key_file=args.api_key_file,
-        allow_unauthenticated=args.allow_unauthenticated)
+        log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s,
+        api_key_file=args.api_key_file, allow_unauthenticated=args.allow_unauthenticated)
+    taken = [p for p in (config.grpc_port, config.http_port, config.planner_port) if p and not bindable(config.host, p)]
+    if taken:  # say so now rather than have clients reach whatever holds them
+        raise SystemExit(f"distserve up: port(s) {', '.join(map(str, taken))} on {config.host} already in use")
     stack = Stack(config)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stack.start()
+    supervisor = Supervisor(stack).start()
+    threading.Thread(target=lambda: (supervisor.gave_up.wait(), stop.set()), daemon=True).start()
     if args.replan_profile:
         from services.launcher.autoscale import start_autoscaler
         from services.planner.schemas import SLOBody
@@ -46,8 +54,9 @@ def _up(args: argparse.Namespace) -> int:
         print("ready; Ctrl-C stops everything", flush=True)
         stop.wait()
     finally:
+        supervisor.stop()
         stack.stop()
-    return 0
+    return 1 if supervisor.gave_up.is_set() else 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -70,6 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch-tokens", type=int, default=512, help="Lm / token budget per step")
     p.add_argument("--service-cores", type=cores_argument, default="auto", help="CPU cores of the router, Redis and planner: "
                    "auto (disagg on CPU: the prefill instances' cores; else any), any, or e.g. 0,1")
+    p.add_argument("--drain-grace-s", type=float, default=defaults.DRAIN_GRACE_S,
+                   help="on SIGTERM: seconds every service gives in-flight requests (the compose files' too)")
     p.add_argument("--replan-profile", default="", help="a `distserve profile` file of this host: replan on workload "
                    "shifts and scale the instances to the plan")
     p.add_argument("--replan-interval", type=float, default=30.0, help="seconds between workload checks")

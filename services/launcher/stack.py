@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from services.common import defaults
+from services.common.lifetime import child_env
 from services.common.net import free_port
 from services.common.pool_files import remove_pool_files
 from services.common.redis_auth import redis_password
@@ -45,6 +46,7 @@ class StackConfig:
     log_level: str = "INFO"
     service_cores: tuple[int, ...] | None = None  # router, Redis, planner; None: see launcher/cores.py
     extra_env: dict[str, str] = field(default_factory=dict)
+    drain_grace_s: float = defaults.DRAIN_GRACE_S  # on SIGTERM, what every service gives in-flight requests
     api_key_file: str = ""  # the router's client keys; none: the router serves loopback only
     allow_unauthenticated: bool = False  # let the router serve beyond loopback without keys
     # A second host for the decode instances (disagg): its own kvxfer there, so every KV pull crosses hosts.
@@ -65,6 +67,8 @@ class Proc:
     role: str = ""
     device: str = ""
     metrics_port: int = 0
+    cmd: list[str] = field(default_factory=list)
+    stopping: bool = False  # stopped on purpose: not to be restarted
 
 
 class Stack:
@@ -99,11 +103,21 @@ class Stack:
         cmd = [*enter, sys.executable, "-m", "services", "--log-level", self.config.log_level, *pinning, *args]
         if metrics:
             cmd += ["--metrics-port", str(metrics_port)]
-        env = {**os.environ, SECRET_ENV: self.secret_file, **self.config.extra_env}
-        process = subprocess.Popen(cmd, env=env, start_new_session=True)
-        proc = Proc(name, address, process, role, device, metrics_port)
+        proc = Proc(name, address, self._popen(cmd), role, device, metrics_port, cmd)
         self.procs.append(proc)
         return proc
+
+    def _popen(self, cmd: list[str]) -> subprocess.Popen:
+        grace = str(self.config.drain_grace_s)
+        env = {**os.environ, "DISTSERVE_DRAIN_GRACE_S": grace, "DISTSERVE_ROUTER_DRAIN_GRACE_S": grace,
+               **child_env(), SECRET_ENV: self.secret_file, **self.config.extra_env}
+        return subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def respawn(self, proc: Proc) -> None:
+        """Starts a dead process again, as it was started (same name, ports and instance id)."""
+        if proc.role:
+            remove_pool_files(proc.name)
+        proc.process = self._popen(proc.cmd)
 
     def _free_port(self, host: str) -> int:
         """A free port of host; the decode host's namespace runs nothing else, so any port there is free."""
@@ -185,6 +199,7 @@ class Stack:
 
     @staticmethod
     def _terminate(proc: Proc, timeout_s: float) -> None:
+        proc.stopping = True
         if proc.process.poll() is None:
             proc.process.send_signal(signal.SIGTERM)
             try:
@@ -201,7 +216,7 @@ class Stack:
         """Router first (no new work), then instances, then kvxfer, then Redis."""
         order = sorted(self.procs, key=lambda p: {"router": 0, "planner": 0, "kvxfer": 2, "kvxfer-decode": 2}.get(p.name, 1))
         for proc in order:
-            self._terminate(proc, 15.0)
+            self._terminate(proc, self.config.drain_grace_s + 10)
         self.procs.clear()
         if self.redis is not None:
             self.redis.stop()

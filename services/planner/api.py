@@ -24,10 +24,11 @@ from services.common.front_door import BodyLimit
 from services.common.redis_auth import resolve_url
 from services.planner.actuator import Actuator
 from services.planner.config import PlannerSettings
+from services.planner.online_fit import OnlineFit
 from services.planner.records import fit_records, load_plan, read_records, save_plan
 from services.planner.replan import Replanner
 from services.planner.schemas import PlanRequest, ReplanRequest, SimulateRequest
-from services.planner.service import run_plan, run_simulate
+from services.planner.service import online_fit_of, run_plan, run_simulate
 
 
 def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
@@ -54,20 +55,26 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
     replanner = Replanner(client, base, actuator, threshold=settings.replan_threshold, workers=settings.workers,
                           on_plan=lambda plan: adopt(plan, "replan")) if client is not None else None
 
+    online: OnlineFit | None = online_fit_of(settings) if settings.redis_url else None
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         stop = asyncio.Event()
-        task = None
+        tasks = []
         if replanner is not None and settings.replan_interval > 0:
-            task = asyncio.create_task(replanner.run(settings.replan_interval, stop))
+            tasks.append(asyncio.create_task(replanner.run(settings.replan_interval, stop)))
+        if online is not None and settings.fit_interval > 0:
+            tasks.append(asyncio.create_task(online.run(settings.fit_interval, stop)))
         yield
         stop.set()
-        if task is not None:
-            await task
+        await asyncio.gather(*tasks)
+        if online is not None:
+            await online.registry.close()
 
     app = FastAPI(title="distserve planner", version="1", lifespan=lifespan,
                   description="Goodput-optimal placement of prefill and decode instances (DistServe, OSDI'24).")
     app.state.replanner = replanner
+    app.state.online_fit = online
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     admin = ApiKeys(settings.admin_key_file)
 
@@ -121,6 +128,14 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
         if stored is None:
             raise HTTPException(404, "plan: none made yet; POST /v1/plan or /v1/replan")
         return stored
+
+    @app.get("/v1/model", summary="The latency model fitted online to the steps the instances served")
+    async def model() -> dict:
+        if online is None:
+            raise HTTPException(400, "redis: the planner was started without --redis-url; no instances to fit to")
+        if online.model is None:
+            raise HTTPException(404, "model: not fitted yet; it is refitted every fit_interval seconds")
+        return online.model
 
     @app.get("/v1/workload", summary="Statistics of the recorded workload")
     async def workload(max_records: int = 2000) -> dict:

@@ -20,3 +20,8 @@ class PlannerSettings(BaseSettings):
     admin_key_file: str = Field("", description="file of hashed admin keys (`distserve api-key add`); POSTs need one")
     allow_unauthenticated: bool = Field(False, description="serve beyond loopback without admin keys")
     max_body_bytes: int = Field(1 << 20, description="largest request body accepted (413 above)")
+    fit_interval: float = Field(5.0, ge=0, description="seconds between refits of the online latency model; 0: none")
+    fit_window_s: float = Field(300.0, gt=0, description="age of the oldest served step the online model is fitted to")
+    fit_max_steps: int = Field(5000, ge=10, description="steps per instance kind and device the window holds at most")
+    model_profile: str | None = Field(None, description="`distserve profile` file seeding the online fit's attention "
+                                                        "terms; none: every term is fitted")

@@ -12,21 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
 from services.planner.shapes import ModelShape
 
-
-@dataclass(frozen=True, slots=True)
-class PrefillCoeffs:
-    c0: float  # s
-    per_token: float  # s per batch token
-    per_sq: float  # s per squared prompt token
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeCoeffs:
-    c0: float  # s
-    per_ctx: float  # s per context token in the batch
-    per_req: float  # s per request in the batch
+__all__ = ["DecodeCoeffs", "LatencyModel", "PrefillCoeffs", "TPCoefficients"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +27,7 @@ class TPCoefficients:
 
     def prefill_time(self, tokens: int, sum_sq: int) -> float:
         """Seconds to prefill one batch on the whole model (all pipeline stages)."""
-        p = self.prefill
-        return p.c0 + p.per_token * tokens + p.per_sq * sum_sq
+        return self.prefill.seconds(tokens, sum_sq)
 
     def decode_coeffs(self, batch: int) -> DecodeCoeffs:
         """The decode set for a batch of `batch` requests."""
@@ -47,8 +35,7 @@ class TPCoefficients:
 
     def decode_time(self, context_tokens: int, batch: int) -> float:
         """Seconds for one decode step of `batch` requests holding `context_tokens` in all."""
-        d = self.decode_coeffs(batch)
-        return d.c0 + d.per_ctx * context_tokens + d.per_req * batch
+        return self.decode_coeffs(batch).seconds(context_tokens, batch)
 
     def mixed_time(self, prompt_tokens: int, prompt_sq: int, context_tokens: int, batch: int) -> float:
         """Seconds for a step that computes prompt tokens (chunks) beside `batch` decoding requests: one fixed

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import redis
 
 from services.planner.actuator import Actuation, Actuator, apply_placement
+from services.planner.fitted_model import stored_fit
 from services.planner.records import (
     RecordedWorkload,
     fit_records,
@@ -41,18 +42,20 @@ class Replanner:
     workers: int | None = None
     baseline: dict | None = None  # workload statistics the current plan was made for
     on_plan: Callable[[dict], None] | None = None
+    fitted: bool = True  # plan with the stack's online fit (ds:model) where there is one; the hardware seeds it
 
     def replan(self, recorded: RecordedWorkload) -> tuple[dict, PlanResult]:
         """Plan for the recorded workload at its rate, or for the best goodput per GPU where that rate cannot be
-        served; store it at `ds:plan`."""
+        served; store it at `ds:plan` (with the latency model that made it)."""
         req = replan_request(self.request, recorded)
+        fit = stored_fit(self.client) if self.fitted else None
         try:
-            plan, result, _ = run_plan(req, self.workers)
+            plan, result, _ = run_plan(req, self.workers, fit)
         except ValueError as err:
             if req.rate is None:
                 raise
             log.warning("replanning for the best goodput per GPU: %s", err)
-            plan, result, _ = run_plan(req.model_copy(update={"rate": None}), self.workers)
+            plan, result, _ = run_plan(req.model_copy(update={"rate": None}), self.workers, fit)
         plan["workload"] = recorded.as_dict()
         save_plan(self.client, plan)
         if self.on_plan is not None:

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from services.common.registry import Registry
+from services.planner.config import PlannerSettings
+from services.planner.fitted_model import describe, with_fit
 from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
+from services.planner.latency import LatencyModel
+from services.planner.online_fit import OnlineFit
 from services.planner.placement import Cluster, Parallel, Placement, pack
+from services.planner.profile import fit_profile, read_profile
 from services.planner.records import RecordedWorkload
 from services.planner.schemas import (
     PlanRequest,
@@ -30,10 +36,13 @@ def workload_of(body: WorkloadBody) -> Workload:
     return Workload("fixed", input_len=body.input_len, output_len=body.output_len)
 
 
-def scenario_of(req: PlanRequest | SimulateRequest) -> Scenario:
+def scenario_of(req: PlanRequest | SimulateRequest, fit: dict | None = None) -> Scenario:
+    """The scenario of a request; with `fit` (the stored online fit) its phases replace the hardware's."""
     shape = load_shape(req.model)
     cluster = Cluster(**req.cluster.model_dump())
     model = load_latency_model(req.hardware, shape, cluster.gpu_memory_gb)
+    if fit is not None:
+        model = with_fit(model, fit)
     workload = workload_of(req.workload)
     longest = shape.max_context
     if workload.name == "fixed" and workload.input_len + workload.output_len > longest:
@@ -50,7 +59,7 @@ def placement_dict(placement: Placement) -> list[dict]:
             for inst in placement.instances]
 
 
-def plan_dict(req: PlanRequest, result: PlanResult) -> dict:
+def plan_dict(req: PlanRequest, result: PlanResult, model: LatencyModel) -> dict:
     p = result.placement
     return {
         "model": req.model, "hardware": req.hardware, "algorithm": result.algorithm,
@@ -64,13 +73,15 @@ def plan_dict(req: PlanRequest, result: PlanResult) -> dict:
         "search_seconds": result.search_seconds,
         "instances": placement_dict(p),
         "request": req.model_dump(mode="json"),
+        "latency_model": describe(model),
     }
 
 
-def run_plan(req: PlanRequest, workers: int | None = None) -> tuple[dict, PlanResult, Scenario]:
-    scn = scenario_of(req)
+def run_plan(req: PlanRequest, workers: int | None = None, fit: dict | None = None) -> tuple[dict, PlanResult, Scenario]:
+    """The plan of a request; with `fit` (the stored online fit), planned with the stack's own model."""
+    scn = scenario_of(req, fit)
     result = ALGORITHMS[req.algorithm](scn, req.rate, workers=workers)
-    return plan_dict(req, result), result, scn
+    return plan_dict(req, result, scn.model), result, scn
 
 
 def placement_of(req: SimulateRequest, cluster: Cluster) -> Placement:
@@ -101,3 +112,10 @@ def replan_request(req: ReplanRequest, recorded: RecordedWorkload) -> PlanReques
     rate = req.rate or (recorded.rate if np.isfinite(recorded.rate) else None)
     fields = req.model_dump(exclude={"max_records", "rate"})
     return PlanRequest(**fields, workload=workload, rate=rate)
+
+
+def online_fit_of(settings: PlannerSettings) -> OnlineFit:
+    """The online fit of the planner service: the registered instances of its Redis, seeded by its profile."""
+    seed = fit_profile(read_profile(settings.model_profile)).at(1) if settings.model_profile else None
+    return OnlineFit(Registry.from_url(settings.redis_url), seed, f"profile:{settings.model_profile}" if seed else "",
+                     settings.fit_window_s, settings.fit_max_steps)

@@ -6,7 +6,10 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+import grpc
+
 from distserve.v1 import kv_pb2
+from services.common.errors import Unavailable
 from services.common.sampling import SamplingParams
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
@@ -59,8 +62,10 @@ class PrefillCore:
         self._holder[last.held_blocks[0]] = request_id
         try:
             handle = await self.leases.create_lease(last.held_blocks, len(prompt_ids), self.lease_ttl_s)
-        except BaseException:
+        except BaseException as exc:
             self._holder.pop(last.held_blocks[0], None)
             self.engine.release(request_id)
+            if isinstance(exc, grpc.aio.AioRpcError):  # kvxfer away or restarted: retryable, not this request's fault
+                raise Unavailable(f"KV transfer service: {exc.code().name}") from exc
             raise
         return PrefillResult(last.new_token_ids[0], "", handle, stamps)

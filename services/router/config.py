@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.common import defaults
+
 Mode = Literal["disagg", "colocated", "chunked"]
 
 
@@ -32,3 +34,12 @@ class RouterSettings(BaseSettings):
     close_reflection: bool = Field(False, description="gRPC reflection needs an API key too")
     max_body_bytes: int = Field(4 << 20, description="largest HTTP request body accepted (413 above)")
     metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")
+    drain_grace_s: float = Field(defaults.DRAIN_GRACE_S, description="on SIGTERM: seconds in-flight requests get to finish")
+    admission: Literal["off", "refuse", "best-effort"] = Field(
+        "off", description="SLO-aware admission (disagg): refuse, or admit as best-effort, a request predicted to miss "
+                           "its SLO; off: predict only, for the error metrics")
+    slo_ttft_ms: float = Field(0.0, ge=0, description="TTFT objective of a request without x-slo-ttft-ms; 0: none")
+    slo_tpot_ms: float = Field(0.0, ge=0, description="TPOT objective of a request without x-slo-tpot-ms; 0: none")
+    model_refresh_s: float = Field(1.0, gt=0, description="how often the planner's fitted model (ds:model) is re-read")
+    prefill_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, ge=1,
+                                      description="the prefill instances' batch bound in tokens, for the prediction")

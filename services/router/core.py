@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 
 import grpc
@@ -18,7 +19,9 @@ from services.common.errors import Overloaded
 from services.common.registry import Registry
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import IncrementalDecoder, Tokenizer
+from services.router.cleanup import Cleanups
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
+from services.router.gate import SloGate
 from services.router.request import RouterRequest
 
 log = logging.getLogger(__name__)
@@ -45,7 +48,8 @@ def _retryable(exc: BaseException) -> bool:
 class RouterCore:
     def __init__(self, mode: str, tokenizer: Tokenizer, dispatcher: Dispatcher, registry: Registry,
                  max_inflight: int, max_queued: int, retries: int, block_size: int = defaults.BLOCK_SIZE,
-                 release_lease: Callable[[kv_pb2.KVHandle], Awaitable[None]] | None = None) -> None:
+                 release_lease: Callable[[kv_pb2.KVHandle], Awaitable[None]] | None = None,
+                 gate: SloGate | None = None) -> None:
         self.mode = mode
         self.tokenizer = tokenizer
         self.dispatcher = dispatcher
@@ -53,12 +57,16 @@ class RouterCore:
         self.max_queued = max_queued
         self.retries = retries
         self.release_lease = release_lease
+        self.gate = gate  # SLO-aware admission (router/gate.py); None: FCFS only
         self._admission = asyncio.Semaphore(max_inflight)
+        self.cleanups = Cleanups()
         self._queued = 0
 
     async def generate(self, req: RouterRequest) -> AsyncIterator[Chunk]:
         """Streams the request's tokens; cancelling the iteration cancels every downstream call."""
         req.lifetime.arrival = req.lifetime.arrival or time.time()
+        if self.gate is not None:
+            self.gate.admit(req)  # refuses before any prefill
         if self._queued >= self.max_queued:
             metrics.REQUESTS.labels("overloaded").inc()
             raise Overloaded(f"router queue full ({self._queued} waiting)")
@@ -72,11 +80,12 @@ class RouterCore:
         n_tokens = 0
         try:
             source = self._disagg(req) if self.mode == "disagg" else self._colocated(req)
-            async for token_ids, reason in source:
-                if n_tokens == 0:
-                    req.lifetime.first_token = time.time()
-                n_tokens += len(token_ids)
-                yield Chunk(token_ids, decoder.push(token_ids, final=bool(reason)), reason)
+            async with aclosing(source):  # closed now, not when the garbage collector gets to it
+                async for token_ids, reason in source:
+                    if n_tokens == 0:
+                        req.lifetime.first_token = time.time()
+                    n_tokens += len(token_ids)
+                    yield Chunk(token_ids, decoder.push(token_ids, final=bool(reason)), reason)
             outcome = "ok"
         except (GeneratorExit, asyncio.CancelledError):
             outcome = "cancelled"
@@ -87,6 +96,8 @@ class RouterCore:
             metrics.REQUESTS.labels(outcome).inc()
             if outcome == "ok":
                 self._observe(req, n_tokens)
+                if self.gate is not None:
+                    self.gate.finished(req, n_tokens)
                 await self._record(req, n_tokens)
 
     # ---- disaggregated: prefill instance, then decode instance -------------------------------------
@@ -111,7 +122,9 @@ class RouterCore:
 
     async def _disagg_once(self, req: RouterRequest, prompt_ids: list[int],
                            params: SamplingParams) -> AsyncIterator[tuple[list[int], str]]:
-        prefilled = await self._with_retries("prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a))
+        prefilled = await self.cleanups.claim(
+            self._with_retries("prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a)),
+            self._end_lease)
         streamed = False
         try:
             yield [prefilled.first_token], prefilled.finish_reason
@@ -120,7 +133,8 @@ class RouterCore:
             load = len(prompt_ids) + params.max_tokens
             failed: set[str] = set()
             for attempt in range(self.retries + 1):
-                assignment = await self.dispatcher.acquire("decode", load, frozenset(failed))
+                assignment = await self.cleanups.claim(self.dispatcher.acquire("decode", load, frozenset(failed)),
+                                                       self.dispatcher.release)
                 req.decode_instance = assignment.info.id
                 try:
                     async for chunk in self._decode(req, prompt_ids, params, prefilled, assignment):
@@ -139,8 +153,12 @@ class RouterCore:
         finally:
             # Closed before decode streamed anything (cancelled, even at the first token): end the lease now
             # rather than leave the prefill's blocks held until it expires.
-            if not streamed and not prefilled.finish_reason and self.release_lease is not None:
-                await self.release_lease(prefilled.kv)
+            if not streamed:
+                await self.cleanups.run(self._end_lease(prefilled))
+
+    async def _end_lease(self, prefilled: worker_pb2.PrefillResponse) -> None:
+        if not prefilled.finish_reason and self.release_lease is not None:
+            await self.release_lease(prefilled.kv)
 
     async def _with_retries(self, role: str, load: float, call):
         failed: set[str] = set()
@@ -155,7 +173,7 @@ class RouterCore:
                 failed.add(assignment.info.id)
                 self.dispatcher.mark_failed(assignment.info.id)
             finally:
-                await self.dispatcher.release(assignment)
+                await self.cleanups.run(self.dispatcher.release(assignment))
 
     async def _prefill(self, req: RouterRequest, prompt_ids: list[int], params: SamplingParams,
                        assignment: Assignment) -> worker_pb2.PrefillResponse:
@@ -185,12 +203,13 @@ class RouterCore:
                 yield list(chunk.token_ids), chunk.finish_reason
         finally:
             call.cancel()
-            await self.dispatcher.release(assignment)
+            await self.cleanups.run(self.dispatcher.release(assignment))
 
     # ---- colocated / chunked: the whole request on one instance ------------------------------------
 
     async def _colocated(self, req: RouterRequest) -> AsyncIterator[tuple[list[int], str]]:
-        assignment = await self.dispatcher.acquire(self.mode, len(req.prompt_ids) + req.params.max_tokens)
+        assignment = await self.cleanups.claim(
+            self.dispatcher.acquire(self.mode, len(req.prompt_ids) + req.params.max_tokens), self.dispatcher.release)
         req.prefill_instance = req.decode_instance = assignment.info.id
         stub = worker_pb2_grpc.ColocatedStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Generate(worker_pb2.ColocatedRequest(
@@ -211,7 +230,7 @@ class RouterCore:
             metrics.STAGE.labels(stage).observe(seconds)
 
     async def _record(self, req: RouterRequest, n_tokens: int) -> None:
-        record = {"request_id": req.request_id, "prompt_tokens": len(req.prompt_ids), "output_tokens": n_tokens,
+        record = {"request_id": req.request_id, "label": req.label, "prompt_tokens": len(req.prompt_ids), "output_tokens": n_tokens,
                   "prefill_instance": req.prefill_instance, "decode_instance": req.decode_instance,
                   "mode": self.mode, **req.lifetime.to_record()}
         try:

@@ -29,13 +29,16 @@ class Assignment:
 
 
 class Dispatcher:
-    def __init__(self, registry: Registry, refresh_s: float = 0.5) -> None:
+    def __init__(self, registry: Registry, refresh_s: float = 0.5, router_id: str = "") -> None:
         self.registry = registry
+        self.router_id = router_id  # stable across restarts (its address): a restarted router is not "another"
         self.refresh_s = refresh_s
         self.instances: dict[str, InstanceInfo] = {}
         self.local_load: dict[str, float] = defaultdict(float)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._suspects: dict[str, float] = {}  # instance id → monotonic time until which it is avoided
+        self.redis_load: dict[tuple[str, str], float] = defaultdict(float)  # (role, id) → load booked in Redis
+        self._epoch = ""
 
     def mark_failed(self, instance_id: str, for_s: float = 5.0) -> None:
         """Avoid an instance that just failed until its heartbeat has had time to lapse."""
@@ -54,8 +57,26 @@ class Dispatcher:
             return
         self.instances = {info.id: info for info in found}
 
+    async def keep_book(self) -> None:
+        """Keeps the load book true: stale bookings go when a sole router starts; when Redis restarted empty,
+        this router books again what it has in flight."""
+        try:
+            alone = await self.registry.router_beat(self.router_id)
+            if not self._epoch and alone:  # starting, and no other router books: what the book holds is stale
+                await self.registry.reset_load()
+            epoch = await self.registry.epoch()
+            if self._epoch and epoch != self._epoch:
+                booked = {key: load for key, load in self.redis_load.items() if load}
+                for (role, instance_id), load in booked.items():
+                    await self.registry.add_load(role, instance_id, load)
+                log.warning("Redis restarted empty: booked the load of %d instances again", len(booked))
+            self._epoch = epoch
+        except (RedisError, OSError) as exc:
+            log.warning("could not check the load book: %s", exc)
+
     async def run(self) -> None:
         while True:
+            await self.keep_book()  # only here (and once before serving), so two never run at once
             await self.refresh()
             await asyncio.sleep(self.refresh_s)
 
@@ -85,11 +106,14 @@ class Dispatcher:
                 raise NoInstance(f"no live {role} instance")
             chosen = min(candidates, key=lambda i: self.local_load[i.id]).id
         self.local_load[chosen] += load
+        if in_redis:
+            self.redis_load[role, chosen] += load
         return Assignment(self.instances[chosen], role, load, in_redis)
 
     async def release(self, assignment: Assignment) -> None:
         self.local_load[assignment.info.id] -= assignment.load
         if assignment.in_redis:
+            self.redis_load[assignment.role, assignment.info.id] -= assignment.load
             await self._unbook(assignment.role, assignment.info.id, assignment.load)
 
     async def _unbook(self, role: str, instance_id: str, load: float) -> None:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import aclosing
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from services.common.api_keys import ApiKeys
-from services.common.errors import EngineInputError, status_of
+from services.common.errors import EngineInputError, Status, internal_status, status_of
 from services.common.front_door import BodyLimit
 from services.common.sampling import SamplingParams
+from services.router.closing_response import ClosingStreamingResponse
 from services.router.core import Chunk, RouterCore
 from services.router.openai_models import (
     ChatBody,
@@ -22,17 +26,29 @@ from services.router.openai_models import (
     chat_prompt,
 )
 from services.router.request import RequestBuilder, RouterRequest
+from services.router.slo import requested_slo
+
+log = logging.getLogger(__name__)
 
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status_code=status)
 
 
-def _status_of(exc: Exception) -> JSONResponse:
+def _client_status(exc: Exception) -> Status:
     status = status_of(exc)
     if status is None:
-        return _error(500, f"{type(exc).__name__}: {exc}", "internal_error")
-    return _error(status.http.status, status.message, status.http.kind, status.field)
+        log.error("unexpected error", exc_info=exc)
+        return internal_status(exc)
+    return status
+
+
+def _status_of(exc: Exception) -> JSONResponse:
+    status = _client_status(exc)
+    response = _error(status.http.status, status.message, status.http.kind, status.field)
+    if status.retry_after_s is not None:
+        response.headers["Retry-After"] = str(math.ceil(status.retry_after_s))
+    return response
 
 
 def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
@@ -48,7 +64,7 @@ def _params(body: SamplingBody, max_tokens: int | None, default_max_tokens: int)
 
 
 def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, keys: ApiKeys | None = None,
-              max_body_bytes: int = 4 << 20) -> FastAPI:
+              missing: Callable[[], list[str]] = list, max_body_bytes: int = 4 << 20) -> FastAPI:
     app = FastAPI(title="distserve router", description="OpenAI-compatible API of distserve")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     keys = keys or ApiKeys()
@@ -66,36 +82,46 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
         return await call_next(request)
 
     @app.get("/health")
-    async def health() -> dict:
+    async def health():
+        roles = missing()  # no live instance of a role the router needs: it cannot serve
+        if roles:
+            return JSONResponse({"status": "unavailable", "missing": roles}, status_code=503, headers={"Retry-After": "1"})
         return {"status": "ok"}
 
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
 
-    async def run(body: SamplingBody, prompt: str | list[int], max_tokens: int | None, chat: bool):
+    async def run(body: SamplingBody, prompt: str | list[int], max_tokens: int | None, chat: bool,
+                  headers: Mapping[str, str]):
         try:
             params = _params(body, max_tokens, default_max_tokens)
             text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
             if isinstance(prompt, str) and not prompt:
                 raise EngineInputError("prompt", "must not be empty")
             req = builder.build(prompt=text, prompt_ids=ids, params=params, model=body.model)
+            req.slo = requested_slo(headers)
             stream = core.generate(req)
             first = await anext(stream)  # admission and validation errors surface before any byte is sent
         except Exception as exc:
             return _status_of(exc)
         if body.stream:
-            return StreamingResponse(_sse(req, first, stream, chat, builder.model_name), media_type="text/event-stream")
-        chunks = [first] + [c async for c in stream]
+            return ClosingStreamingResponse(_sse(req, first, stream, chat, builder.model_name), media_type="text/event-stream")
+        try:
+            async with aclosing(stream):
+                chunks = [first] + [c async for c in stream]
+        except Exception as exc:
+            return _status_of(exc)
         return _final(req, chunks, chat, builder.model_name)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionBody):
-        return await run(body, body.prompt, body.max_tokens, chat=False)
+    async def completions(body: CompletionBody, request: Request):
+        return await run(body, body.prompt, body.max_tokens, chat=False, headers=request.headers)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatBody):
-        return await run(body, chat_prompt(body.messages), body.max_completion_tokens or body.max_tokens, chat=True)
+    async def chat_completions(body: ChatBody, request: Request):
+        return await run(body, chat_prompt(body.messages), body.max_completion_tokens or body.max_tokens, chat=True,
+                         headers=request.headers)
 
     return app
 
@@ -130,7 +156,14 @@ async def _sse(req: RouterRequest, first: Chunk, rest: AsyncIterator[Chunk], cha
                 "token_ids": chunk.token_ids}
         return f"data: {json.dumps(body)}\n\n"
 
-    yield event(first)
-    async for chunk in rest:
-        yield event(chunk)
-    yield "data: [DONE]\n\n"
+    async with aclosing(rest):  # a client gone mid-stream closes the request at once
+        yield event(first)
+        try:
+            async for chunk in rest:
+                yield event(chunk)
+        except Exception as exc:  # the status is already sent: the failure goes in an error event
+            status = _client_status(exc)
+            error = {"message": status.message, "type": status.http.kind, "param": status.field,
+                     "code": status.http.status}
+            yield f"data: {json.dumps({'error': error})}\n\n"
+        yield "data: [DONE]\n\n"

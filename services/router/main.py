@@ -9,7 +9,7 @@ from pathlib import Path
 
 import grpc
 import uvicorn
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from distserve.v1 import router_pb2, router_pb2_grpc
@@ -18,15 +18,19 @@ from services.common.front_door import KeyCheck
 from services.common.links import server_options
 from services.common.metrics import serve_metrics
 from services.common.model_config import ModelConfig
+from services.common.net import EXCLUSIVE_PORT, bind_port
 from services.common.registry import Registry
 from services.common.tokenizer import load_tokenizer
 from services.router.config import RouterSettings
 from services.router.core import RouterCore
 from services.router.dispatch import Dispatcher
+from services.router.gate import SloGate
 from services.router.http import build_app
 from services.router.kv_release import lease_releaser
+from services.router.readiness import missing_roles, publish_health
 from services.router.request import RequestBuilder
 from services.router.server import RouterServicer
+from services.router.slo import default_slo
 
 log = logging.getLogger(__name__)
 
@@ -38,26 +42,31 @@ async def serve_router(settings: RouterSettings) -> None:
     model_name = settings.model_name or Path(settings.model).name
     builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars)
     registry = Registry.from_url(settings.redis_url)
-    dispatcher = Dispatcher(registry, settings.refresh_s)
+    dispatcher = Dispatcher(registry, settings.refresh_s, router_id=f"{settings.host}:{settings.grpc_port}")
+    await dispatcher.keep_book()
     await dispatcher.refresh()
+    gate = SloGate(registry, dispatcher, settings.admission, default_slo(settings.slo_ttft_ms, settings.slo_tpot_ms),
+                   settings.prefill_batch_tokens) if settings.mode == "disagg" else None
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
-                      settings.retries, release_lease=lease_releaser(dispatcher))
+                      settings.retries, release_lease=lease_releaser(dispatcher), gate=gate)
     refresher = asyncio.create_task(dispatcher.run())
+    model_reader = asyncio.create_task(gate.run(settings.model_refresh_s)) if gate is not None else None
 
     checks = [KeyCheck(keys, settings.close_reflection)] if keys.enabled else []
-    server = grpc.aio.server(interceptors=checks, options=server_options())
+    server = grpc.aio.server(interceptors=checks, options=[*server_options(), *EXCLUSIVE_PORT])
     router_pb2_grpc.add_RouterServicer_to_server(RouterServicer(core, builder, settings.default_max_tokens), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (router_pb2.DESCRIPTOR.services_by_name["Router"].full_name, reflection.SERVICE_NAME, health.SERVICE_NAME)
     reflection.enable_server_reflection(names, server)
-    server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+    bind_port(server, settings.host, settings.grpc_port)
     await server.start()
     serve_metrics(settings.metrics_port, settings.host)
 
     http_server = None
     if settings.http_port:
-        app = build_app(core, builder, settings.default_max_tokens, keys, settings.max_body_bytes)
+        app = build_app(core, builder, settings.default_max_tokens, keys,
+                        missing=lambda: missing_roles(dispatcher, settings.mode), max_body_bytes=settings.max_body_bytes)
         http_server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.http_port,
                                                     log_level="warning", lifespan="off"))
         http_task = asyncio.create_task(http_server.serve())
@@ -65,8 +74,8 @@ async def serve_router(settings: RouterSettings) -> None:
             if http_task.done():
                 raise SystemExit(f"router: HTTP server could not start on {settings.host}:{settings.http_port}")
             await asyncio.sleep(0.05)
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
+    health_task = asyncio.create_task(publish_health(dispatcher, settings.mode, health_servicer, ("", names[0]),
+                                                     settings.refresh_s))
     log.info("router (%s) serving gRPC on %s:%d, HTTP on %d, metrics on %d", settings.mode, settings.host,
              settings.grpc_port, settings.http_port, settings.metrics_port)
 
@@ -76,11 +85,15 @@ async def serve_router(settings: RouterSettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("router stopping")
+    health_task.cancel()
     await health_servicer.enter_graceful_shutdown()
     if http_server is not None:
         http_server.should_exit = True
         await http_task
-    await server.stop(grace=5)
+    await server.stop(grace=settings.drain_grace_s)
+    await core.cleanups.drain()
     refresher.cancel()
+    if model_reader is not None:
+        model_reader.cancel()
     await dispatcher.close()
     await registry.close()

@@ -12,11 +12,15 @@ from services.common.sampling import SamplingParams
 from services.common.stamps import Lifetime
 from services.common.tokenizer import Tokenizer
 from services.common.validation import validate_request
+from services.router.admission import Prediction
+from services.router.slo import RequestSLO
+
+MAX_REQUEST_ID_CHARS = 128
 
 
 @dataclass(slots=True)
 class RouterRequest:
-    request_id: str
+    request_id: str  # unique in this router: the key downstream
     prompt_ids: list[int]
     params: SamplingParams
     lifetime: Lifetime = field(default_factory=Lifetime)
@@ -24,6 +28,14 @@ class RouterRequest:
     decode_instance: str = ""
     deadline: float | None = None  # time.monotonic() by which the client wants the answer
     attempt: int = 0  # retries after an instance failure; each attempt is a new request downstream
+    label: str = ""  # the client's own id, echoed back; two requests may share one
+    slo: RequestSLO | None = None  # as requested, then with the router's defaults filled in at admission
+    prediction: Prediction | None = None  # TTFT/TPOT predicted at admission (None: no fitted model)
+    best_effort: bool = False  # admitted although predicted to miss its SLO
+
+    @property
+    def public_id(self) -> str:
+        return self.label or self.request_id
 
     @property
     def downstream_id(self) -> str:
@@ -49,9 +61,16 @@ class RequestBuilder:
             raise EngineInputError("model", f"unknown model {model!r}; this router serves {self.model_name!r}")
         if prompt and prompt_ids:
             raise EngineInputError("prompt", "give prompt or prompt_token_ids, not both")
+        if len(request_id) > MAX_REQUEST_ID_CHARS:
+            raise EngineInputError("request_id", f"longer than {MAX_REQUEST_ID_CHARS} characters")
+        if not prompt.isascii():
+            try:  # JSON may carry a lone UTF-16 surrogate, which no tokenizer can encode
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise EngineInputError("prompt", f"not valid Unicode: a lone surrogate at character {exc.start}") from None
         if len(prompt) > self.max_prompt_chars:
             raise EngineInputError("prompt", f"longer than {self.max_prompt_chars} characters")
         ids = list(prompt_ids) if prompt_ids else (self.tokenizer.encode(prompt) if prompt else [])
         validate_request(self.config, ids, params)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        return RouterRequest(request_id or uuid.uuid4().hex, ids, params, deadline=deadline)
+        return RouterRequest(uuid.uuid4().hex, ids, params, deadline=deadline, label=request_id)

@@ -11,6 +11,7 @@ from services.common.errors import abort_with
 from services.common.sampling import SamplingParams
 from services.router.core import RouterCore
 from services.router.request import RequestBuilder
+from services.router.slo import requested_slo
 
 
 def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens: int) -> SamplingParams:
@@ -37,6 +38,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                                      params=params_from_request(request, self.default_max_tokens),
                                      model=request.model, request_id=request.request_id,
                                      timeout_s=context.time_remaining())
+            req.slo = requested_slo(dict(context.invocation_metadata()))
             completion = 0
             async with aclosing(self.core.generate(req)) as stream:  # a cancelled client closes it at once
                 async for chunk in stream:
@@ -44,7 +46,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                     last = bool(chunk.finish_reason)
                     yield router_pb2.GenerateResponse(
                         token_ids=chunk.token_ids, text=chunk.text, finish_reason=chunk.finish_reason,
-                        request_id=req.request_id, prompt_tokens=len(req.prompt_ids) if last else 0,
+                        request_id=req.public_id, prompt_tokens=len(req.prompt_ids) if last else 0,
                         completion_tokens=completion if last else 0)
         except Exception as exc:
             await abort_with(context, exc)

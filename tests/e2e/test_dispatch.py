@@ -39,7 +39,7 @@ async def test_dispatch_follows_load(stack) -> None:
     await asyncio.gather(*(generate(stack.router_address, "y" * 1000, request_id=f"burst-{i}", max_tokens=2,
                                     temperature=0.0) for i in range(8)))
     await long
-    records = {r["request_id"]: r for r in recorded_requests(stack.redis_url)}
+    records = {r["label"]: r for r in recorded_requests(stack.redis_url)}  # the clients' ids are labels
     long_decode = records["long"]["decode_instance"]
     assert {records[f"short-{i}"]["decode_instance"] for i in range(4)} == {
         p.name for p in stack.procs if p.role == "decode"} - {long_decode}

@@ -62,3 +62,19 @@ def test_quick_comparison_reports_consistent_points(tiny_llama_dir, tmp_path):
     assert len(doc["simulator_error"]) == sum(len(r["points"]) for r in doc["results"])
     for name in ("chatbot-attainment.png", "chatbot-breakdown.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_overload_runs_admission_off_and_on_past_the_knee(tiny_llama_dir, tmp_path):
+    # an SLO no instance can meet: with admission on, the router refuses what its fitted model predicts to miss
+    run = subprocess.run(
+        [sys.executable, "-m", "services", "--log-level", "WARNING", "bench", "--start", "--quick", "--model", tiny_llama_dir,
+         "--num-requests", "8", "--rate", "4", "--ttft", "0.000001", "--tpot", "0.5", "--overload", "2",
+         "--num-blocks", "128", "--max-batch-tokens", "128", "--json", "--no-progress", "--no-plots", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (result,) = json.loads(run.stdout)["results"]
+    off, on = result["overload"]
+    assert (off["admission"], on["admission"]) == (False, True) and off["rate"] == on["rate"] == 8.0
+    assert off["refused"] == 0 and off["requests"] == on["requests"] == 8
+    assert on["refused"] > 0 and on["share_refused"] == on["refused"] / 8
+    assert on["goodput"] == on["rate"] * on["attainment"] and on["goodput_per_device"] == on["goodput"] / 2

@@ -85,3 +85,23 @@ def test_replan_endpoint_applies_the_plan_through_the_actuator(rds, record):
         plan = api.post("/v1/replan", json=body).json()
     assert len(plan["actuation"]["started"]) == len(plan["instances"]) == len(actuator.instances)
     assert {spec.role for spec in actuator.instances.values()} == {"prefill", "decode"}
+
+
+def test_replanning_plans_with_the_stacks_fitted_model_and_records_it(rds, record):
+    from services.common.registry import MODEL_KEY
+    from services.planner.hardware import shipped_model
+    from services.planner.shapes import load_shape
+
+    record(rds, 200, rate=1.0, prompt=200, output=50, start=time.time() - 400)
+    seeded, _ = _replanner(rds).check()
+    assert seeded["latency_model"]["source"] == "shipped:a100-80gb"
+    slow = shipped_model("a100-80gb", load_shape("opt-13b")).at(1).prefill  # served prefills 4x the profile's
+    fitted = {"c0": slow.c0 * 4, "per_token": slow.per_token * 4, "per_sq": slow.per_sq * 4}
+    rds.set(MODEL_KEY, json.dumps({"fitted_at": 1.0, "kinds": {"prefill@cuda:0": {
+        "role": "prefill", "device": "cuda:0", "prefill": fitted, "decode": None,
+        "window": {"prefill_steps": 50, "decode_steps": 0}}}}))
+    plan, _ = _replanner(rds).check()
+    assert plan["latency_model"]["source"].startswith("fitted at 1: prefill from prefill@cuda:0 (50 steps)")
+    assert plan["latency_model"]["coefficients"]["1"]["prefill"] == fitted
+    assert json.loads(rds.get(PLAN_KEY))["latency_model"] == plan["latency_model"]
+    assert plan["goodput_per_gpu"] < seeded["goodput_per_gpu"]

@@ -52,9 +52,13 @@ def test_a_failing_step_stops_the_worker_and_fails_every_command(make_engine) ->
     worker = EngineWorker(engine, lambda outputs: None, lambda exc: (errors.append(exc), failed.set()))
     worker.start()
     try:
-        worker.call(lambda e: e.add_request("r", [1, 50, 51], SamplingParams(max_tokens=4))).result(timeout=10)
+        def admit_two(e) -> None:  # one batch, which fails for each request alone too: the engine is at fault
+            e.add_request("r", [1, 50, 51], SamplingParams(max_tokens=4))
+            e.add_request("s", [1, 52, 53], SamplingParams(max_tokens=4))
+
+        worker.call(admit_two).result(timeout=10)
         assert failed.wait(timeout=10)
-        assert "device lost" in str(errors[0])
+        assert "device lost" in repr(errors[0].__cause__)
         with pytest.raises(EngineFailed):
             worker.call(lambda e: e.blocks.num_used).result(timeout=10)
     finally:

@@ -1,0 +1,30 @@
+"""The step-time lines of the latency model (paper appendix A), shared by the planner, which fits and plans with
+them, and the router, which predicts each request's latency with the planner's fit (`ds:model`).
+
+prefill(batch) = c0 + per_token · t + per_sq · t2   (t tokens in the batch, t2 the sum of squared prompt lengths)
+decode(batch)  = c0 + per_ctx · t + per_req · b      (t context tokens, b requests)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillCoeffs:
+    c0: float  # s
+    per_token: float  # s per batch token
+    per_sq: float  # s per squared prompt token
+
+    def seconds(self, tokens: float, sum_sq: float) -> float:
+        return self.c0 + self.per_token * tokens + self.per_sq * sum_sq
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeCoeffs:
+    c0: float  # s
+    per_ctx: float  # s per context token in the batch
+    per_req: float  # s per request in the batch
+
+    def seconds(self, context: float, batch: float) -> float:
+        return self.c0 + self.per_ctx * context + self.per_req * batch

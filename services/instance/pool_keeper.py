@@ -1,0 +1,43 @@
+"""Keeps an instance's KV pool registered with its host's kvxfer across kvxfer restarts.
+
+A kvxfer that comes back knows no pool. The keeper asks kvxfer for its counters each heartbeat and
+registers the pool again when kvxfer was unreachable since the last look, holds no pool at all, or its
+counters went back (a new process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from services.kvxfer.client import KVXferClient, SharedPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class PoolKeeper:
+    kv: KVXferClient
+    instance_id: str
+    pool: SharedPool
+    timeout_s: float = 2.0
+    reachable: bool = True
+    _counted: int = 0
+
+    async def check(self) -> bool:
+        """Whether kvxfer has this pool now (registering it again when needed)."""
+        try:
+            stats = await asyncio.wait_for(self.kv.stats(), self.timeout_s)
+            counted = stats.pulls_ok + stats.pulls_failed + stats.leases_released + stats.leases_expired
+            if not self.reachable or stats.pools == 0 or counted < self._counted:
+                await asyncio.wait_for(self.kv.register_pool(self.instance_id, self.pool), self.timeout_s)
+                log.warning("kvxfer at %s came back: registered the pool of %s again", self.kv.address, self.instance_id)
+                counted = 0
+        except Exception as exc:
+            if self.reachable:
+                log.warning("kvxfer at %s unreachable: %r", self.kv.address, exc)
+            self.reachable = False
+            return False
+        self._counted, self.reachable = counted, True
+        return True

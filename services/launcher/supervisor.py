@@ -1,0 +1,88 @@
+"""Restarts the stack's processes that die: with a backoff, within a restart budget.
+
+A restarted process comes back as it was (same name, ports, instance id), so what depends on it finds it
+again: instances register their pool with a new kvxfer themselves (instance/pool_keeper.py) and their
+registration with a new Redis at their next heartbeat; the router books its in-flight load again in a
+Redis that came back empty (router/dispatch.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from services.launcher.stack import Stack
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    first_backoff_s: float = 0.5  # wait before the first restart; doubles with each restart in the window
+    max_backoff_s: float = 8.0
+    budget: int = 5  # restarts of one process within `window_s`; past it the supervisor gives up
+    window_s: float = 60.0
+
+
+@dataclass(slots=True)
+class _History:
+    restarts: deque[float] = field(default_factory=deque)  # monotonic times of restarts within the window
+    died_at: float | None = None
+
+
+class Supervisor:
+    def __init__(self, stack: Stack, policy: RestartPolicy = RestartPolicy(), poll_s: float = 0.1) -> None:
+        self.stack = stack
+        self.policy = policy
+        self.poll_s = poll_s
+        self.gave_up = threading.Event()  # a process used up its budget: the stack cannot be kept whole
+        self.restarted: list[tuple[str, float]] = []  # (name, monotonic time) of each restart
+        self._history: dict[str, _History] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="supervisor", daemon=True)
+
+    def start(self) -> Supervisor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Before the stack stops, or its processes would come back."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            redis = self.stack.redis
+            if redis is not None and redis.process is not None and redis.process.poll() is not None:
+                self._maybe_restart("redis", lambda r=redis: (r.stop(), r.start()))
+            for proc in list(self.stack.procs):
+                if not proc.stopping and proc.process.poll() is not None:
+                    self._maybe_restart(proc.name, lambda p=proc: self.stack.respawn(p))
+
+    def _maybe_restart(self, name: str, restart) -> None:
+        now = time.monotonic()
+        history = self._history.setdefault(name, _History())
+        while history.restarts and now - history.restarts[0] > self.policy.window_s:
+            history.restarts.popleft()
+        if history.died_at is None:
+            history.died_at = now
+            log.warning("%s died; restarting it", name)
+        if len(history.restarts) >= self.policy.budget:
+            if not self.gave_up.is_set():
+                log.error("%s died %d times within %.0f s: not restarting it", name, len(history.restarts) + 1,
+                          self.policy.window_s)
+                self.gave_up.set()
+            return
+        backoff = min(self.policy.max_backoff_s, self.policy.first_backoff_s * 2 ** len(history.restarts))
+        if now - history.died_at < backoff:
+            return
+        try:
+            restart()
+        except Exception as exc:  # counts as a restart: the next try waits longer
+            log.warning("restarting %s failed: %r", name, exc)
+        history.restarts.append(now)
+        history.died_at = None
+        self.restarted.append((name, now))

@@ -1,0 +1,109 @@
+"""SLO-aware admission at the router: the fitted model from Redis, the queues at arrival, the decision
+(`admission.py`), and each finished request's prediction against its measurement (`slo_metrics.py`).
+
+No Redis call is on a request's path: the booked loads are read in the background every `loads_s` and this
+router's own bookings since that read are added (`Dispatcher.local_load`), so a burst at one router sees its
+own queue grow; other routers' bookings show at the next read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from redis.exceptions import RedisError
+
+from services.common.errors import SloUnmet
+from services.common.registry import LOAD_KEY, MODEL_KEY, Registry
+from services.router import slo_metrics
+from services.router.admission import Candidate, FittedModel, Policy, decide, predict
+from services.router.dispatch import Dispatcher
+from services.router.request import RouterRequest
+from services.router.slo import RequestSLO
+
+log = logging.getLogger(__name__)
+
+
+class SloGate:
+    def __init__(self, registry: Registry, dispatcher: Dispatcher, policy: Policy, default: RequestSLO,
+                 batch_tokens: int, window: int = 200) -> None:
+        self.registry = registry
+        self.dispatcher = dispatcher
+        self.policy = policy
+        self.default = default
+        self.batch_tokens = batch_tokens
+        self.model: FittedModel | None = None
+        self.window = slo_metrics.AttainmentWindow(window)
+        self.loads: dict[str, float] = {}  # instance id → booked load at the last read (ids are role-unique)
+        self.local_at_read: dict[str, float] = {}  # ... and this router's own bookings then
+
+    async def refresh(self) -> None:
+        """Reads the planner's latest fit (`ds:model`); keeps the last one while Redis is unreachable."""
+        try:
+            raw = await self.registry.redis.get(MODEL_KEY)
+        except (RedisError, OSError) as exc:
+            log.warning("could not read the fitted model: %s", exc)
+            return
+        self.model = FittedModel.from_json(json.loads(raw)) if raw else None
+
+    async def refresh_loads(self) -> None:
+        """Reads every router's booked loads (`ds:load:*`) in one round trip; on failure only this router's own
+        bookings count from then on."""
+        local = dict(self.dispatcher.local_load)
+        try:
+            async with self.registry.redis.pipeline(transaction=False) as pipe:
+                pipe.zrange(LOAD_KEY.format("prefill"), 0, -1, withscores=True)
+                pipe.zrange(LOAD_KEY.format("decode"), 0, -1, withscores=True)
+                pre, dec = await pipe.execute()
+        except (RedisError, OSError):
+            self.loads, self.local_at_read = {}, {}
+            return
+        self.loads = {k.decode(): v for k, v in (*pre, *dec)}
+        self.local_at_read = local
+
+    async def run(self, model_s: float, loads_s: float = 0.05) -> None:
+        """Re-reads the loads every `loads_s` and the model every `model_s` seconds."""
+        next_model = 0.0
+        while True:
+            if time.monotonic() >= next_model:
+                await self.refresh()
+                next_model = time.monotonic() + model_s
+            if self.model is not None:
+                await self.refresh_loads()
+            await asyncio.sleep(loads_s)
+
+    def _candidates(self, role: str) -> list[Candidate]:
+        local = self.dispatcher.local_load
+        return [Candidate(i.id, f"{role}@{i.device}",
+                          self.loads.get(i.id, 0.0) + local.get(i.id, 0.0) - self.local_at_read.get(i.id, 0.0))
+                for i in self.dispatcher.live(role)]
+
+    def admit(self, req: RouterRequest) -> None:
+        """Predicts the request's TTFT and TPOT and decides; raises SloUnmet when it is refused. Without a fitted
+        model every request is admitted unpredicted."""
+        req.slo = (req.slo or RequestSLO()).or_defaults(self.default)
+        if self.model is None:
+            slo_metrics.DECISIONS.labels("unpredicted").inc()
+            return
+        began = time.perf_counter()
+        prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
+                             len(req.prompt_ids), req.params.max_tokens, self.batch_tokens)
+        decision = decide(prediction, req.slo, self.policy)
+        slo_metrics.DECISION_SECONDS.observe(time.perf_counter() - began)
+        req.prediction, req.best_effort = prediction, decision.best_effort
+        if not decision.admit:
+            slo_metrics.DECISIONS.labels("refused").inc()
+            raise SloUnmet(f"slo: {decision.reason}", decision.retry_after_s)
+        slo_metrics.DECISIONS.labels("best_effort" if decision.best_effort else "admitted").inc()
+
+    def finished(self, req: RouterRequest, n_tokens: int) -> None:
+        """Measured against predicted, for a request served to the end."""
+        if req.prediction is None or req.slo is None:
+            return
+        life = req.lifetime
+        ttft = life.first_token - life.arrival
+        tpot = (life.finish - life.first_token) / (n_tokens - 1) if n_tokens > 1 else None
+        slo_metrics.observe(req.prediction, ttft, tpot)
+        self.window.add(slo_metrics.outcome(req.prediction, req.slo, ttft, tpot))

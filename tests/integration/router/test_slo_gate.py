@@ -1,0 +1,62 @@
+"""The router's admission gate over a real Redis: the planner's model and every router's booked loads read in the
+background, this router's own bookings added at once, no Redis call on the request's path."""
+
+import json
+
+import pytest
+
+from services.common.errors import SloUnmet
+from services.common.registry import MODEL_KEY, InstanceInfo, Registry
+from services.common.sampling import SamplingParams
+from services.router.dispatch import Dispatcher
+from services.router.gate import SloGate
+from services.router.request import RouterRequest
+from services.router.slo import RequestSLO
+
+MODEL = {"fitted_at": 1.0, "kinds": {
+    "prefill@cpu:0": {"prefill": {"c0": 0.01, "per_token": 1e-4, "per_sq": 0.0}, "decode": None},
+    "decode@cpu:1": {"prefill": None, "decode": {"c0": 0.004, "per_ctx": 0.0, "per_req": 1e-3}}}}
+
+
+@pytest.fixture
+async def registry(redis_url):
+    registry = Registry.from_url(redis_url.rsplit("/", 1)[0] + "/9", ttl_s=60)
+    await registry.redis.flushdb()
+    await registry.register(InstanceInfo("p0", "prefill", "127.0.0.1:1", "h", "cpu:0"))
+    await registry.register(InstanceInfo("d0", "decode", "127.0.0.1:2", "h", "cpu:1"))
+    yield registry
+    await registry.redis.flushdb()
+    await registry.close()
+
+
+def _request(prompt: int = 100) -> RouterRequest:
+    return RouterRequest("r", list(range(prompt)), SamplingParams(max_tokens=20))
+
+
+async def test_the_gate_predicts_from_the_stored_model_and_the_booked_loads(registry):
+    dispatcher = Dispatcher(registry)
+    await dispatcher.refresh()
+    gate = SloGate(registry, dispatcher, "refuse", RequestSLO(ttft_s=0.2), batch_tokens=512)
+    await gate.refresh()
+    req = _request()
+    gate.admit(req)  # no model stored yet: admitted unpredicted
+    assert req.prediction is None and req.slo == RequestSLO(ttft_s=0.2)
+
+    await registry.redis.set(MODEL_KEY, json.dumps(MODEL))
+    await registry.add_load("prefill", "p0", 900)  # another router's bookings
+    await gate.refresh()
+    await gate.refresh_loads()
+    req = _request()
+    gate.admit(req)
+    assert req.prediction.ttft_s == pytest.approx(2 * 0.01 + 1000 * 1e-4)  # 900 queued + 100: two batches
+    assert req.prediction.tpot_s == pytest.approx(0.004 + 1e-3)  # an idle decode instance: alone in its step
+
+    # this router books 1000 more, seen before the next read: 2000 tokens, four batches
+    assignment = await dispatcher.acquire("prefill", 1000)
+    with pytest.raises(SloUnmet) as refused:
+        gate.admit(_request())
+    assert "predicted TTFT 240.0 ms > SLO 200 ms" in str(refused.value) and refused.value.retry_after_s == 1.0
+    await dispatcher.release(assignment)
+    await gate.refresh_loads()
+    gate.admit(_request())
+    await dispatcher.close()

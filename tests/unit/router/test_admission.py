@@ -1,0 +1,102 @@
+"""The admission decision on a fixed model and fixed queues: admit, refuse, best-effort; and what it costs."""
+
+import statistics
+import time
+
+import pytest
+
+from services.common.errors import EngineInputError, SloUnmet, status_of
+from services.router.admission import (
+    Candidate,
+    FittedModel,
+    decide,
+    predict,
+    predict_tpot,
+    predict_ttft,
+)
+from services.router.slo import RequestSLO, default_slo, requested_slo
+
+MODEL = FittedModel.from_json({"fitted_at": 5.0, "kinds": {
+    "prefill@cpu:0": {"prefill": {"c0": 0.01, "per_token": 1e-4, "per_sq": 0.0}, "decode": None},
+    "decode@cpu:1": {"prefill": None, "decode": {"c0": 0.004, "per_ctx": 1e-6, "per_req": 1e-3}},
+}})
+SLO = RequestSLO(ttft_s=0.2, tpot_s=0.05)
+
+
+def _prediction(prefill_queue: float, decode_booked: float = 0.0, prompt: int = 100, max_tokens: int = 100):
+    return predict(MODEL, [Candidate("p0", "prefill@cpu:0", prefill_queue)],
+                   [Candidate("d0", "decode@cpu:1", decode_booked)], prompt, max_tokens, batch_tokens=512)
+
+
+def test_ttft_is_the_queue_drained_in_batches_then_the_prompt():
+    line = MODEL.prefill["prefill@cpu:0"]
+    assert predict_ttft(line, 0, 100, 512) == pytest.approx(0.01 + 100 * 1e-4)
+    assert predict_ttft(line, 1000, 100, 512) == pytest.approx(3 * 0.01 + 1100 * 1e-4)  # 3 batches of ≤ 512
+    # booked tokens as requests of this size (200 each), halfway through their outputs, plus this one
+    assert predict_tpot(MODEL.decode["decode@cpu:1"], 400, 100, 100) == pytest.approx(0.004 + 3 * 150 * 1e-6 + 3e-3)
+
+
+def test_a_request_predicted_within_its_slo_is_admitted():
+    decision = decide(_prediction(prefill_queue=300), SLO, "refuse")
+    assert decision.admit and not decision.best_effort
+    assert decision.prediction.ttft_s == pytest.approx(0.01 + 400e-4)
+    assert (decision.prediction.prefill_instance, decision.prediction.decode_instance) == ("p0", "d0")
+
+
+def test_a_request_predicted_to_miss_is_refused_with_the_figure_and_when_to_retry():
+    decision = decide(_prediction(prefill_queue=3000), SLO, "refuse")  # 7 batches: 0.07 + 0.31 s
+    assert not decision.admit
+    assert decision.reason == "predicted TTFT 380.0 ms > SLO 200 ms" and decision.retry_after_s == 1.0
+    status = status_of(SloUnmet(f"slo: {decision.reason}", decision.retry_after_s))
+    assert (status.code.name, status.http.status, status.retry_after_s) == ("RESOURCE_EXHAUSTED", 429, 1.0)
+    tpot_miss = decide(_prediction(prefill_queue=0, decode_booked=20_000), SLO, "refuse")  # 101 requests in the step
+    assert not tpot_miss.admit and tpot_miss.reason.startswith("predicted TPOT ")
+    far = decide(_prediction(prefill_queue=40_000), SLO, "refuse")
+    assert far.retry_after_s == pytest.approx(5.0)  # the queue must drain by the excess: 4.79 s, rounded up
+
+
+def test_best_effort_admits_what_would_miss_and_marks_it():
+    decision = decide(_prediction(prefill_queue=3000), SLO, "best-effort")
+    assert decision.admit and decision.best_effort and "TTFT" in decision.reason
+    assert decide(_prediction(prefill_queue=3000), SLO, "off").admit
+
+
+def test_no_objective_or_no_model_admits_unpredicted_phases():
+    assert decide(_prediction(prefill_queue=3000), RequestSLO(), "refuse").admit
+    unknown = predict(MODEL, [Candidate("p9", "prefill@cuda:0", 9e9)], [], 100, 100, 512)
+    assert unknown.ttft_s is None and unknown.tpot_s is None and decide(unknown, SLO, "refuse").admit
+
+
+def test_the_request_paths_hops_add_to_the_ttft():
+    hops = FittedModel.from_json({"kinds": {"prefill@cpu:0": {"prefill": {"c0": 0.01, "per_token": 1e-4, "per_sq": 0.0}}},
+                                  "ttft_hops_s": 0.004})
+    got = predict(hops, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512)
+    assert got.ttft_s == pytest.approx(0.01 + 100e-4 + 0.004) and got.tpot_s is None
+
+
+def test_the_least_loaded_instance_of_each_role_is_predicted_for():
+    prefill = [Candidate("busy", "prefill@cpu:0", 5000), Candidate("idle", "prefill@cpu:0", 0)]
+    decode = [Candidate("d-busy", "decode@cpu:1", 9000), Candidate("d-idle", "decode@cpu:1", 200)]
+    got = predict(MODEL, prefill, decode, 100, 100, 512)
+    assert (got.prefill_instance, got.decode_instance) == ("idle", "d-idle")
+
+
+def test_the_decision_costs_well_under_a_millisecond():
+    prefill = [Candidate(f"p{i}", "prefill@cpu:0", 100.0 * i) for i in range(16)]
+    decode = [Candidate(f"d{i}", "decode@cpu:1", 300.0 * i) for i in range(16)]
+    costs = []
+    for _ in range(2000):
+        began = time.perf_counter()
+        decide(predict(MODEL, prefill, decode, 200, 64, 512), SLO, "refuse")
+        costs.append(time.perf_counter() - began)
+    assert statistics.median(costs) < 1e-4  # 16 instances of each role, on a shared core
+
+
+def test_slo_headers_are_milliseconds_and_bad_ones_name_the_header():
+    assert requested_slo({"x-slo-ttft-ms": "250", "x-slo-tpot-ms": "40.5"}) == RequestSLO(0.25, 0.0405)
+    assert requested_slo({}) == RequestSLO()
+    assert requested_slo({"x-slo-tpot-ms": "40"}).or_defaults(default_slo(1000, 0)) == RequestSLO(1.0, 0.04)
+    for bad in ("0", "-3", "fast", "nan", "inf"):
+        with pytest.raises(EngineInputError) as err:
+            requested_slo({"x-slo-ttft-ms": bad})
+        assert err.value.field == "x-slo-ttft-ms"
