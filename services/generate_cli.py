@@ -14,9 +14,14 @@ def _generate(args: argparse.Namespace) -> int:
                             top_k=args.top_k, seed=args.seed, ignore_eos=args.ignore_eos)
     if args.local:
         from services.engine.local import generate_local
+        from services.engine.parallel.shard import ParallelConfigError
         from services.engine.presets import resolve_model
 
-        result = generate_local(resolve_model(args.model), args.device, args.prompt, params)
+        devices = tuple(d for d in args.devices.split(",") if d) if args.devices else ()
+        try:
+            result = generate_local(resolve_model(args.model), args.device, args.prompt, params, args.tp, args.pp, devices)
+        except ParallelConfigError as exc:
+            raise SystemExit(str(exc)) from None
     else:
         from services.router.client import generate_remote
 
@@ -34,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--local", action="store_true", help="run the engine in this process, no services")
     p.add_argument("--model", default=None, help="model folder or preset (--local)")
     p.add_argument("--device", default="cpu", help="device for --local")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per stage (--local)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages (--local)")
+    p.add_argument("--devices", default="", help="comma-separated device per rank (--local with --tp/--pp)")
     p.add_argument("--router", default="127.0.0.1:50051", help="router gRPC address")
     p.add_argument("--api-key", default=os.environ.get("DISTSERVE_API_KEY", ""),
                    help="the router's API key (default: $DISTSERVE_API_KEY)")

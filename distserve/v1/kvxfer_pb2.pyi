@@ -19,18 +19,20 @@ class CudaIpcHandle(_message.Message):
     def __init__(self, handle: _Optional[bytes] = ..., offset: _Optional[int] = ..., device_index: _Optional[int] = ...) -> None: ...
 
 class RegisterPoolRequest(_message.Message):
-    __slots__ = ("instance_id", "layout", "device", "shm_path", "cuda_ipc")
+    __slots__ = ("instance_id", "layout", "device", "shm_path", "cuda_ipc", "owner")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     SHM_PATH_FIELD_NUMBER: _ClassVar[int]
     CUDA_IPC_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     layout: _kv_pb2.KVLayout
     device: str
     shm_path: str
     cuda_ipc: CudaIpcHandle
-    def __init__(self, instance_id: _Optional[str] = ..., layout: _Optional[_Union[_kv_pb2.KVLayout, _Mapping]] = ..., device: _Optional[str] = ..., shm_path: _Optional[str] = ..., cuda_ipc: _Optional[_Union[CudaIpcHandle, _Mapping]] = ...) -> None: ...
+    owner: str
+    def __init__(self, instance_id: _Optional[str] = ..., layout: _Optional[_Union[_kv_pb2.KVLayout, _Mapping]] = ..., device: _Optional[str] = ..., shm_path: _Optional[str] = ..., cuda_ipc: _Optional[_Union[CudaIpcHandle, _Mapping]] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class RegisterPoolResponse(_message.Message):
     __slots__ = ()
@@ -99,6 +101,32 @@ class PullRequest(_message.Message):
     checksum: bool
     timeout_s: float
     def __init__(self, source: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., dst_instance_id: _Optional[str] = ..., dst_block_ids: _Optional[_Iterable[int]] = ..., checksum: _Optional[bool] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class RangeCopy(_message.Message):
+    __slots__ = ("src_pool_id", "dst_pool_id", "src_offsets", "dst_offsets", "lengths")
+    SRC_POOL_ID_FIELD_NUMBER: _ClassVar[int]
+    DST_POOL_ID_FIELD_NUMBER: _ClassVar[int]
+    SRC_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    src_pool_id: str
+    dst_pool_id: str
+    src_offsets: bytes
+    dst_offsets: bytes
+    lengths: bytes
+    def __init__(self, src_pool_id: _Optional[str] = ..., dst_pool_id: _Optional[str] = ..., src_offsets: _Optional[bytes] = ..., dst_offsets: _Optional[bytes] = ..., lengths: _Optional[bytes] = ...) -> None: ...
+
+class PullRangesRequest(_message.Message):
+    __slots__ = ("source", "copies", "checksum", "timeout_s")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
+    CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    source: _kv_pb2.KVHandle
+    copies: _containers.RepeatedCompositeFieldContainer[RangeCopy]
+    checksum: bool
+    timeout_s: float
+    def __init__(self, source: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., copies: _Optional[_Iterable[_Union[RangeCopy, _Mapping]]] = ..., checksum: _Optional[bool] = ..., timeout_s: _Optional[float] = ...) -> None: ...
 
 class PullResponse(_message.Message):
     __slots__ = ("bytes", "seconds", "path", "crc32")

@@ -63,6 +63,11 @@ class KVXferStub:
                 request_serializer=distserve_dot_v1_dot_kvxfer__pb2.PullRequest.SerializeToString,
                 response_deserializer=distserve_dot_v1_dot_kvxfer__pb2.PullResponse.FromString,
                 _registered_method=True)
+        self.PullRanges = channel.unary_unary(
+                '/distserve.v1.KVXfer/PullRanges',
+                request_serializer=distserve_dot_v1_dot_kvxfer__pb2.PullRangesRequest.SerializeToString,
+                response_deserializer=distserve_dot_v1_dot_kvxfer__pb2.PullResponse.FromString,
+                _registered_method=True)
         self.Release = channel.unary_unary(
                 '/distserve.v1.KVXfer/Release',
                 request_serializer=distserve_dot_v1_dot_kvxfer__pb2.ReleaseRequest.SerializeToString,
@@ -120,6 +125,14 @@ class KVXferServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PullRanges(self, request, context):
+        """Copies byte ranges from pools of the source handle's instance into pools of this host (a re-sharding
+        pull between TP/PP layouts; the puller computes the ranges, kvxfer knows no model). Same lease rules as Pull.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Release(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -165,6 +178,11 @@ def add_KVXferServicer_to_server(servicer, server):
             'Pull': grpc.unary_unary_rpc_method_handler(
                     servicer.Pull,
                     request_deserializer=distserve_dot_v1_dot_kvxfer__pb2.PullRequest.FromString,
+                    response_serializer=distserve_dot_v1_dot_kvxfer__pb2.PullResponse.SerializeToString,
+            ),
+            'PullRanges': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullRanges,
+                    request_deserializer=distserve_dot_v1_dot_kvxfer__pb2.PullRangesRequest.FromString,
                     response_serializer=distserve_dot_v1_dot_kvxfer__pb2.PullResponse.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
@@ -320,6 +338,33 @@ class KVXfer:
             target,
             '/distserve.v1.KVXfer/Pull',
             distserve_dot_v1_dot_kvxfer__pb2.PullRequest.SerializeToString,
+            distserve_dot_v1_dot_kvxfer__pb2.PullResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullRanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/distserve.v1.KVXfer/PullRanges',
+            distserve_dot_v1_dot_kvxfer__pb2.PullRangesRequest.SerializeToString,
             distserve_dot_v1_dot_kvxfer__pb2.PullResponse.FromString,
             options,
             channel_credentials,

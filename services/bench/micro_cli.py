@@ -7,6 +7,10 @@ import argparse
 
 
 def _bench_xfer(args: argparse.Namespace) -> int:
+    if args.reshard:
+        from services.bench.xfer_reshard import run_reshard_bench
+
+        return run_reshard_bench(as_json=args.json, quick=args.quick)
     from services.bench.xfer import run_bench
 
     if args.auth_compare:
@@ -35,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                         "CUDA IPC; the baselines then run on that GPU too)")
     bench.add_argument("--auth-compare", action="store_true", help="run with the deployment's authentication off, "
                        "then on, and compare")
+    bench.add_argument("--reshard", action="store_true", help="re-sharding pulls between TP/PP layouts (TP 2 → 1, "
+                                                               "1 → 2, PP 2 → 1) beside same-layout pulls of the same bytes")
     bench.set_defaults(func=_bench_xfer)
 
     b = subparsers.add_parser("bench-router", help="per-token latency the router adds, and tokens/s it relays")

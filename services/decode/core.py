@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from distserve.v1 import kv_pb2
 from services.common.errors import EngineInputError
 from services.common.sampling import SamplingParams
 from services.common.stamps import Lifetime
+from services.decode.reshard import reshard_copies
 from services.engine.async_engine import AsyncEngine
 from services.instance.admission import Admission
+from services.instance.kv_shards import PoolShard, shards_from_handle
 from services.kvxfer.client import KVXferClient
 
 ABANDONED_COPY_GRACE_S = 1.0
@@ -26,8 +28,10 @@ class DecodeChunk:
 
 
 class DecodeCore:
-    def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, pull_timeout_s: float, max_pending: int) -> None:
+    def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, pull_timeout_s: float, max_pending: int,
+                 shards: Sequence[PoolShard] = ()) -> None:
         self.engine = engine
+        self.shards = list(shards)  # this instance's rank pools (TP/PP); one, or none given: its single pool
         self.kv = kv
         self.instance_id = instance_id
         self.pull_timeout_s = pull_timeout_s
@@ -43,7 +47,7 @@ class DecodeCore:
             blocks = await self.engine.reserve_blocks(len(prompt_ids))
             stamps.xfer_start = time.time()
             try:
-                await self.kv.pull(handle, self.instance_id, blocks, timeout_s=self.pull_timeout_s)
+                await self._pull(handle, blocks)
             except asyncio.CancelledError:
                 # kvxfer aborts an abandoned copy within milliseconds; the blocks return only after that,
                 # so a copy still landing cannot overwrite another request's K/V.
@@ -60,3 +64,11 @@ class DecodeCore:
                 reason = out.finish_reason.value if out.finish_reason else ""
                 yield DecodeChunk(out.new_token_ids, reason, stamps if first else None)
                 first = False
+
+    async def _pull(self, handle: kv_pb2.KVHandle, blocks: list[int]) -> None:
+        """A block pull between single pools; between TP/PP layouts, each rank pool gets its layers and heads."""
+        if not handle.shards and len(self.shards) <= 1:
+            await self.kv.pull(handle, self.instance_id, blocks, timeout_s=self.pull_timeout_s)
+            return
+        copies = reshard_copies(shards_from_handle(handle), list(handle.block_ids), self.shards, blocks)
+        await self.kv.pull_ranges(handle, copies, timeout_s=self.pull_timeout_s)

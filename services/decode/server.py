@@ -9,7 +9,9 @@ from services.common.convert import sampling_from_proto
 from services.common.errors import abort_with
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
+from services.engine.parallel.pools import rank_pools
 from services.instance.config import InstanceSettings
+from services.instance.kv_shards import pool_shards
 from services.instance.servicer import InstanceServicer
 from services.kvxfer.client import KVXferClient
 
@@ -34,7 +36,8 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
                      kv: KVXferClient | None):
-    core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending)
+    core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending,
+                      pool_shards(instance_id, rank_pools(engine.engine)))
     worker_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(core), server)
 
     async def stop() -> None:

@@ -57,8 +57,8 @@ def emit(args: argparse.Namespace, placement: Placement) -> int:
         return 2
     for role, par in (("prefill", placement.prefill), ("decode", placement.decode)):
         if par.gpus > 1:
-            print(f"warning: {role} instances (tp {par.tp} × pp {par.pp}) reserve {par.gpus} GPUs each, but the "
-                  "engine computes on one GPU per instance (TP = PP = 1), the first of them")
+            print(f"{role} instances (tp {par.tp} × pp {par.pp}): rank 0 is the instance's service, each other rank "
+                  "a `-rankN` service on its stage's host with its GPU, joining rank 0 at its rendezvous port")
     print(f"compose files in {args.out}: started {len(done.started)}, stopped {len(done.stopped)}, "
           f"kept {len(done.kept)} instances")
     for node, address in enumerate(addresses):

@@ -27,6 +27,7 @@ ROUTER_GRPC_PORT, ROUTER_HTTP_PORT, ROUTER_METRICS_PORT = 50051, 8000, 9100
 PLANNER_PORT = 8001
 KVXFER_PORT, KVXFER_UCX_PORT, KVXFER_METRICS_PORT = 50061, 50062, 9101
 INSTANCE_PORT, INSTANCE_METRICS_PORT = 50100, 9200  # plus the instance's first GPU: unique on its host, stable
+RENDEZVOUS_PORT = 50200  # plus the first GPU: where a TP/PP instance's rank 0 waits for its other ranks
 LABEL = "distserve.instance"  # JSON of the InstanceSpec: the actuator reads running instances back from it
 
 
@@ -104,36 +105,61 @@ def _kvxfer(address: str, node: int) -> dict:
     return kvxfer
 
 
-def _instance(name: str, spec: InstanceSpec, address: str, node: int, redis_url: str) -> dict:
-    gpus = [g for stage in spec.stages for g in stage.gpus]
-    slot = gpus[0]
-    # the reservation exposes only these GPUs, numbered from 0 inside the container
-    service = _service(["distserve", spec.role, "--model", "/model", "--device", "cuda:0", "--host", address,
-                        "--port", str(INSTANCE_PORT + slot), "--metrics-port", str(INSTANCE_METRICS_PORT + slot),
-                        "--instance-id", name], f"{address}:{INSTANCE_PORT + slot}", start_period="10m")
+def rank_gpus(spec: InstanceSpec) -> list[tuple[int, int]]:
+    """(node, GPU) of each rank, rank = pp_rank x TP + tp_rank: stage s's GPUs in order."""
+    return [(stage.node, gpu) for stage in spec.stages for gpu in stage.gpus]
+
+
+def _rendezvous(spec: InstanceSpec, addresses: tuple[str, ...]) -> str:
+    node, slot = rank_gpus(spec)[0]
+    return f"{addresses[node]}:{RENDEZVOUS_PORT + slot}"
+
+
+def _instance(name: str, spec: InstanceSpec, addresses: tuple[str, ...], redis_url: str) -> dict:
+    """Rank 0 of the instance (the instance itself: scheduler, gRPC service, its own GPU)."""
+    node, slot = rank_gpus(spec)[0]
+    address = addresses[node]
+    # the reservation exposes only this GPU, numbered 0 inside the container
+    command = ["distserve", spec.role, "--model", "/model", "--device", "cuda:0", "--host", address,
+               "--port", str(INSTANCE_PORT + slot), "--metrics-port", str(INSTANCE_METRICS_PORT + slot),
+               "--instance-id", name]
+    if spec.tp * spec.pp > 1:
+        command += ["--tp", str(spec.tp), "--pp", str(spec.pp), "--rendezvous", _rendezvous(spec, addresses)]
+    service = _service(command, f"{address}:{INSTANCE_PORT + slot}", start_period="10m")
     spec_json = json.dumps({"role": spec.role, "tp": spec.tp, "pp": spec.pp,
                             "stages": [[s.node, list(s.gpus)] for s in spec.stages]})
     service.update(
         environment={"DISTSERVE_REDIS_URL": redis_url, "DISTSERVE_KVXFER": f"{address}:{KVXFER_PORT}",
                      "DISTSERVE_DRAIN_GRACE_S": str(defaults.DRAIN_GRACE_S),
                      "DISTSERVE_NODE": f"node{node}", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-        volumes=[MODEL_VOLUME], deploy=_gpus(gpus), labels={LABEL: spec_json},
+        volumes=[MODEL_VOLUME], deploy=_gpus([slot]), labels={LABEL: spec_json},
         depends_on={"kvxfer": {"condition": "service_healthy", "restart": True},
                     **(_healthy("redis") if node == 0 else {})},
         stop_grace_period=STOP_GRACE, **_shared_memory())
     return service
 
 
+def _rank(spec: InstanceSpec, rank: int, addresses: tuple[str, ...]) -> dict:
+    """Rank 1..N-1 of a TP/PP instance: one GPU, joining rank 0 at its rendezvous (on this host or another).
+
+    It serves nothing itself, so it has no health check: its instance's is rank 0's, which stops serving and
+    deregisters when a rank exits; compose then restarts the rank, which joins the restarted rank 0."""
+    _, gpu = rank_gpus(spec)[rank]
+    return {"image": IMAGE, "command": ["distserve", "rank", "--rendezvous", _rendezvous(spec, addresses),
+                                        "--rank", str(rank), "--device", "cuda:0", "--model", "/model"],
+            "network_mode": "host", "restart": "unless-stopped", "healthcheck": {"disable": True},
+            "environment": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, "volumes": [MODEL_VOLUME],
+            "deploy": _gpus([gpu]), "stop_grace_period": "60s", **_shared_memory()}
+
+
 def compose_files(instances: Mapping[str, InstanceSpec], addresses: tuple[str, ...]) -> dict[str, dict]:
     """One compose document per host (file name → document): Redis, router and planner on the first host, a
-    kvxfer on every host, and each instance on the host of its stages, pinned to its GPUs."""
+    kvxfer on every host, each instance (its rank 0) on the host of its first stage, and a service per other
+    rank of a TP/PP instance on the host of its stage, each pinned to its GPU."""
     for name, spec in instances.items():
         nodes = sorted({stage.node for stage in spec.stages})
-        if len(nodes) > 1:
-            raise ValueError(f"compose: {name} has stages on nodes {nodes}; "
-                             "an instance runs as one process on one host")
-        if nodes[0] >= len(addresses):
-            raise ValueError(f"compose: {name} is on node {nodes[0]}, but there are {len(addresses)} node addresses")
+        if nodes[-1] >= len(addresses):
+            raise ValueError(f"compose: {name} is on node {nodes[-1]}, but there are {len(addresses)} node addresses")
     redis_url = f"redis://{addresses[0]}:{REDIS_PORT}/0"
     files = {}
     tls = len(addresses) > 1  # internal traffic crosses hosts: mutual TLS
@@ -141,8 +167,11 @@ def compose_files(instances: Mapping[str, InstanceSpec], addresses: tuple[str, .
     for node, address in enumerate(addresses):
         services = _head_services(address, redis_url) if node == 0 else {}
         services["kvxfer"] = _kvxfer(address, node)
-        here = sorted((spec.stages[0].gpus[0], name) for name, spec in instances.items() if spec.stages[0].node == node)
-        services.update({name: _instance(name, instances[name], address, node, redis_url) for _, name in here})
+        here = sorted((gpu, rank, name) for name, spec in instances.items()
+                      for rank, (n, gpu) in enumerate(rank_gpus(spec)) if n == node)
+        services.update({(f"{name}-rank{rank}" if rank else name):
+                         (_rank(instances[name], rank, addresses) if rank
+                          else _instance(name, instances[name], addresses, redis_url)) for _, rank, name in here})
         services = {name: with_credentials(s, tls, *extra.get(name, ())) if s["image"] == IMAGE else s
                     for name, s in services.items()}
         doc = {"name": "distserve", "services": services, "secrets": secrets_section(tls)}

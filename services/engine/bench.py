@@ -33,13 +33,13 @@ GOAL = 0.5
 clock = time.thread_time  # torch runs single-threaded in this thread (setup_device), so this is all the work
 
 
-def _best_seconds(fn: Callable[[], object], repeats: int = REPEATS) -> float:
+def _best_seconds(fn: Callable[[], object], repeats: int = REPEATS, timer: Callable[[], float] = clock) -> float:
     fn()  # warm-up
     times = []
     for _ in range(repeats):
-        t0 = clock()
+        t0 = timer()
         fn()
-        times.append(clock() - t0)
+        times.append(timer() - t0)
     return min(times)
 
 
@@ -98,7 +98,7 @@ def _prompt(rng: random.Random, n: int, vocab: int) -> list[int]:
     return [rng.randrange(3, vocab) for _ in range(n)]
 
 
-def bench_prefill(engine: LLMEngine, rng: random.Random) -> float:
+def bench_prefill(engine: LLMEngine, rng: random.Random, timer: Callable[[], float] = clock) -> float:
     """Seconds of one step that prefills a PREFILL_TOKENS prompt (and samples its first token)."""
     vocab = engine.model_config.vocab_size
 
@@ -106,10 +106,10 @@ def bench_prefill(engine: LLMEngine, rng: random.Random) -> float:
         engine.add_request(f"prefill-{rng.getrandbits(32)}", _prompt(rng, PREFILL_TOKENS, vocab), SamplingParams(max_tokens=1))
         engine.step()
 
-    return _best_seconds(one)
+    return _best_seconds(one, timer=timer)
 
 
-def bench_decode(engine: LLMEngine, batch: int, rng: random.Random) -> float:
+def bench_decode(engine: LLMEngine, batch: int, rng: random.Random, timer: Callable[[], float] = clock) -> float:
     """Seconds of one decode step of `batch` requests at about DECODE_CONTEXT tokens of context."""
     vocab = engine.model_config.vocab_size
     rids = [f"decode-{batch}-{i}" for i in range(batch)]
@@ -120,9 +120,9 @@ def bench_decode(engine: LLMEngine, batch: int, rng: random.Random) -> float:
     engine.step()  # warm-up decode
     seconds = float("inf")
     for _ in range(DECODE_STEPS):  # best step, as the references are best runs: a shared core has bursts
-        t0 = clock()
+        t0 = timer()
         engine.step()
-        seconds = min(seconds, clock() - t0)
+        seconds = min(seconds, timer() - t0)
     for rid in rids:
         engine.abort(rid)
     return seconds

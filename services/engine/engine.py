@@ -37,6 +37,10 @@ class EngineConfig:
     max_num_seqs: int = defaults.MAX_NUM_SEQS
     dtype: str = "float32"
     pool_path: str | None = None  # a /dev/shm file makes the pool mappable by kvxfer
+    tp: int = 1  # tensor-parallel ranks per stage
+    pp: int = 1  # pipeline stages
+    devices: tuple[str, ...] = ()  # one per rank (TP x PP > 1); default: consecutive from `device`
+    rendezvous: str = ""  # host:port where rank 0 waits for ranks started elsewhere; empty: it starts them
 
 
 @dataclass(slots=True)
@@ -70,7 +74,14 @@ class LLMEngine:
         self.model_config = ModelConfig.from_folder(config.model)
         mc = self.model_config
         self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.dtype)
-        self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device(config.device), config.pool_path)
+        if config.tp * config.pp > 1:
+            from services.engine.parallel.runner import ParallelRunner
+
+            self.runner = ParallelRunner(config.model, mc, config.num_blocks, config.block_size, config.dtype,
+                                         config.device, config.tp, config.pp, config.devices, config.pool_path,
+                                         config.rendezvous)
+        else:
+            self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device(config.device), config.pool_path)
         self.blocks = BlockManager(config.num_blocks, config.block_size)
         self.scheduler = SCHEDULERS[config.policy](
             self.blocks, SchedulerConfig(config.max_batch_tokens, config.max_num_seqs, mc.max_position))

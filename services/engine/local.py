@@ -8,12 +8,14 @@ from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
 
 
-def generate_local(model: str, device: str, prompt: str, params: SamplingParams) -> dict:
-    """Generates for one prompt and returns {token_ids, text, prompt_token_ids}."""
-    dev = setup_device(device)
+def generate_local(model: str, device: str, prompt: str, params: SamplingParams, tp: int = 1, pp: int = 1,
+                   devices: tuple[str, ...] = ()) -> dict:
+    """Generates for one prompt (on TP x PP rank processes when either is > 1); returns {token_ids, text, prompt_token_ids}."""
+    dev = setup_device(devices[0] if devices else device)
     tokenizer = load_tokenizer(model)
     prompt_ids = tokenizer.encode(prompt)
-    engine = LLMEngine(EngineConfig(model, policy="colocated", device=device, num_blocks=512), dev)
+    engine = LLMEngine(EngineConfig(model, policy="colocated", device=device, num_blocks=512, tp=tp, pp=pp,
+                                    devices=devices), dev)
     try:
         (token_ids,) = engine.generate([prompt_ids], params)
     finally:

@@ -87,5 +87,9 @@ class ModelRunner:
         hidden = self.model(torch.tensor(input_ids, device=self.device), torch.arange(n, device=self.device), self.pool.tensor, meta)
         return self.model.compute_logits(hidden)
 
+    def lost_rank(self) -> str | None:
+        """One process, no rank to lose (a TP/PP runner says which rank exited)."""
+        return None
+
     def close(self) -> None:
         self.pool.close()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -28,9 +30,15 @@ def _canonical(name: str) -> str:
     return f"model.{name}" if name.startswith("decoder.") else name
 
 
-def load_weights(model: nn.Module, folder: str | Path) -> None:
+# (canonical name, the checkpoint's lazy slice: index it to read a part) → (this model's name, tensor), or None
+Transform = Callable[[str, Any], "tuple[str, torch.Tensor] | None"]
+
+
+def load_weights(model: nn.Module, folder: str | Path, transform: Transform | None = None) -> None:
     """Copies every tensor of the checkpoint into the model's parameter of the same name, or into its rows of a
-    packed parameter (`PackedLinear`); every parameter row must be covered."""
+    packed parameter (`PackedLinear`); every parameter row must be covered.
+
+    `transform` maps a checkpoint tensor to the (name, part) this model holds, or None to skip it (a rank's shard)."""
     params = dict(model.named_parameters())
     slices = checkpoint_slices(model)
     missing = {name for name, _ in checkpoint_shapes(model)}
@@ -38,6 +46,12 @@ def load_weights(model: nn.Module, folder: str | Path) -> None:
         with safe_open(str(path), framework="pt") as f:
             for key in f.keys():
                 name = _canonical(key)
+                tensor = None
+                if transform is not None:
+                    kept = transform(name, f.get_slice(key))
+                    if kept is None:
+                        continue
+                    name, tensor = kept
                 if name in slices:
                     packed, start, rows = slices[name]
                     target = params[packed][start : start + rows]
@@ -47,7 +61,8 @@ def load_weights(model: nn.Module, folder: str | Path) -> None:
                     continue
                 else:
                     raise KeyError(f"checkpoint tensor {key!r} has no place in the model")
-                tensor = f.get_tensor(key)
+                if tensor is None:
+                    tensor = f.get_tensor(key)
                 if tensor.shape != target.shape:
                     raise ValueError(f"{key}: checkpoint shape {tuple(tensor.shape)} != model {tuple(target.shape)}")
                 with torch.no_grad():

@@ -20,6 +20,12 @@ class InstanceSettings(BaseSettings):
     role: Role = Field(description="which engine policy this instance runs")
     model: str = Field(description="model folder")
     device: str = Field("cpu", description="cpu, cpu:N (pinned to core N) or cuda:N")
+    tp: int = Field(1, description="tensor-parallel ranks per pipeline stage (one process and device each)")
+    pp: int = Field(1, description="pipeline stages")
+    devices: str = Field("", description="comma-separated device per rank when tp x pp > 1 (default: consecutive "
+                                         "from --device)")
+    rendezvous: str = Field("", description="host:port where rank 0 waits for ranks 1..N-1 started on their own "
+                                            "(`distserve rank`); empty: the instance starts its ranks itself")
     host: str = Field("127.0.0.1", description="address to bind the gRPC server to")
     port: int = Field(0, description="gRPC port")
     instance_id: str = Field("", description="unique id; made from the role when empty")

@@ -20,7 +20,9 @@ from services.common.registry import InstanceInfo, Registry
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
+from services.engine.parallel.pools import rank_pools
 from services.instance.config import InstanceSettings
+from services.instance.kv_shards import rank_pool_id
 from services.instance.pool_keeper import PoolKeeper
 from services.instance.stats import export_gauges
 from services.kvxfer.client import KVXferClient
@@ -42,13 +44,24 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     engine = LLMEngine(EngineConfig(
         model=settings.model, policy=settings.role, device=settings.device, block_size=settings.block_size,
         num_blocks=settings.num_blocks, max_batch_tokens=settings.max_batch_tokens,
-        max_num_seqs=settings.max_num_seqs, pool_path=pool_path), device)
+        max_num_seqs=settings.max_num_seqs, pool_path=pool_path, tp=settings.tp, pp=settings.pp,
+        devices=tuple(d for d in settings.devices.split(",") if d), rendezvous=settings.rendezvous), device)
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
     kv = KVXferClient(settings.kvxfer, instance_principal(instance_id)) if uses_kvxfer else None
-    keeper = PoolKeeper(kv, instance_id, engine.runner.pool) if kv is not None else None
+    pools = rank_pools(engine)
+
+    async def register_pools() -> None:
+        for pool in pools:  # rank r's pool under its own id, covered by the instance's leases
+            if pool.rank and pool.path is None:
+                log.warning("rank %d's KV pool is not in a file this host's kvxfer can map: pulls cannot reach it",
+                            pool.rank)
+                continue
+            await kv.register_pool(rank_pool_id(instance_id, pool.rank), pool, owner=instance_id if pool.rank else "")
+
+    keeper = PoolKeeper(kv, instance_id, register_pools) if kv is not None else None
     if kv is not None:
-        await kv.register_pool(instance_id, engine.runner.pool)
+        await register_pools()
 
     server = internal_server()
     health_servicer = health.aio.HealthServicer()
@@ -68,7 +81,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    while not stop.is_set() and not async_engine.failed:
+    lost = None  # a TP/PP rank that exited: the instance cannot step any more
+    while not stop.is_set() and not async_engine.failed and not (lost := engine.runner.lost_rank()):
         try:
             if keeper is not None:  # without its kvxfer the instance can neither lease nor pull
                 ready = await keeper.check()
@@ -82,8 +96,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         except TimeoutError:
             pass
 
-    if async_engine.failed:
-        log.error("%s %s stopping: its engine failed", settings.role, instance_id)
+    if async_engine.failed or lost:
+        log.error("%s %s stopping: %s", settings.role, instance_id, lost or "its engine failed")
     log.info("%s %s stopping", settings.role, instance_id)
     await health_servicer.enter_graceful_shutdown()
     try:
@@ -94,12 +108,13 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     await on_stop()
     if kv is not None:
         try:
-            await asyncio.wait_for(kv.unregister_pool(instance_id), 2.0)
+            for pool in reversed(pools):
+                await asyncio.wait_for(kv.unregister_pool(rank_pool_id(instance_id, pool.rank)), 2.0)
         except Exception as exc:  # kvxfer gone first: it holds nothing of ours any more
-            log.warning("could not unregister the pool: %r", exc)
+            log.warning("could not unregister the pools: %r", exc)
         await kv.close()
     async_engine.stop()
     engine.close()
     await registry.close()
-    if async_engine.failed:
+    if async_engine.failed or lost:
         raise SystemExit(70)

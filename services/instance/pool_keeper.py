@@ -1,7 +1,7 @@
-"""Keeps an instance's KV pool registered with its host's kvxfer across kvxfer restarts.
+"""Keeps an instance's KV pools (one per TP/PP rank) registered with its host's kvxfer across kvxfer restarts.
 
 A kvxfer that comes back knows no pool. The keeper asks kvxfer for its counters each heartbeat and
-registers the pool again when kvxfer was unreachable since the last look, holds no pool at all, or its
+registers the pools again when kvxfer was unreachable since the last look, holds no pool at all, or its
 counters went back (a new process).
 """
 
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from services.kvxfer.client import KVXferClient, SharedPool
+from services.kvxfer.client import KVXferClient
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 class PoolKeeper:
     kv: KVXferClient
     instance_id: str
-    pool: SharedPool
+    register: Callable[[], Awaitable[None]]  # registers every pool of the instance
     timeout_s: float = 2.0
     reachable: bool = True
     _counted: int = 0
@@ -31,8 +32,8 @@ class PoolKeeper:
             stats = await asyncio.wait_for(self.kv.stats(), self.timeout_s)
             counted = stats.pulls_ok + stats.pulls_failed + stats.leases_released + stats.leases_expired
             if not self.reachable or stats.pools == 0 or counted < self._counted:
-                await asyncio.wait_for(self.kv.register_pool(self.instance_id, self.pool), self.timeout_s)
-                log.warning("kvxfer at %s came back: registered the pool of %s again", self.kv.address, self.instance_id)
+                await asyncio.wait_for(self.register(), self.timeout_s)
+                log.warning("kvxfer at %s came back: registered the pools of %s again", self.kv.address, self.instance_id)
                 counted = 0
         except Exception as exc:
             if self.reachable:

@@ -22,6 +22,7 @@ from services.common.kv_layout import KVLayout
 from services.common.links import call_metadata, internal_channel
 from services.kvxfer.convert import layout_to_pb, stats_from_pb
 from services.kvxfer.leases import LeaseEnd, LeaseState
+from services.kvxfer.ranged import RangeCopy
 from services.kvxfer.records import PullResult, Stats
 
 RPC_MARGIN_S = 2.0  # the service gives up on a pull this long before the RPC deadline, so it reports why
@@ -71,10 +72,11 @@ class KVXferClient:
                     pass
                 await asyncio.sleep(0.05)
 
-    async def register_pool(self, instance_id: str, pool: SharedPool) -> None:
-        """Let kvxfer map the pool: a /dev/shm file on CPU, a CUDA IPC handle on GPU."""
+    async def register_pool(self, instance_id: str, pool: SharedPool, owner: str = "") -> None:
+        """Let kvxfer map the pool: a /dev/shm file on CPU, a CUDA IPC handle on GPU; `owner`: the instance whose
+        leases cover it (a TP/PP rank's pool registered under its own id)."""
         request = kvxfer_pb2.RegisterPoolRequest(instance_id=instance_id, layout=layout_to_pb(pool.layout),
-                                                 device=str(pool.device))
+                                                 device=str(pool.device), owner=owner)
         if pool.device.type == "cuda":
             from services.kvxfer.gpu import export_ipc
 
@@ -124,6 +126,21 @@ class KVXferClient:
             if isinstance(e, grpc.aio.AioRpcError):
                 raise PullFailed(e.code(), e.details() or "") from e
             raise
+        return PullResult(reply.bytes, reply.seconds, reply.path, reply.crc32 if checksum else None)
+
+    async def pull_ranges(self, handle: kv_pb2.KVHandle, copies: Sequence[RangeCopy], *, checksum: bool = False,
+                          timeout_s: float | None = None) -> PullResult:
+        """Copy byte ranges from the handle's instance's pools into pools registered here (re-sharding); raises
+        PullFailed. Lease rules as `pull`: released on success, kept on failure."""
+        request = kvxfer_pb2.PullRangesRequest(source=handle, checksum=checksum, timeout_s=timeout_s or 0.0)
+        for c in copies:
+            src, dst, length = c.to_bytes()
+            request.copies.add(src_pool_id=c.src_pool, dst_pool_id=c.dst_pool, src_offsets=src, dst_offsets=dst,
+                               lengths=length)
+        try:
+            reply = await self._stub.PullRanges(request, timeout=None if timeout_s is None else timeout_s + RPC_MARGIN_S)
+        except grpc.aio.AioRpcError as e:
+            raise PullFailed(e.code(), e.details() or "") from e
         return PullResult(reply.bytes, reply.seconds, reply.path, reply.crc32 if checksum else None)
 
     async def release(self, lease_id: str) -> bool:

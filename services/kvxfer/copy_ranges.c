@@ -25,3 +25,36 @@ void copy_blocks(int64_t n, char *dst, const int64_t *dst_ids, const char *src, 
         i = j;
     }
 }
+
+/* Ranges given by absolute addresses: a re-sharding pull's, between several pairs of pools, in one call. Runs of a
+   few KB each: where `stream` is set (a pull larger than the caches) and a run is 32-byte aligned on the destination,
+   non-temporal stores write it without first reading the destination lines in, as memcpy does for large copies. */
+#if defined(__AVX__)
+#include <immintrin.h>
+static void stream_copy(char *dst, const char *src, size_t n) {
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm256_stream_si256((__m256i *)(dst + i), _mm256_loadu_si256((const __m256i *)(src + i)));
+    }
+    memcpy(dst + i, src + i, n - i);
+}
+#endif
+
+void copy_spans(int64_t n, const int64_t *dst_addr, const int64_t *src_addr, const int64_t *length, int64_t stream) {
+    for (int64_t i = 0; i < n; i++) {
+        char *dst = (char *)(intptr_t)dst_addr[i];
+        const char *src = (const char *)(intptr_t)src_addr[i];
+#if defined(__AVX__)
+        if (stream && ((uintptr_t)dst & 31) == 0) {
+            stream_copy(dst, src, (size_t)length[i]);
+            continue;
+        }
+#endif
+        memcpy(dst, src, (size_t)length[i]);
+    }
+#if defined(__AVX__)
+    if (stream) {
+        _mm_sfence();
+    }
+#endif
+}

@@ -20,6 +20,7 @@ from services.kvxfer.leases import LeaseEnd, LeaseError, LeaseState, LeaseTable
 from services.kvxfer.metrics import XferMetrics
 from services.kvxfer.orders import PeerDirectory, Puller, PullOrder, SourceGrant
 from services.kvxfer.pools import CudaIpc, MappedPool, copy_blocks, map_cuda, map_host
+from services.kvxfer.ranged import RangeCopy, checked_pools, copy_in_pieces, ranges_crc
 from services.kvxfer.ranges import Ranges, block_ranges, check_blocks
 from services.kvxfer.records import PullResult, SourceRef, Stats
 
@@ -53,8 +54,8 @@ class KVXferCore:
     # pools
 
     def register_pool(self, instance_id: str, layout: KVLayout, device: str, shm_path: str | None,
-                      cuda_ipc: CudaIpc | None) -> None:
-        """Map a worker's pool (replacing an earlier registration of the same instance)."""
+                      cuda_ipc: CudaIpc | None, owner: str = "") -> None:
+        """Map a worker's pool (replacing an earlier registration of the same id); `owner`: whose leases cover it."""
         try:
             if cuda_ipc is not None:
                 pool = map_cuda(instance_id, layout, device, cuda_ipc)
@@ -64,6 +65,7 @@ class KVXferCore:
                 raise ValueError("neither a shm path nor a CUDA IPC handle")
         except (ValueError, RuntimeError, OSError) as e:
             raise XferError(Failure.BAD_REQUEST, f"cannot map pool of {instance_id}: {e}") from e
+        pool.owner = owner
         self.pools[instance_id] = pool
         log.info("registered pool of %s: %s, %d blocks of %d bytes", instance_id, device, layout.num_blocks,
                  layout.block_bytes)
@@ -192,6 +194,35 @@ class KVXferCore:
                 self._peers.forget(source.kvxfer_address)
             raise
         return ranges.nbytes, got[0]
+
+    async def pull_ranges(self, source: SourceRef, copies: list[RangeCopy], checksum: bool) -> PullResult:
+        """Copy byte ranges from pools of the source's instance into pools here (a re-sharding pull)."""
+        start = time.perf_counter()
+        if source.instance_id not in self.pools:
+            self.metrics.pull_failed("bad_request")
+            raise XferError(Failure.BAD_REQUEST, f"re-sharding pulls need the source {source.instance_id} on this "
+                                                 "host (across hosts: not supported yet)")
+        self._in_flight += 1
+        lease = None
+        ok = False
+        try:
+            lease = self._pin(source.lease_id)
+            pairs = [checked_pools(self.pools, c, lease.instance_id, lease.block_ids) for c in copies]
+            await copy_in_pieces(pairs, copies, COPY_PIECE_BYTES)
+            crc = await _blocking(ranges_crc, pairs, copies, "src") if checksum else None
+            if checksum and crc != await _blocking(ranges_crc, pairs, copies, "dst"):
+                raise XferError(Failure.DATA_LOSS, "checksum mismatch between source and destination ranges")
+            ok = True
+        except XferError as e:
+            self.metrics.pull_failed(e.failure.name.lower())
+            raise
+        finally:
+            self._in_flight -= 1
+            if lease is not None:
+                self._emit(self.leases.unpin(lease.lease_id, release=ok))
+        nbytes, seconds = sum(int(c.length.sum()) for c in copies), time.perf_counter() - start
+        self.metrics.pull_ok("same-host", nbytes, seconds)
+        return PullResult(nbytes, seconds, "same-host", crc)
 
     # pulls (source side, for the UCX server)
 

@@ -38,6 +38,11 @@ class MappedPool:
     layout: KVLayout
     device: str  # "cpu" | "cuda:N"
     data: object  # [pool_bytes] uint8: numpy over the shm file, or cupy over the IPC allocation
+    owner: str = ""  # the instance whose leases cover this pool (a TP/PP rank's pool); empty: instance_id
+
+    @property
+    def leased_by(self) -> str:
+        return self.owner or self.instance_id
 
     @property
     def on_gpu(self) -> bool:
@@ -133,7 +138,8 @@ def copy_all(dst_base: int, dst: Sequence[int], src_base: int, src: Sequence[int
         for d, s, n in zip(dst, src, lengths):
             ctypes.memmove(dst_base + d, src_base + s, n)
         return
-    dst_at, src_at, size = (np.array(x, np.int64) for x in (dst, src, lengths))  # held until the call returns
+    # int64 arrays pass as they are (a re-sharding pull's); lists are converted. Held until the call returns.
+    dst_at, src_at, size = (np.ascontiguousarray(x, np.int64) for x in (dst, src, lengths))
     kernel(len(lengths), dst_base, dst_at.ctypes.data, src_base, src_at.ctypes.data, size.ctypes.data)
 
 

@@ -18,6 +18,7 @@ from services.kvxfer.core import KVXferCore
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.owners import Owners
 from services.kvxfer.pools import CudaIpc
+from services.kvxfer.ranged import RangeCopy
 
 CODES = {
     Failure.BAD_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
@@ -32,17 +33,17 @@ CODES = {
 class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
     def __init__(self, core: KVXferCore, host_id: str, ucx_host: str, ucx_port: int, check_owners: bool) -> None:
         self._core = core
-        self._owners = Owners(core.leases, check_owners)
+        self._owners = Owners(core.leases, core.pools, check_owners)
         self._describe = kvxfer_pb2.DescribeResponse(host_id=host_id, ucx_host=ucx_host, ucx_port=ucx_port)
 
     async def RegisterPool(self, request: kvxfer_pb2.RegisterPoolRequest,
                            context: grpc.aio.ServicerContext) -> kvxfer_pb2.RegisterPoolResponse:
-        await self._owners.require_instance(context, request.instance_id)
+        await self._owners.require_registrant(context, request.instance_id, request.owner)
         ipc = None
         if request.HasField("cuda_ipc"):
             ipc = CudaIpc(request.cuda_ipc.handle, request.cuda_ipc.offset, request.cuda_ipc.device_index)
         await _call(context, self._core.register_pool, request.instance_id, layout_from_pb(request.layout),
-                    request.device or "cpu", request.shm_path or None, ipc)
+                    request.device or "cpu", request.shm_path or None, ipc, request.owner)
         return kvxfer_pb2.RegisterPoolResponse()
 
     async def UnregisterPool(self, request: kvxfer_pb2.UnregisterPoolRequest,
@@ -75,6 +76,17 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
         result = await _acall(context, self._core.pull(source_from_pb(request.source), request.dst_instance_id,
                                                        list(request.dst_block_ids), request.checksum,
                                                        request.timeout_s))
+        return kvxfer_pb2.PullResponse(bytes=result.nbytes, seconds=result.seconds, path=result.path,
+                                       crc32=result.crc or 0)
+
+    async def PullRanges(self, request: kvxfer_pb2.PullRangesRequest,
+                         context: grpc.aio.ServicerContext) -> kvxfer_pb2.PullResponse:
+        try:
+            copies = [RangeCopy.from_bytes(c.src_pool_id, c.dst_pool_id, c.src_offsets, c.dst_offsets, c.lengths)
+                      for c in request.copies]
+        except (XferError, ValueError) as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad ranges: {e}")
+        result = await _acall(context, self._core.pull_ranges(source_from_pb(request.source), copies, request.checksum))
         return kvxfer_pb2.PullResponse(bytes=result.nbytes, seconds=result.seconds, path=result.path,
                                        crc32=result.crc or 0)
 

@@ -1,7 +1,8 @@
 """The planner's Actuator for a local stack (`distserve up`): start, drain and stop instances as processes.
 
 The placement's device ids index the stack's devices (`--devices`, else the host's cores, round robin),
-so a plan for more devices than a small host has shares them. The local engine runs TP = PP = 1.
+so a plan for more devices than a small host has shares them. An instance of TP x PP runs as that many rank
+processes, stage-major on its stages' devices.
 """
 
 from __future__ import annotations
@@ -24,14 +25,17 @@ class StackActuator:
         out = []
         for proc in self.stack.procs:
             if proc.role in ("prefill", "decode") and proc.process.poll() is None:
-                gpu = self.stack.device_index(proc.device)
-                out.append(RunningInstance(proc.name, InstanceSpec(proc.role, 1, 1, (Stage(0, (gpu,)),))))
+                tp, pp = proc.parallel
+                gpus = [self.stack.device_index(d) for d in proc.rank_devices or (proc.device,)]
+                stages = tuple(Stage(0, tuple(gpus[s * tp:(s + 1) * tp])) for s in range(pp))
+                out.append(RunningInstance(proc.name, InstanceSpec(proc.role, tp, pp, stages)))
         return out
 
     def start(self, spec: InstanceSpec) -> str:
-        if spec.tp != 1 or spec.pp != 1 or len(spec.stages) != 1:
-            raise ValueError(f"the local engine runs tp=pp=1 instances; the plan asks tp={spec.tp} pp={spec.pp}")
-        return self.stack.add_instance(spec.role, self.stack.device(spec.stages[0].gpus[0])).name
+        if any(stage.node != 0 for stage in spec.stages):
+            raise ValueError("a local stack is one node; the plan places stages on other nodes")
+        ranks = tuple(self.stack.device(g) for stage in spec.stages for g in stage.gpus)
+        return self.stack.add_instance(spec.role, ranks[0], rank_devices=ranks, parallel=(spec.tp, spec.pp)).name
 
     def drain(self, instance_id: str) -> None:
         """SIGTERM: the instance deregisters (no new requests), reports NOT_SERVING, and finishes what it has."""

@@ -17,8 +17,11 @@ from services.launcher.supervisor import Supervisor
 def _up(args: argparse.Namespace) -> int:
     from services.engine.presets import resolve_model
 
+    model = resolve_model(args.model)
+    _check_parallel(model, args)
     config = StackConfig(
-        model=resolve_model(args.model), mode=args.mode, prefill=args.prefill, decode=args.decode,
+        model=model, mode=args.mode, prefill=args.prefill, decode=args.decode,
+        prefill_tp=args.prefill_tp, prefill_pp=args.prefill_pp, decode_tp=args.decode_tp, decode_pp=args.decode_pp,
         devices=tuple(d for d in args.devices.split(",") if d) if args.devices else (), host=args.host,
         grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
         redis_url=args.redis_url or "", num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens,
@@ -59,13 +62,33 @@ def _up(args: argparse.Namespace) -> int:
     return 1 if supervisor.gave_up.is_set() else 0
 
 
+def _check_parallel(model: str, args: argparse.Namespace) -> None:
+    """Refuses, naming the flag, a TP/PP layout the model or the given devices cannot take (before starting anything)."""
+    from services.common.model_config import ModelConfig
+    from services.engine.parallel.shard import ParallelConfigError, check_layout
+
+    config = ModelConfig.from_folder(model)
+    devices = len([d for d in args.devices.split(",") if d]) if args.devices else None
+    for role in ("prefill", "decode"):
+        tp, pp = getattr(args, f"{role}_tp"), getattr(args, f"{role}_pp")
+        try:
+            check_layout(config, tp, pp, devices)
+        except ParallelConfigError as exc:
+            flag = {"--tp": f"--{role}-tp", "--pp": f"--{role}-pp"}.get(exc.flag, exc.flag)
+            raise SystemExit(f"{flag}: {str(exc).split(': ', 1)[1]}") from None
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("up", help="start the whole stack locally (embedded Redis unless --redis-url)")
     p.add_argument("--model", default=None, help="model folder or preset (default: small-llama, made on first use)")
     p.add_argument("--mode", choices=("disagg", "colocated", "chunked"), default="disagg")
     p.add_argument("--prefill", type=int, default=1, help="prefill instances (colocated/chunked: added to --decode)")
     p.add_argument("--decode", type=int, default=1, help="decode instances")
-    p.add_argument("--devices", default="", help="comma-separated devices, one per instance (default cpu:0, cpu:1, ...)")
+    p.add_argument("--devices", default="", help="comma-separated devices, one per rank of each instance in order "
+                   "(default cpu:0, cpu:1, ...)")
+    for role in ("prefill", "decode"):
+        p.add_argument(f"--{role}-tp", type=int, default=1, help=f"tensor-parallel ranks per stage of each {role} instance")
+        p.add_argument(f"--{role}-pp", type=int, default=1, help=f"pipeline stages of each {role} instance")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--grpc-port", type=int, default=50051)
     p.add_argument("--http-port", type=int, default=8000)

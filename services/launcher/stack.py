@@ -33,7 +33,11 @@ class StackConfig:
     mode: Mode = "disagg"
     prefill: int = 1
     decode: int = 1
-    devices: tuple[str, ...] = ()  # one per instance; cpu:i round-robin over the cores when empty
+    devices: tuple[str, ...] = ()  # one per rank, in order; cpu:i round-robin over the cores when empty
+    prefill_tp: int = 1  # tensor-parallel ranks per stage of each prefill (disagg) instance
+    prefill_pp: int = 1
+    decode_tp: int = 1   # of each decode instance (colocated/chunked instances use these too)
+    decode_pp: int = 1
     host: str = "127.0.0.1"
     grpc_port: int = 50051
     http_port: int = 8000
@@ -53,6 +57,10 @@ class StackConfig:
     decode_host: str = ""   # the address decode instances and their kvxfer listen on; empty: this host
     decode_netns: str = ""  # the network namespace that host is (`ip netns exec`); empty: this one
 
+    def parallel(self, role: str) -> tuple[int, int]:
+        """(TP, PP) of an instance of `role`."""
+        return (self.prefill_tp, self.prefill_pp) if role == "prefill" else (self.decode_tp, self.decode_pp)
+
     def instance_roles(self) -> list[str]:
         if self.mode == "disagg":
             return ["prefill"] * self.prefill + ["decode"] * self.decode
@@ -69,6 +77,8 @@ class Proc:
     metrics_port: int = 0
     cmd: list[str] = field(default_factory=list)
     stopping: bool = False  # stopped on purpose: not to be restarted
+    parallel: tuple[int, int] = (1, 1)  # an instance's TP x PP
+    rank_devices: tuple[str, ...] = ()  # its ranks' devices, stage-major (empty: `device` alone)
 
 
 class Stack:
@@ -157,8 +167,12 @@ class Stack:
                                                          self.decode_kvxfer_address.rsplit(":", 1)[1]],
                                        self.decode_kvxfer_address, netns=c.decode_netns)
                     wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
-            for i, role in enumerate(c.instance_roles()):
-                waits.append(self.add_instance(role, self.device(i), wait=False))
+            first = 0  # each instance takes the next TP x PP devices, one per rank
+            for role in c.instance_roles():
+                tp, pp = c.parallel(role)
+                ranks = tuple(self.device(first + r) for r in range(tp * pp))
+                waits.append(self.add_instance(role, ranks[0], wait=False, rank_devices=ranks))
+                first += tp * pp
             for proc in waits:
                 wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             router = self._spawn("router", [
@@ -175,7 +189,10 @@ class Stack:
             self.stop()
             raise
 
-    def add_instance(self, role: str, device: str, wait: bool = True) -> Proc:
+    def add_instance(self, role: str, device: str, wait: bool = True, rank_devices: tuple[str, ...] = (),
+                     parallel: tuple[int, int] | None = None) -> Proc:
+        """Starts an instance of `role` (TP x PP ranks on `rank_devices` when it has several); `parallel`: its
+        TP x PP when not the stack's for the role."""
         c = self.config
         remote = role == "decode" and bool(c.decode_host)
         host = c.decode_host if remote else c.host
@@ -186,7 +203,12 @@ class Stack:
                 "--max-batch-tokens", str(c.max_batch_tokens), "--lease-ttl-s", str(c.lease_ttl_s)]
         if self.kvxfer_address:
             args += ["--kvxfer", self.decode_kvxfer_address if remote else self.kvxfer_address]
+        tp, pp = parallel or c.parallel(role)
+        if tp * pp > 1:
+            rank_devices = rank_devices or (device,) * (tp * pp)
+            args += ["--tp", str(tp), "--pp", str(pp), "--devices", ",".join(rank_devices)]
         proc = self._spawn(instance_id, args, f"{host}:{port}", role, device, netns=c.decode_netns if remote else "")
+        proc.parallel, proc.rank_devices = (tp, pp), tuple(rank_devices)
         if wait:
             wait_serving(proc.address, proc.process, c.ready_timeout_s, instance_id)
         return proc

@@ -61,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prof.add_argument("--out", default="profile.json", help="profile file to write")
     prof.add_argument("--max-tokens", type=int, default=4096, help="largest batch in tokens")
     prof.add_argument("--repeats", type=int, default=3, help="timed runs per shape (median kept)")
+    prof.add_argument("--tp", type=int, default=1, help="profile a tensor-parallel instance of this many ranks per stage")
+    prof.add_argument("--pp", type=int, default=1, help="... and this many pipeline stages")
+    prof.add_argument("--devices", default="", help="comma-separated device per rank (default: consecutive from --device)")
     prof.set_defaults(func=_profile)
 
     from services.planner.bench import register as register_bench
@@ -144,19 +147,22 @@ def _profile(args: argparse.Namespace) -> int:
 
     folder = resolve_model(args.model)
     shape = load_shape(folder)
-    engine = open_engine(folder, setup_device(args.device), args.max_tokens)
+    devices = tuple(d for d in args.devices.split(",") if d)
+    engine = open_engine(folder, setup_device(devices[0] if devices else args.device), args.max_tokens,
+                         tp=args.tp, pp=args.pp, devices=devices)
     try:
         time_prefill, time_decode = engine_timers(engine)
-        profile = record_profile(shape, args.device, time_prefill, time_decode, max_tokens=args.max_tokens,
-                                 repeats=args.repeats)
+        profile = record_profile(shape, args.device, time_prefill, time_decode, tp=args.tp, max_tokens=args.max_tokens,
+                                 repeats=args.repeats, pp=args.pp)
     finally:
         engine.close()
     write_profile(profile, args.out)
-    coeffs = fit_profile(profile).at(1)
-    print(f"{len(profile.prefill)} prefill and {len(profile.decode)} decode points on {args.device} -> {args.out}")
+    coeffs = fit_profile(profile).at(args.tp)
+    print(f"{len(profile.prefill)} prefill and {len(profile.decode)} decode points on {args.device} "
+          f"(TP {args.tp} x PP {args.pp}) -> {args.out}")
     print(f"prefill = {coeffs.prefill.c0 * 1e3:.3f} ms + {coeffs.prefill.per_token * 1e6:.3f} us/token"
           f" + {coeffs.prefill.per_sq * 1e9:.4f} ns/token^2; Lm = {coeffs.saturation_tokens()} tokens")
     d = coeffs.decode_small
     print(f"decode  = {d.c0 * 1e3:.3f} ms + {d.per_ctx * 1e9:.3f} ns/context token + {d.per_req * 1e6:.3f} us/request")
-    print("appendix A: " + ", ".join(f"{k}={v:.3e}" for k, v in appendix_a_constants(coeffs, shape, 1).items()))
+    print("appendix A: " + ", ".join(f"{k}={v:.3e}" for k, v in appendix_a_constants(coeffs, shape, args.tp).items()))
     return 0

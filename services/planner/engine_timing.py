@@ -17,11 +17,13 @@ from services.engine.sequence import Sequence
 FILLER = 3  # any id of the vocabulary: timing does not depend on the text
 
 
-def open_engine(model_dir: str, device: torch.device, max_tokens: int, block_size: int = defaults.BLOCK_SIZE) -> LLMEngine:
-    """An engine with KV blocks for the largest profiled batch (one block of rounding per request)."""
+def open_engine(model_dir: str, device: torch.device, max_tokens: int, block_size: int = defaults.BLOCK_SIZE,
+                tp: int = 1, pp: int = 1, devices: tuple[str, ...] = ()) -> LLMEngine:
+    """An engine with KV blocks for the largest profiled batch (one block of rounding per request); TP x PP > 1:
+    an instance of rank processes on `devices`."""
     blocks = max_tokens // block_size + 64 + 8
     return LLMEngine(EngineConfig(model=model_dir, policy="prefill", block_size=block_size, num_blocks=blocks,
-                                  max_batch_tokens=max_tokens), device)
+                                  max_batch_tokens=max_tokens, tp=tp, pp=pp, devices=devices), device)
 
 
 def engine_timers(engine: LLMEngine) -> tuple[Callable[[list[int]], float], Callable[[list[int]], float]]:

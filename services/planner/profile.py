@@ -36,6 +36,8 @@ class ProfileFile(BaseModel):
     model: dict = Field(description="ModelShape fields of the profiled model")
     device: str = Field(description="device the points were measured on, e.g. cpu:0 or cuda:0")
     tp: int = Field(default=1, ge=1, description="tensor-parallel degree of the profiled instance")
+    pp: int = Field(default=1, ge=1, description="pipeline stages of the profiled instance (times are of the "
+                                                 "whole pipeline, its micro-batches included)")
     prefill: list[PrefillPoint] = Field(min_length=3)
     decode: list[DecodePoint] = Field(min_length=3)
 

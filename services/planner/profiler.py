@@ -31,7 +31,7 @@ def decode_grid(max_context: int, max_tokens: int) -> list[list[int]]:
 
 
 def record_profile(shape: ModelShape, device: str, time_prefill: Timer, time_decode: Timer, tp: int = 1,
-                   max_tokens: int = 4096, repeats: int = 3) -> ProfileFile:
+                   max_tokens: int = 4096, repeats: int = 3, pp: int = 1) -> ProfileFile:
     """Measure every grid shape `repeats` times (after one warm-up) and keep the medians."""
 
     def median(timer: Timer, batch: list[int]) -> float:
@@ -39,7 +39,7 @@ def record_profile(shape: ModelShape, device: str, time_prefill: Timer, time_dec
         return statistics.median(timer(batch) for _ in range(repeats))
 
     return ProfileFile(
-        model=shape.as_dict(), device=device, tp=tp,
+        model=shape.as_dict(), device=device, tp=tp, pp=pp,
         prefill=[PrefillPoint(prompt_lens=b, seconds=median(time_prefill, b))
                  for b in prefill_grid(shape.max_context, max_tokens)],
         decode=[DecodePoint(context_lens=b, seconds=median(time_decode, b))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -28,8 +29,9 @@ class PrefillResult:
 
 class PrefillCore:
     def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, lease_ttl_s: float,
-                 max_pending: int, pull_timeout_s: float) -> None:
+                 max_pending: int, pull_timeout_s: float, shards: Sequence[kv_pb2.KVShard] = ()) -> None:
         self.engine = engine
+        self.shards = list(shards)  # a TP/PP instance's rank pools, written into every handle
         # A pull in flight holds its lease past expiry: free by our own clock only well after that.
         self.leases = LeaseKeeper(kv, instance_id, self.free_leased, grace_s=pull_timeout_s + 5)
         self.instance_id = instance_id
@@ -68,4 +70,5 @@ class PrefillCore:
             if isinstance(exc, grpc.aio.AioRpcError):  # kvxfer away or restarted: retryable, not this request's fault
                 raise Unavailable(f"KV transfer service: {exc.code().name}") from exc
             raise
+        handle.shards.extend(self.shards)
         return PrefillResult(last.new_token_ids[0], "", handle, stamps)

@@ -8,7 +8,9 @@ from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.convert import sampling_from_proto
 from services.common.errors import abort_with
 from services.engine.async_engine import AsyncEngine
+from services.engine.parallel.pools import rank_pools
 from services.instance.config import InstanceSettings
+from services.instance.kv_shards import pool_shards, shards_to_pb
 from services.instance.servicer import InstanceServicer
 from services.kvxfer.client import KVXferClient
 from services.prefill.core import PrefillCore
@@ -34,7 +36,9 @@ class PrefillServicer(InstanceServicer, worker_pb2_grpc.PrefillServicer):
 
 async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
                       kv: KVXferClient | None):
-    core = PrefillCore(engine, kv, instance_id, settings.lease_ttl_s, settings.max_pending, settings.pull_timeout_s)
+    shards = shards_to_pb(pool_shards(instance_id, rank_pools(engine.engine)))
+    core = PrefillCore(engine, kv, instance_id, settings.lease_ttl_s, settings.max_pending, settings.pull_timeout_s,
+                       shards)
     core.start()
     worker_pb2_grpc.add_PrefillServicer_to_server(PrefillServicer(core), server)
     return core.stop

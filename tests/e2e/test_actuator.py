@@ -35,3 +35,21 @@ def test_apply_placement_scales_the_stack(tiny_llama_dir: str, redis_url: str) -
         assert sorted(r.spec.role for r in actuator.running()) == ["decode", "prefill"]
         responses = asyncio.run(generate(stack.router_address, "after scale-down", max_tokens=4, temperature=0.0, ignore_eos=True))
         assert sum(len(r.token_ids) for r in responses) == 4
+
+
+def test_apply_placement_runs_a_tensor_parallel_prefill(tiny_llama_dir: str, redis_url: str) -> None:
+    def tokens(stack) -> list[int]:
+        responses = asyncio.run(generate(stack.router_address, "tensor parallel", max_tokens=6, temperature=0.0,
+                                         ignore_eos=True))
+        return [t for r in responses for t in r.token_ids]
+
+    with running_stack(tiny_llama_dir, redis_url, mode="disagg") as stack:
+        reference = tokens(stack)
+        actuator = StackActuator(stack)
+        placement = Placement(Parallel(2, 1), Parallel(1, 1), 1, 1, (
+            Instance("prefill", 0, (Stage(0, (0, 1)),)), Instance("decode", 0, (Stage(0, (1,)),))))
+        done = apply_placement(actuator, placement)
+        assert len(done.started) == 1 and len(done.stopped) == 1  # the TP 1 prefill replaced, the decode kept
+        prefill = next(r.spec for r in actuator.running() if r.spec.role == "prefill")
+        assert (prefill.tp, prefill.pp, prefill.stages) == (2, 1, (Stage(0, (0, 1)),))
+        assert tokens(stack) == reference

@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 
 import grpc
 import pytest
@@ -164,7 +165,17 @@ def test_metrics_count_the_traffic_served(stack) -> None:
                                          ignore_eos=True, temperature=0.0))
         assert sum(len(r.token_ids) for r in responses) == tokens
     asyncio.run(wait_idle(stack))
+    instances = [p for p in stack.procs if p.role]
+    gauges = ("distserve_kv_blocks_used", "distserve_kv_blocks_reserved", "distserve_queue_length")
+
+    def idle_gauges(scraped: dict) -> bool:
+        return all(scraped[p.name][(g, (("instance", p.name),))] == 0 for p in instances for g in gauges)
+
+    deadline = time.monotonic() + 5 * 1.0  # the gauges follow the pool at each heartbeat (1 s)
     after = _scrape(stack)
+    while not idle_gauges(after) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        after = _scrape(stack)
 
     def delta(process: str, name: str, **labels: str) -> float:
         key = (name, tuple(sorted(labels.items())))
@@ -179,11 +190,10 @@ def test_metrics_count_the_traffic_served(stack) -> None:
     for stage in stages:
         assert delta("router", "distserve_stage_seconds_count", stage=stage) == n, stage
     assert delta("router", "distserve_stage_seconds_sum", stage="prefill") > 0
-    instances = [p for p in stack.procs if p.role]
     for proc in instances:  # idle now: the gauges read the pool's true state
         labels = {"instance": proc.name}
         assert after[proc.name][("distserve_kv_blocks_total", tuple(labels.items()))] == stack.config.num_blocks
-        for gauge in ("distserve_kv_blocks_used", "distserve_kv_blocks_reserved", "distserve_queue_length"):
+        for gauge in gauges:
             assert after[proc.name][(gauge, tuple(labels.items()))] == 0, (proc.name, gauge)
     if stack.config.mode == "disagg":  # one pull per request, on the one host
         assert delta("kvxfer", "distserve_kvxfer_pull_seconds_count", path="same-host") == n

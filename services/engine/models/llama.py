@@ -93,10 +93,19 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """input_ids, positions: [T]; kv_pool: [N, layers, 2, bs, KVH, D] → hidden states [T, hidden]."""
+        return self.final_norm(self.run_layers(self.embed(input_ids, positions), positions, kv_pool, meta))
+
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_tokens(input_ids)  # [T, hidden]
+
+    def run_layers(self, x: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """The decoder layers this model holds (a pipeline stage holds some): x [T, hidden] → [T, hidden]."""
         cos, sin = rotary_cos_sin(positions, self.model.inv_freq)
-        x = self.model.embed_tokens(input_ids)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, kv_pool[:, i], meta)
+        return x
+
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return self.model.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -18,8 +18,9 @@ class OPTAttention(nn.Module):
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
         self.num_heads, self.head_dim = c.num_heads, c.head_dim
-        self.qkv_proj = PackedLinear(c.hidden_size, {"q_proj": c.hidden_size, "k_proj": c.hidden_size, "v_proj": c.hidden_size}, bias=True)
-        self.out_proj = Linear(c.hidden_size, c.hidden_size)
+        inner = c.num_heads * c.head_dim  # the hidden size, or a TP rank's share of its heads
+        self.qkv_proj = PackedLinear(c.hidden_size, {"q_proj": inner, "k_proj": inner, "v_proj": inner}, bias=True)
+        self.out_proj = Linear(inner, c.hidden_size)
 
     def forward(self, x: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         tokens = x.shape[0]  # x: [T, hidden]
@@ -72,11 +73,20 @@ class OPTForCausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """input_ids, positions: [T]; kv_pool: [N, layers, 2, bs, KVH, D] → hidden states [T, hidden]."""
+        return self.final_norm(self.run_layers(self.embed(input_ids, positions), positions, kv_pool, meta))
+
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         decoder = self.model.decoder
-        x = decoder.embed_tokens(input_ids) + decoder.embed_positions(positions + POSITION_OFFSET)
-        for i, layer in enumerate(decoder.layers):
+        return decoder.embed_tokens(input_ids) + decoder.embed_positions(positions + POSITION_OFFSET)  # [T, hidden]
+
+    def run_layers(self, x: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """The decoder layers this model holds (a pipeline stage holds some): x [T, hidden] → [T, hidden]."""
+        for i, layer in enumerate(self.model.decoder.layers):
             x = layer(x, kv_pool[:, i], meta)
-        return decoder.final_layer_norm(x)
+        return x
+
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.decoder.final_layer_norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)

@@ -51,7 +51,8 @@ def test_every_command_parses_and_with_its_environment_makes_valid_settings(
         host_doc: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, service in distserve_services(host_doc).items():
         args = parse(service["command"])
-        parse(service["healthcheck"]["test"][1:])
+        if not service["healthcheck"].get("disable"):
+            parse(service["healthcheck"]["test"][1:])
         settings = SETTINGS.get(args.command)
         if settings is None:  # the planner takes flags only
             continue
@@ -76,7 +77,7 @@ def test_no_two_instances_claim_the_same_gpu(host_doc: dict) -> None:
     for name, service in host_doc["services"].items():
         devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
         command = service.get("command", [])
-        if len(command) > 1 and command[1] in ROLES:
+        if len(command) > 1 and command[1] in (*ROLES, "rank"):  # an instance (its rank 0), or another rank of it
             (device,) = devices
             ids = device["device_ids"]
             assert ids, name
@@ -101,6 +102,9 @@ def test_no_two_services_listen_on_the_same_port(host_doc: dict) -> None:
 
 def test_health_checks_ask_where_each_service_listens(host_doc: dict) -> None:
     for name, service in host_doc["services"].items():
+        if service["healthcheck"].get("disable"):  # a TP/PP rank serves nothing: its instance's health is rank 0's
+            assert service["command"][1] == "rank", name
+            continue
         test = service["healthcheck"]["test"]
         if test[1] == "redis-cli":
             host, port = test[test.index("-h") + 1], int(test[test.index("-p") + 1])

@@ -32,7 +32,8 @@ def test_hosts_share_the_first_hosts_redis_and_their_own_kvxfer() -> None:
     assert {"redis", "router", "planner", "kvxfer"} <= head.keys()
     assert not {"redis", "router", "planner"} & other.keys() and "kvxfer" in other
     for services, address in ((head, ADDRESSES[0]), (other, ADDRESSES[1])):
-        workers = [s for name, s in services.items() if name.startswith(("prefill-", "decode-"))]
+        workers = [s for name, s in services.items() if name.startswith(("prefill-", "decode-"))
+                   and s["command"][1] != "rank"]  # TP/PP ranks other than 0 only join their rank 0
         assert workers
         for worker in workers:
             assert worker["environment"]["DISTSERVE_REDIS_URL"] == f"redis://{ADDRESSES[0]}:6379/0"
@@ -40,19 +41,29 @@ def test_hosts_share_the_first_hosts_redis_and_their_own_kvxfer() -> None:
             assert worker["command"][worker["command"].index("--host") + 1] == address
 
 
-def test_each_instance_reserves_the_gpus_of_its_plan() -> None:
+def test_each_rank_reserves_the_gpu_of_its_plan() -> None:
     placement = pack_units(Cluster(nodes=2, gpus_per_node=8), Parallel(2, 1), Parallel(1, 1), cross=1, units=4)
     files = compose_files(named_instances(placement), ADDRESSES)
     for inst in placement.instances:
-        service = files[f"docker-compose.node{inst.nodes[0]}.yml"]["services"][f"{inst.role}-{inst.index}"]
-        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
-        assert device["device_ids"] == [str(g) for s in inst.stages for g in s.gpus]
+        for rank, (node, gpu) in enumerate((s.node, g) for s in inst.stages for g in s.gpus):
+            name = f"{inst.role}-{inst.index}" + (f"-rank{rank}" if rank else "")
+            service = files[f"docker-compose.node{node}.yml"]["services"][name]
+            (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+            assert device["device_ids"] == [str(gpu)]
 
 
-def test_an_instance_spanning_hosts_is_refused() -> None:
+def test_an_instance_spanning_hosts_has_its_ranks_on_their_stages_hosts() -> None:
     placement = pack(Cluster(nodes=2, gpus_per_node=4), Parallel(4, 2), 1, Parallel(1, 1), 0)
-    with pytest.raises(ValueError, match="stages on nodes"):
-        compose_files(named_instances(placement), ADDRESSES)
+    files = compose_files(named_instances(placement), ADDRESSES)
+    node0, node1 = (doc["services"] for doc in files.values())
+    rank0 = node0["prefill-0"]["command"]
+    rendezvous = rank0[rank0.index("--rendezvous") + 1]
+    assert rendezvous.startswith(ADDRESSES[0]) and rank0[rank0.index("--tp") + 1] == "4"
+    assert sorted(n for n in node0 if n.startswith("prefill-0-rank")) == [f"prefill-0-rank{r}" for r in (1, 2, 3)]
+    assert sorted(n for n in node1 if n.startswith("prefill-0-rank")) == [f"prefill-0-rank{r}" for r in (4, 5, 6, 7)]
+    for name in ("prefill-0-rank4", "prefill-0-rank7"):
+        command = node1[name]["command"]
+        assert command[command.index("--rendezvous") + 1] == rendezvous
 
 
 def read(out: Path) -> dict[str, dict]:
@@ -74,13 +85,13 @@ def test_replanning_into_the_same_folder_keeps_services_still_wanted(tmp_path: P
     assert len(shrunk.stopped) == 7 and not set(shrunk.stopped) & remaining
 
 
-def test_emit_says_how_to_apply_and_warns_of_gpus_the_engine_leaves_idle(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_emit_says_how_to_apply_and_where_the_ranks_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     placement = pack(Cluster(nodes=2, gpus_per_node=8), Parallel(2, 1), 2, Parallel(1, 1), 6)
     args = argparse.Namespace(out=str(tmp_path), nodes=2, node_addresses=",".join(ADDRESSES))
     assert emit(args, placement) == 0
     printed = capsys.readouterr().out
-    assert "warning: prefill instances (tp 2 × pp 1) reserve 2 GPUs" in printed and "decode instances" not in printed
+    assert "prefill instances (tp 2 × pp 1): rank 0 is the instance's service" in printed
+    assert "decode instances" not in printed
     for node, address in enumerate(ADDRESSES):
         assert f"on {address}: docker compose -f {tmp_path}/docker-compose.node{node}.yml up -d" in printed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docker-compose.node0.yml", "docker-compose.node1.yml"]

@@ -1,0 +1,69 @@
+"""The byte ranges of a re-sharding pull: each destination rank's pool gets exactly its layers and KV heads of
+the pulled blocks, from whichever source ranks' pools hold them.
+
+A pool is `[blocks, layers, 2, block_size, kv_heads, head_dim]` (services/engine/kv_pool.py). For one block, layer,
+K or V and token slot, a run of KV heads is contiguous; runs that follow each other on both sides merge (a whole
+block when source and destination hold the same layers and heads). Built with numpy: no Python loop per token
+or head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from services.engine.parallel.shard import Span
+from services.instance.kv_shards import PoolShard
+from services.kvxfer.ranged import RangeCopy
+
+
+def _overlap(a: Span, b: Span) -> Span | None:
+    start, stop = max(a.start, b.start), min(a.stop, b.stop)
+    return Span(start, stop - start) if stop > start else None
+
+
+def _offsets(shard: PoolShard, blocks: np.ndarray, layers: Span, heads: Span) -> np.ndarray:
+    """Byte offsets [B, layers, 2, block_size] of the first of `heads` at each token slot of `blocks`."""
+    lay = shard.layout
+    b = blocks[:, None, None, None]
+    layer = np.arange(layers.start - shard.layers.start, layers.stop - shard.layers.start)[None, :, None, None]
+    kv = np.arange(2)[None, None, :, None]
+    token = np.arange(lay.block_size)[None, None, None, :]
+    row = ((b * lay.num_layers + layer) * 2 + kv) * lay.block_size + token
+    return (row * lay.num_kv_heads + heads.start - shard.kv_heads.start) * lay.head_dim * lay.itemsize
+
+
+def _merge(src: np.ndarray, dst: np.ndarray, unit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Equal-length ranges (in order) merged where they follow each other on both sides."""
+    starts = np.ones(len(src), dtype=bool)
+    starts[1:] = (src[1:] != src[:-1] + unit) | (dst[1:] != dst[:-1] + unit)
+    first = np.flatnonzero(starts)
+    lengths = np.diff(np.append(first, len(src))) * unit
+    return src[first], dst[first], lengths
+
+
+def reshard_copies(src: Sequence[PoolShard], src_blocks: Sequence[int], dst: Sequence[PoolShard],
+                   dst_blocks: Sequence[int]) -> list[RangeCopy]:
+    """One RangeCopy per (source pool, destination pool) that share layers and heads; src_blocks[i] → dst_blocks[i].
+
+    Where several source pools hold the same heads (KV replicated across TP ranks) the first one is read."""
+    if len(src_blocks) != len(dst_blocks):
+        raise ValueError(f"{len(src_blocks)} source blocks but {len(dst_blocks)} destination blocks")
+    sb, db = np.asarray(src_blocks, np.int64), np.asarray(dst_blocks, np.int64)
+    copies = []
+    for d in dst:
+        covered: list[tuple[Span, Span]] = []  # (layers, heads) of d already taken from an earlier source
+        for s in src:
+            if s.layout.head_dim != d.layout.head_dim or s.layout.dtype != d.layout.dtype \
+                    or s.layout.block_size != d.layout.block_size:
+                raise ValueError(f"pools {s.pool_id} and {d.pool_id} differ in head size, dtype or block size")
+            layers, heads = _overlap(s.layers, d.layers), _overlap(s.kv_heads, d.kv_heads)
+            if layers is None or heads is None or any(_overlap(layers, cl) and _overlap(heads, ch) for cl, ch in covered):
+                continue
+            covered.append((layers, heads))
+            unit = heads.count * d.layout.head_dim * d.layout.itemsize
+            so = _offsets(s, sb, layers, heads).ravel()
+            do = _offsets(d, db, layers, heads).ravel()
+            copies.append(RangeCopy(s.pool_id, d.pool_id, *_merge(so, do, unit)))
+    return copies

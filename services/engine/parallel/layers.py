@@ -1,0 +1,89 @@
+"""A rank's model: the architecture at its shard's size, its slices of the checkpoint, all-reduces after row splits.
+
+Column-split projections (Q, K, V, gate, up, fc1) keep their rows of the heads or columns the rank holds;
+row-split ones (o/out, down/fc2) keep the matching input columns, their bias on TP rank 0 only, and sum the
+ranks' partial outputs with one all-reduce.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from services.common.model_config import ModelConfig
+from services.engine.models import materialize
+from services.engine.models.linear import use_small_gemm
+from services.engine.parallel.comm import Group
+from services.engine.parallel.shard import Shard
+from services.engine.weights import load_weights
+
+HEAD_ROWS = {"q_proj": "heads", "k_proj": "kv_heads", "v_proj": "kv_heads"}
+COLUMN_ROWS = ("gate_proj", "up_proj", "fc1")
+ROW_SPLIT = {"o_proj": "heads", "out_proj": "heads", "down_proj": "columns", "fc2": "columns"}
+_LAYER = re.compile(r"^(.*\.layers\.)(\d+)\.(.*)$")
+
+
+class AllReduced(nn.Module):
+    """A row-split projection: this rank's partial product, summed over the TP group."""
+
+    def __init__(self, inner: nn.Module, group: Group) -> None:
+        super().__init__()
+        self.inner = inner
+        self.group = group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.group.all_reduce(self.inner(x))
+
+
+def _span(shard: Shard, kind: str, head_dim: int) -> tuple[int, int]:
+    """Rows (or columns) of the full tensor this rank keeps, for a span kind."""
+    if kind == "columns":
+        return shard.columns.start, shard.columns.stop
+    span = shard.heads if kind == "heads" else shard.kv_heads
+    return span.start * head_dim, span.stop * head_dim
+
+
+def shard_transform(shard: Shard, head_dim: int):
+    """The `load_weights` transform that keeps this rank's layers and slices."""
+
+    def transform(name: str, part: Any) -> tuple[str, torch.Tensor] | None:
+        m = _LAYER.match(name)
+        if m is not None:
+            index = int(m.group(2))
+            if not shard.layers.start <= index < shard.layers.stop:
+                return None
+            name = f"{m.group(1)}{index - shard.layers.start}.{m.group(3)}"
+        owner, _, leaf = name.rpartition(".")
+        module = owner.rpartition(".")[2]
+        if module in HEAD_ROWS or module in COLUMN_ROWS:
+            lo, hi = _span(shard, HEAD_ROWS.get(module, "columns"), head_dim)
+            return name, part[lo:hi]
+        if module in ROW_SPLIT:
+            if leaf == "bias":
+                bias = part[:]
+                return name, bias if shard.tp_rank == 0 else torch.zeros_like(bias)
+            lo, hi = _span(shard, ROW_SPLIT[module], head_dim)
+            return name, part[:, lo:hi]
+        return name, part[:]
+
+    return transform
+
+
+def build_rank_model(model_dir: str | Path, config: ModelConfig, shard: Shard, device: torch.device,
+                     dtype: torch.dtype, tp_group: Group) -> nn.Module:
+    """This rank's model (its layers and heads; embedding and head on every stage), loaded and ready to run."""
+    model = materialize(shard.local_config(config), device, dtype)
+    load_weights(model, model_dir, shard_transform(shard, config.head_dim))
+    if shard.tp > 1:
+        for path, module in list(model.named_modules()):
+            leaf = path.rpartition(".")[2]
+            if leaf in ROW_SPLIT:
+                parent = model.get_submodule(path.rpartition(".")[0])
+                setattr(parent, leaf, AllReduced(module, tp_group))
+    if device.type == "cpu":
+        use_small_gemm(model)
+    return model.eval()

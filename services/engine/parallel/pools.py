@@ -1,0 +1,41 @@
+"""The KV pools of an instance's ranks: where each lies and which layers and KV heads it holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from services.common.kv_layout import KVLayout
+from services.engine.engine import LLMEngine
+from services.engine.parallel.rank import rank_layout
+from services.engine.parallel.shard import Span, shard_for
+
+
+@dataclass(frozen=True, slots=True)
+class RankPool:
+    """One rank's pool (reads as a KVPool where kvxfer registration needs one: layout, device, path)."""
+
+    rank: int
+    layers: Span
+    kv_heads: Span
+    layout: KVLayout
+    path: str | None
+    device: torch.device
+    tensor: torch.Tensor | None = None  # rank 0's own pool tensor; other ranks' live in their processes
+
+
+def rank_pools(engine: LLMEngine) -> list[RankPool]:
+    """Every rank's pool, rank 0 first; one for a single-rank engine."""
+    c, mc = engine.config, engine.model_config
+    if c.tp * c.pp == 1:
+        pool = engine.runner.pool
+        return [RankPool(0, Span(0, mc.num_layers), Span(0, mc.num_kv_heads), pool.layout, pool.path, pool.device,
+                         pool.tensor)]
+    pools = []
+    for spec in engine.runner.specs:
+        shard = shard_for(mc, c.tp, c.pp, spec.rank)
+        pools.append(RankPool(spec.rank, shard.layers, shard.kv_heads,
+                              rank_layout(mc, shard, spec.num_blocks, spec.block_size, spec.dtype),
+                              spec.pool_path, torch.device(spec.device)))
+    return pools

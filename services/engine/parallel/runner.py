@@ -1,0 +1,117 @@
+"""Rank 0's runner: the engine's `ModelRunner` for a TP x PP instance.
+
+It starts ranks 1..N-1, runs rank 0's own part in this process, broadcasts each step's plan and samples
+from the logits the last stage sends back. Same interface as ModelRunner: `execute`, `full_logits`, `close`.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from services.common.model_config import ModelConfig
+from services.engine.parallel.comm import TIMEOUT, connect, make_groups
+from services.engine.parallel.plan import MicroPlan, StepPlan
+from services.engine.parallel.procs import kill_ranks, publish_specs, spawn_ranks, stop_ranks, wait_ready
+from services.engine.parallel.rank import RankSpec, RankWorker
+from services.engine.parallel.shard import ParallelConfigError, check_layout, shard_for
+from services.engine.sampler import sample
+from services.engine.scheduler import SchedulerOutput
+
+
+def rank_devices(device: str, world: int, devices: tuple[str, ...] = ()) -> list[str]:
+    """One device per rank: the given list in order, else consecutive indices from the instance's device."""
+    if devices:
+        if len(devices) < world:
+            raise ParallelConfigError("--devices", f"{world} ranks (TP x PP) but {len(devices)} devices given: {', '.join(devices)}")
+        return list(devices[:world])
+    kind, _, index = device.partition(":")
+    if not index:
+        return [device] * world  # unpinned CPU ranks
+    first = int(index)
+    available = torch.cuda.device_count() if kind == "cuda" else os.cpu_count() or 1
+    if first + world > available:
+        raise ParallelConfigError("--devices", f"{world} ranks (TP x PP) from {device} need {kind}:{first + world - 1}; "
+                                               f"this host has {available} {kind} devices")
+    return [f"{kind}:{first + r}" for r in range(world)]
+
+
+def rank_pool_path(pool_path: str | None, rank: int) -> str | None:
+    """Rank 0's pool at the instance's path, rank r's beside it."""
+    return pool_path if pool_path is None or rank == 0 else f"{pool_path}.rank{rank}"
+
+
+class ParallelRunner:
+    def __init__(self, model_dir: str | Path, config: ModelConfig, num_blocks: int, block_size: int, dtype: str,
+                 device: str, tp: int, pp: int, devices: tuple[str, ...] = (), pool_path: str | None = None,
+                 rendezvous: str = "") -> None:
+        """`rendezvous` (host:port): rank 0 waits there for ranks started elsewhere (`distserve rank`, one per
+        device, e.g. a compose service each); empty: it starts them itself as local processes."""
+        check_layout(config, tp, pp)
+        world = tp * pp
+        placed = rank_devices(device, world, devices)
+        self.config, self.tp, self.pp = config, tp, pp
+        self.specs = [RankSpec(str(model_dir), tp, pp, r, placed[r], num_blocks, block_size, dtype,
+                               rank_pool_path(pool_path, r)) for r in range(world)]
+        host, _, port = (rendezvous or "127.0.0.1:0").rpartition(":")
+        self._store = dist.TCPStore(host, int(port), world, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
+        if rendezvous:
+            self._ranks = publish_specs(self._store, self.specs[1:])
+        else:
+            self._ranks = spawn_ranks(self.specs[1:], host, self._store.port)
+        self._finalizer = weakref.finalize(self, kill_ranks, self._ranks)  # a runner never closed leaves nothing
+        try:
+            self.groups = make_groups(0, tp, pp)
+            self.worker = RankWorker(self.specs[0], config, shard_for(config, tp, pp, 0), self.groups,
+                                     torch.device(placed[0]))
+            wait_ready(self._store, self.specs[1:], self._ranks)
+            connect(self.groups, self._store, self.worker.device)
+        except BaseException:
+            self._finalizer()
+            raise
+        self.model = self.worker.model  # rank 0's part (bench, profile)
+        self.device = self.worker.device
+        self.pool = self.worker.pool    # rank 0's pool; the others lie at `pool_paths`
+        self.block_size = block_size
+
+    @property
+    def pool_paths(self) -> list[str | None]:
+        return [spec.pool_path for spec in self.specs]
+
+    def lost_rank(self) -> str | None:
+        """Why the instance lost a rank (its process exited), or None while every rank runs."""
+        for spec, (proc, _) in zip(self.specs[1:], self._ranks):
+            if proc is not None and proc.poll() is not None:
+                return f"rank {spec.rank} (device {spec.device}) exited with status {proc.returncode}"
+        return None
+
+    def _run(self, plan: StepPlan) -> torch.Tensor:
+        self.groups.world.broadcast_object(plan)
+        return self.worker.run(plan)
+
+    def execute(self, batch: SchedulerOutput) -> list[int]:
+        """Runs the step on every rank; returns one sampled token per item that samples."""
+        logits = self._run(StepPlan.of(batch, self.pp))
+        sampling = [it.seq for it in batch.items if it.samples]
+        return sample(logits, sampling) if sampling else []
+
+    def full_logits(self, input_ids: list[int], block_table: list[int]) -> torch.Tensor:
+        """All-position logits [T, V] of one prompt through every rank's paged path (a correctness check)."""
+        n = len(input_ids)
+        plan = StepPlan([MicroPlan(list(input_ids), [n], [0], [list(block_table)], [True])], all_logits=True)
+        return self._run(plan)
+
+    def close(self) -> None:
+        if not self._finalizer.alive:
+            return
+        try:
+            self.groups.world.broadcast_object(None)
+        except Exception:  # a rank died: the others are killed below
+            pass
+        stop_ranks(self._ranks)
+        self._finalizer.detach()
+        self.worker.close()

@@ -1,0 +1,111 @@
+"""Pulls by explicit byte ranges (re-sharding between TP/PP layouts): the puller computes the ranges, kvxfer
+checks they read only leased blocks of pools the lease's instance owns, and copies them (host pools).
+
+Ranges travel and are checked as int64 arrays: no Python object per range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.common.cbuild import kernel_function
+from services.kvxfer.checksum import crc32
+from services.kvxfer.errors import Failure, XferError
+from services.kvxfer.pools import HERE, MappedPool, PoolRanges
+
+OFFSET = np.dtype("<i8")
+STREAM_FROM_BYTES = 2 << 20  # larger pulls bypass the caches on their way in (as memcpy does for large copies)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeCopy:
+    """length[i] bytes at src[i] of pool src_pool go to dst[i] of pool dst_pool."""
+
+    src_pool: str
+    dst_pool: str
+    src: np.ndarray     # [R] int64
+    dst: np.ndarray     # [R] int64
+    length: np.ndarray  # [R] int64
+
+    @classmethod
+    def from_bytes(cls, src_pool: str, dst_pool: str, src: bytes, dst: bytes, length: bytes) -> RangeCopy:
+        arrays = [np.frombuffer(b, OFFSET) for b in (src, dst, length)]  # views of the message: no copy
+        if not len(arrays[0]) == len(arrays[1]) == len(arrays[2]):
+            raise XferError(Failure.BAD_REQUEST, f"{src_pool} → {dst_pool}: offset and length arrays differ in size")
+        return cls(src_pool, dst_pool, *arrays)
+
+    def to_bytes(self) -> tuple[bytes, bytes, bytes]:
+        return tuple(a.astype(OFFSET).tobytes() for a in (self.src, self.dst, self.length))
+
+
+def checked_pools(pools: dict[str, MappedPool], c: RangeCopy, owner: str,
+                  leased: list[int]) -> tuple[MappedPool, MappedPool]:
+    """The copy's pools, once every source range lies inside one leased block of a pool `owner` owns and every
+    destination range inside its pool; raises XferError(BAD_REQUEST) otherwise."""
+    src, dst = pools.get(c.src_pool), pools.get(c.dst_pool)
+    if src is None or dst is None:
+        raise XferError(Failure.BAD_REQUEST, f"pool {c.src_pool if src is None else c.dst_pool} is not registered here")
+    if src.leased_by != owner:
+        raise XferError(Failure.BAD_REQUEST, f"pool {c.src_pool} is not covered by the leases of {owner}")
+    if src.on_gpu or dst.on_gpu:
+        raise XferError(Failure.BAD_REQUEST, "re-sharding pulls between device pools are not supported yet")
+    if len(c.length) == 0:
+        return src, dst
+    if c.length.min() <= 0 or c.src.min() < 0 or c.dst.min() < 0:
+        raise XferError(Failure.BAD_REQUEST, f"{c.src_pool} → {c.dst_pool}: negative offsets or empty ranges")
+    block = src.layout.block_bytes
+    first = c.src // block
+    in_lease = np.zeros(src.layout.num_blocks + 1, dtype=bool)  # the last entry: any block past the pool
+    in_lease[leased] = True
+    if ((c.src - first * block + c.length) > block).any() or not in_lease[np.minimum(first, src.layout.num_blocks)].all():
+        raise XferError(Failure.BAD_REQUEST, f"{c.src_pool}: ranges outside the leased blocks")
+    if (c.dst + c.length).max() > dst.layout.pool_bytes:
+        raise XferError(Failure.BAD_REQUEST, f"{c.dst_pool}: ranges past the end of the pool")
+    return src, dst
+
+
+def spans_kernel() -> ctypes._CFuncPtr | None:
+    """copy_ranges.c's loop over absolute addresses, or None (no compiler, or C helpers off)."""
+    return kernel_function("copy_ranges", "copy_spans", (ctypes.c_int64,) + (ctypes.c_void_p,) * 3 + (ctypes.c_int64,),
+                           None, HERE)
+
+
+def absolute_spans(pairs: list[tuple[MappedPool, MappedPool]], copies: list[RangeCopy]) -> tuple[np.ndarray, ...]:
+    """All copies' ranges, in order, as absolute (dst, src, length) address arrays (one C loop for them all)."""
+    dst = np.concatenate([d.data.ctypes.data + c.dst for (_, d), c in zip(pairs, copies)])
+    src = np.concatenate([s.data.ctypes.data + c.src for (s, _), c in zip(pairs, copies)])
+    return dst, src, np.concatenate([c.length for c in copies])
+
+
+async def copy_in_pieces(pairs: list[tuple[MappedPool, MappedPool]], copies: list[RangeCopy], piece_bytes: int) -> None:
+    """Copies every range (the C loop, GIL released) in pieces of about `piece_bytes`, yielding in between; a
+    cancelled pull stops between pieces. Without a C compiler: a memmove per range."""
+    dst, src, length = absolute_spans(pairs, copies)
+    kernel = spans_kernel()
+    ends = np.cumsum(length)
+    stream = int(len(ends) > 0 and ends[-1] >= STREAM_FROM_BYTES)
+    cuts = np.searchsorted(ends, np.arange(piece_bytes, int(ends[-1]) if len(ends) else 0, piece_bytes), side="right")
+    bounds = [0, *cuts.tolist(), len(length)]
+    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        if hi <= lo:
+            continue
+        if i:
+            await asyncio.sleep(0)
+        if kernel is not None:
+            kernel(hi - lo, dst[lo:].ctypes.data, src[lo:].ctypes.data, length[lo:].ctypes.data, stream)
+        else:
+            for d, s, n in zip(dst[lo:hi].tolist(), src[lo:hi].tolist(), length[lo:hi].tolist()):
+                ctypes.memmove(d, s, n)
+
+
+def ranges_crc(pairs: list[tuple[MappedPool, MappedPool]], copies: list[RangeCopy], side: str) -> int:
+    """CRC32 of all copies' ranges on one side ("src" or "dst"), in order."""
+    views = []
+    for (src, dst), c in zip(pairs, copies):
+        pool, offsets = (src, c.src) if side == "src" else (dst, c.dst)
+        views.extend(PoolRanges(pool, offsets.tolist(), c.length.tolist()).views())
+    return crc32(views)

@@ -1,0 +1,67 @@
+"""Re-sharding pulls (PullRanges): a TP 2 prefill's two rank pools into one decode pool, byte-exact; ranges
+that read outside the lease, or pools the lease does not cover, are refused."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+from services.common.kv_layout import KVLayout
+from services.decode.reshard import reshard_copies
+from services.engine.parallel.shard import Span
+from services.instance.kv_shards import PoolShard
+from services.kvxfer.client import PullFailed
+from services.kvxfer.ranged import RangeCopy
+from tests.integration.kvxfer.conftest import LAYOUT
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+HALF = KVLayout(LAYOUT.num_blocks, LAYOUT.num_layers, LAYOUT.block_size, 1, LAYOUT.head_dim)  # one KV head of two
+
+
+async def _setup(start_kvxfer, make_pool, clients):
+    host = await start_kvxfer()
+    client = clients(host.address)
+    ranks = [make_pool("p0", HALF), make_pool("p0.r1", HALF)]
+    dst = make_pool("d0", fill=False)
+    await client.register_pool("p0", ranks[0])
+    await client.register_pool("p0.r1", ranks[1], owner="p0")
+    await client.register_pool("d0", dst)
+    src = [PoolShard("p0", Span(0, 2), Span(0, 1), HALF), PoolShard("p0.r1", Span(0, 2), Span(1, 1), HALF)]
+    return client, ranks, dst, src
+
+
+async def test_tp2_rank_pools_into_one_pool_are_byte_exact_and_release_the_lease(start_kvxfer, make_pool, clients) -> None:
+    client, ranks, dst, src = await _setup(start_kvxfer, make_pool, clients)
+    src_blocks, dst_blocks = [5, 6, 7, 40, 2], [9, 10, 30, 31, 0]
+    handle = await client.create_lease("p0", src_blocks, num_tokens=70)
+    copies = reshard_copies(src, src_blocks, [PoolShard("d0", Span(0, 2), Span(0, 2), LAYOUT)], dst_blocks)
+
+    result = await client.pull_ranges(handle, copies, checksum=True)
+
+    assert (result.nbytes, result.path) == (5 * LAYOUT.block_bytes, "same-host")
+    want = torch.cat([ranks[0].tensor[src_blocks], ranks[1].tensor[src_blocks]], dim=-2)  # heads side by side
+    assert torch.equal(dst.tensor[dst_blocks], want)
+    assert (await client.stats()).live_leases == 0
+    with pytest.raises(PullFailed) as failed:
+        await client.pull_ranges(handle, copies)
+    assert failed.value.code is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_ranges_outside_the_lease_or_pools_it_does_not_cover_are_refused(start_kvxfer, make_pool, clients) -> None:
+    client, ranks, dst, src = await _setup(start_kvxfer, make_pool, clients)
+    await client.register_pool("x0", make_pool("x0", HALF))  # another instance's pool
+    handle = await client.create_lease("p0", [3], num_tokens=16)
+    one = np.array([0], np.int64)
+    length = np.array([HALF.block_bytes], np.int64)
+    for bad, why in [(RangeCopy("p0", "d0", one + 4 * HALF.block_bytes, one, length), "outside the leased blocks"),
+                     (RangeCopy("p0", "d0", one + 3 * HALF.block_bytes + 8, one, length), "outside the leased blocks"),
+                     (RangeCopy("x0", "d0", one + 3 * HALF.block_bytes, one, length), "not covered"),
+                     (RangeCopy("p0", "d0", one + 3 * HALF.block_bytes, one + LAYOUT.pool_bytes, length), "past the end")]:
+        with pytest.raises(PullFailed) as failed:
+            await client.pull_ranges(handle, [bad])
+        assert failed.value.code is grpc.StatusCode.INVALID_ARGUMENT and why in str(failed.value)
+    assert not dst.tensor.any()  # nothing written
+    assert (await client.stats()).live_leases == 1  # the lease stays for a retry
