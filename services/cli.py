@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "services.router.cli",
     "services.launcher.cli",
     "services.launcher.health_cli",
+    "services.launcher.keys_cli",
     "services.kvxfer.cli",
     "services.planner.cli",
     "services.bench.cli",

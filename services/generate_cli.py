@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -24,7 +25,7 @@ def _generate(args: argparse.Namespace) -> int:
     else:
         from services.router.client import generate_remote
 
-        result = generate_remote(args.router, args.prompt, params, stream=not args.json)
+        result = generate_remote(args.router, args.prompt, params, stream=not args.json, api_key=args.api_key)
     if args.json:
         print(json.dumps(result))
     elif args.local:
@@ -42,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (--local)")
     p.add_argument("--devices", default="", help="comma-separated device per rank (--local with --tp/--pp)")
     p.add_argument("--router", default="127.0.0.1:50051", help="router gRPC address")
+    p.add_argument("--api-key", default=os.environ.get("DISTSERVE_API_KEY", ""),
+                   help="the router's API key (default: $DISTSERVE_API_KEY)")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)

@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass
 import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc, worker_pb2, worker_pb2_grpc
+from services.common.auth import TOOL
 from services.common.convert import sampling_to_proto
+from services.common.links import internal_channel
 from services.common.net import free_port
 from services.common.sampling import SamplingParams
 from services.launcher.stack import Stack, StackConfig
@@ -59,7 +61,7 @@ async def _measure(stack: Stack, requests: int, tokens: int, streams: int) -> Re
     addr = {p.role: p.address for p in stack.procs if p.role}
     prompt_ids = list(range(3, 67))
     async with grpc.aio.insecure_channel(stack.router_address) as router, \
-            grpc.aio.insecure_channel(addr["prefill"]) as prefill, grpc.aio.insecure_channel(addr["decode"]) as decode:
+            internal_channel(addr["prefill"], TOOL) as prefill, internal_channel(addr["decode"], TOOL) as decode:
         await _via_router(router, prompt_ids, 8)  # warm up both paths
         await _direct(prefill, decode, prompt_ids, 8, -1)
         via, direct = [], []
@@ -73,14 +75,19 @@ async def _measure(stack: Stack, requests: int, tokens: int, streams: int) -> Re
     return RelayFigures(tokens, requests, router_ms, direct_ms, router_ms - direct_ms, 1e3 / router_ms, streams, concurrent)
 
 
-def run_bench_router(model: str, requests: int, tokens: int, streams: int, as_json: bool) -> int:
+def measure_stack(model: str, requests: int, tokens: int, streams: int, env: dict[str, str] | None = None) -> RelayFigures:
+    """The figures of a fresh stack (its processes also get `env`)."""
     stack = Stack(StackConfig(model=model, grpc_port=free_port(), http_port=0, devices=("cpu:0", "cpu:1"),
-                              log_level="WARNING"))
+                              log_level="WARNING", extra_env=env or {}))
     stack.start()
     try:
-        figures = asyncio.run(_measure(stack, requests, tokens, streams))
+        return asyncio.run(_measure(stack, requests, tokens, streams))
     finally:
         stack.stop()
+
+
+def run_bench_router(model: str, requests: int, tokens: int, streams: int, as_json: bool) -> int:
+    figures = measure_stack(model, requests, tokens, streams)
     if as_json:
         print(json.dumps(asdict(figures)))
         return 0

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from services.bench.xfer_raw import RawSender, touched_buffer
+from services.common.auth import instance_principal
 from services.common.kv_layout import KVLayout
 from services.common.pool_files import shm_path
 from services.engine.kv_pool import KVPool
@@ -118,10 +119,12 @@ async def _bench(quick: bool, device: torch.device, say) -> list[Row]:
             pool.tensor.view(-1).copy_(torch.rand(LAYOUT.pool_bytes // LAYOUT.itemsize))
         say("starting two kvxfer services (two hosts on loopback) and the raw ucxx receiver")
         hosts = [await start_local_kvxfer(quiet=True), await start_local_kvxfer(quiet=True)]
-        a, b = clients[:] = [KVXferClient(h.address) for h in hosts]
+        # each pool's owner calls as that instance (kvxfer lets only the owner use a pool)
+        a, ad0, bd1 = clients[:] = [KVXferClient(hosts[i].address, instance_principal(name))
+                                    for i, name in ((0, "p0"), (0, "d0"), (1, "d1"))]
         await a.register_pool("p0", pools[0])
-        await a.register_pool("d0", pools[1])
-        await b.register_pool("d1", pools[2])
+        await ad0.register_pool("d0", pools[1])
+        await bd1.register_pool("d1", pools[2])
         while not os.path.exists(port_file):
             assert raw.poll() is None, "raw ucxx receiver exited"
             await asyncio.sleep(0.05)
@@ -130,8 +133,8 @@ async def _bench(quick: bool, device: torch.device, say) -> list[Row]:
         rng = random.Random(0)
         for nblocks, contiguous in ((4, False), (4, False), (512, False), (512, True)):
             # warm up both paths: connections, staging buffers, UCX's first large transfers
-            await _pull(a, a, "d0", nblocks, contiguous, rng)
-            await _pull(a, b, "d1", nblocks, contiguous, rng)
+            await _pull(a, ad0, "d0", nblocks, contiguous, rng)
+            await _pull(a, bd1, "d1", nblocks, contiguous, rng)
             await sender.timed_send(src_buf[:nblocks * LAYOUT.block_bytes])
 
         rows = []
@@ -141,13 +144,13 @@ async def _bench(quick: bool, device: torch.device, say) -> list[Row]:
             times: dict[str, list[float]] = {k: [] for k in ("memcpy", "raw", "same", "same_e2e", "cross", "cross_e2e")}
             for _ in range(repeats):  # each pull beside its baseline, so both see the same machine load
                 times["memcpy"].append(_memcpy_seconds(dst_buf, src_buf, nbytes, rng))
-                service, e2e = await _pull(a, a, "d0", nblocks, contiguous, rng)
+                service, e2e = await _pull(a, ad0, "d0", nblocks, contiguous, rng)
                 times["same"].append(service)
                 times["same_e2e"].append(e2e)
             # cross-host apart: a same-host pull right after one (its ack and release still under way) lost ~0.2
             for _ in range(repeats):
                 times["raw"].append(await sender.timed_send(src_buf[:nbytes]))
-                service, e2e = await _pull(a, b, "d1", nblocks, contiguous, rng)
+                service, e2e = await _pull(a, bd1, "d1", nblocks, contiguous, rng)
                 times["cross"].append(service)
                 times["cross_e2e"].append(e2e)
             rows.append(_row("same-host", contiguous, nbytes, repeats, times["same"], times["same_e2e"],

@@ -34,10 +34,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 EXCLUSIVE_PORT = [("grpc.so_reuseport", 0)]
 
 
-def bind_port(server, host: str, port: int) -> int:
-    """Binds a gRPC server (made with EXCLUSIVE_PORT) to host:port; SystemExit naming it when it is taken."""
+def bind_port(server, host: str, port: int, credentials=None) -> int:
+    """Binds a gRPC server (made with EXCLUSIVE_PORT) to host:port (with TLS `credentials` if given); SystemExit
+    naming it when it is taken."""
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        address = f"{host}:{port}"
+        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     except RuntimeError:
         bound = 0
     if not bound:

@@ -1,8 +1,10 @@
 """Where a worker's KV pool file lives on a CPU host, how kvxfer maps one, and the cleanup after a dead worker.
 
 A worker unlinks its pool file when it stops; one that is killed (SIGKILL, OOM) cannot, so the launcher
-removes what is left under the worker's instance id once the process has exited. kvxfer maps only pool
-files: regular files of this user directly in /dev/shm named by `shm_path`, opened without following links.
+removes what is left under the worker's instance id once the process has exited. Pool files live in this
+user's own directory, /dev/shm/distserve-<uid> (0700; files 0600), and kvxfer maps only pool files: regular
+files of this user directly in that directory, named by `shm_path`, opened without following links (neither
+the directory nor the file may be a symlink).
 """
 
 from __future__ import annotations
@@ -19,20 +21,47 @@ SHM_DIR = Path("/dev/shm")
 PREFIX = "distserve-kv-"
 
 
+def pool_dir() -> Path:
+    return SHM_DIR / f"distserve-{os.geteuid()}"
+
+
 def shm_path(instance_id: str) -> str:
-    """A fresh /dev/shm file name for one worker's pool."""
-    return str(SHM_DIR / f"{PREFIX}{instance_id}-{uuid.uuid4().hex[:8]}")
+    """A fresh file name for one worker's pool, in this user's pool directory (made 0700 if missing)."""
+    pool_dir().mkdir(mode=0o700, exist_ok=True)
+    os.close(_open_pool_dir())  # refuse a directory another user could swap files in, now rather than at mapping
+    return str(pool_dir() / f"{PREFIX}{instance_id}-{uuid.uuid4().hex[:8]}")
+
+
+def create_pool_file(path: str) -> None:
+    """Creates the pool file 0600 if missing, not following a link (the engine then sizes and maps it)."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+
+
+def _open_pool_dir() -> int:
+    """A descriptor of the pool directory; ValueError unless it is a directory (not a link) of this user, 0700."""
+    try:
+        fd = os.open(pool_dir(), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ValueError(f"pool directory {pool_dir()} cannot be opened: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        os.close(fd)
+        raise ValueError(f"pool directory {pool_dir()} must belong to this user with mode 0700")
+    return fd
 
 
 def map_pool_file(path: str, size: int) -> np.ndarray:
     """Maps a worker's pool file read-write as [size] uint8; ValueError unless it is a pool file of `size` bytes."""
     name = os.path.basename(path)
-    if os.path.dirname(path) != str(SHM_DIR) or not name.startswith(PREFIX) or name in (".", ".."):
-        raise ValueError(f"pool file {path!r} is not a {SHM_DIR}/{PREFIX}* file")
+    if os.path.dirname(path) != str(pool_dir()) or not name.startswith(PREFIX):
+        raise ValueError(f"pool file {path!r} is not a {pool_dir()}/{PREFIX}* file")
+    dir_fd = _open_pool_dir()
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         raise ValueError(f"pool file {path!r} cannot be opened: {exc.strerror}") from None
+    finally:
+        os.close(dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
@@ -47,7 +76,7 @@ def map_pool_file(path: str, size: int) -> np.ndarray:
 def remove_pool_files(instance_id: str) -> list[str]:
     """Unlinks every pool file of `instance_id` (call once its process has exited); returns what it removed."""
     removed = []
-    for path in SHM_DIR.glob(f"{PREFIX}{instance_id}-*"):
+    for path in pool_dir().glob(f"{PREFIX}{instance_id}-*"):
         path.unlink(missing_ok=True)
         removed.append(str(path))
     return removed

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from services.common import defaults
+from services.deploy.compose_secrets import RUN, secrets_section, with_credentials
 from services.planner.actuator import InstanceSpec, specs_of
 from services.planner.placement import Placement, Stage
 
@@ -60,9 +61,10 @@ def _shared_memory() -> dict:
     return {"ipc": "host", "pid": "host", "ulimits": {"memlock": {"soft": -1, "hard": -1}}}
 
 
-def _service(command: list[str], health: str, start_period: str = "30s") -> dict:
+def _service(command: list[str], health: str, start_period: str = "30s", plaintext: bool = False) -> dict:
+    check = ["CMD", "distserve", "health", health, *(["--plaintext"] if plaintext else [])]
     return {"image": IMAGE, "command": command, "network_mode": "host", "restart": "unless-stopped",
-            "healthcheck": {"test": ["CMD", "distserve", "health", health], "interval": "10s", "timeout": "5s",
+            "healthcheck": {"test": check, "interval": "10s", "timeout": "5s",
                             "retries": 3, "start_period": start_period}}
 
 
@@ -84,12 +86,13 @@ def _head_services(address: str, redis_url: str) -> dict:
                              "interval": "5s", "timeout": "3s", "retries": 10}}
     router = _service(["distserve", "router", "--model", "/model", "--host", "0.0.0.0", "--grpc-port",
                        str(ROUTER_GRPC_PORT), "--http-port", str(ROUTER_HTTP_PORT), "--metrics-port",
-                       str(ROUTER_METRICS_PORT)], f"127.0.0.1:{ROUTER_GRPC_PORT}")
+                       str(ROUTER_METRICS_PORT), "--api-key-file", f"{RUN}/distserve_api_keys"],
+                      f"127.0.0.1:{ROUTER_GRPC_PORT}", plaintext=True)
     router.update(environment={"DISTSERVE_ROUTER_REDIS_URL": redis_url,
                                "DISTSERVE_ROUTER_DRAIN_GRACE_S": str(defaults.DRAIN_GRACE_S)},
                   volumes=[MODEL_VOLUME], depends_on=_healthy("redis"), stop_grace_period=STOP_GRACE)
-    planner = _service(["distserve", "planner", "--host", "0.0.0.0", "--port", str(PLANNER_PORT), "--redis-url",
-                        redis_url], f"http://127.0.0.1:{PLANNER_PORT}/docs")
+    planner = _service(["distserve", "planner", "--host", address, "--port", str(PLANNER_PORT), "--redis-url",
+                        redis_url, "--admin-key-file", f"{RUN}/distserve_admin_keys"], f"http://{address}:{PLANNER_PORT}/docs")
     planner.update(depends_on=_healthy("redis"))
     return {"redis": redis, "router": router, "planner": planner}
 
@@ -159,6 +162,8 @@ def compose_files(instances: Mapping[str, InstanceSpec], addresses: tuple[str, .
             raise ValueError(f"compose: {name} is on node {nodes[-1]}, but there are {len(addresses)} node addresses")
     redis_url = f"redis://{addresses[0]}:{REDIS_PORT}/0"
     files = {}
+    tls = len(addresses) > 1  # internal traffic crosses hosts: mutual TLS
+    extra = {"router": ("distserve_api_keys",), "planner": ("distserve_admin_keys",)}
     for node, address in enumerate(addresses):
         services = _head_services(address, redis_url) if node == 0 else {}
         services["kvxfer"] = _kvxfer(address, node)
@@ -167,7 +172,9 @@ def compose_files(instances: Mapping[str, InstanceSpec], addresses: tuple[str, .
         services.update({(f"{name}-rank{rank}" if rank else name):
                          (_rank(instances[name], rank, addresses) if rank
                           else _instance(name, instances[name], addresses, redis_url)) for _, rank, name in here})
-        doc = {"name": "distserve", "services": services}
+        services = {name: with_credentials(s, tls, *extra.get(name, ())) if s["image"] == IMAGE else s
+                    for name, s in services.items()}
+        doc = {"name": "distserve", "services": services, "secrets": secrets_section(tls)}
         if node == 0:
             doc["volumes"] = {"redis-data": {}}
         files[file_name(node)] = doc

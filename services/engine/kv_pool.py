@@ -8,6 +8,7 @@ import os
 import torch
 
 from services.common.kv_layout import KVLayout
+from services.common.pool_files import create_pool_file
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -22,6 +23,7 @@ class KVPool:
         dtype = DTYPES[layout.dtype]
         numel = layout.pool_bytes // layout.itemsize
         if device.type == "cpu" and path is not None:
+            create_pool_file(path)  # 0600: torch would make it readable by others
             # Zero-filled by ftruncate; torch maps it MAP_SHARED so writes are visible to mappers.
             flat = torch.from_file(path, shared=True, size=numel, dtype=dtype)
         else:

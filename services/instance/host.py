@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from services.common.auth import instance_principal
+from services.common.links import add_port, internal_server
 from services.common.metrics import KV_TOTAL, serve_metrics
-from services.common.net import EXCLUSIVE_PORT, bind_port
 from services.common.pool_files import shm_path
 from services.common.registry import InstanceInfo, Registry
 from services.engine.async_engine import AsyncEngine
@@ -47,7 +48,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         devices=tuple(d for d in settings.devices.split(",") if d), rendezvous=settings.rendezvous), device)
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
-    kv = KVXferClient(settings.kvxfer) if uses_kvxfer else None
+    kv = KVXferClient(settings.kvxfer, instance_principal(instance_id)) if uses_kvxfer else None
     pools = rank_pools(engine)
 
     async def register_pools() -> None:
@@ -62,11 +63,11 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     if kv is not None:
         await register_pools()
 
-    server = grpc.aio.server(options=EXCLUSIVE_PORT)
+    server = internal_server()
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     on_stop = await add_servicer(server, async_engine, settings, instance_id, kv)
-    port = bind_port(server, settings.host, settings.port)
+    port = add_port(server, settings.host, settings.port)
     await server.start()
     serve_metrics(settings.metrics_port, settings.host)
 

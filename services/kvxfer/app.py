@@ -6,12 +6,13 @@ import asyncio
 import logging
 import signal
 
-import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from distserve.v1 import kvxfer_pb2_grpc
-from services.common.net import EXCLUSIVE_PORT, bind_port
+from services.common.auth import KVXFER, token
+from services.common.links import add_port, internal_server
+from services.common.secret import deployment_secret
 from services.kvxfer.config import KVXferConfig
 from services.kvxfer.core import KVXferCore
 from services.kvxfer.iov import helper
@@ -33,16 +34,19 @@ async def serve(config: KVXferConfig) -> None:
 
     c_loop = copy_kernel() is not None and blocks_kernel() is not None  # built now, not in the first pull
     iov = helper() is not None
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20), *EXCLUSIVE_PORT])
-    port = bind_port(server, config.host, config.port)
+    server = internal_server(64 << 20)
+    port = add_port(server, config.host, config.port)
     metrics = XferMetrics()
     peers = GrpcPeers(config.connect_timeout_s)
     ucx_loop = UcxLoop()
-    puller = UcxPuller(ucx_loop, config.connect_timeout_s)
+    secret = deployment_secret()
+    ucx_token = token(secret, KVXFER) if secret is not None else ""
+    puller = UcxPuller(ucx_loop, config.connect_timeout_s, ucx_token)
     core = KVXferCore(f"{config.host}:{port}", peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
-    ucx = UcxServer(ucx_loop, core)
+    ucx = UcxServer(ucx_loop, core, ucx_token)
     ucx_port = ucx.start(config.ucx_port)
-    kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port), server)
+    kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port,
+                                                                 check_owners=secret is not None), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if config.metrics_port:

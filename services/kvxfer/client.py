@@ -16,8 +16,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
+from services.common.auth import TOOL
 from services.common.errors import ServingError
 from services.common.kv_layout import KVLayout
+from services.common.links import call_metadata, internal_channel
 from services.kvxfer.convert import layout_to_pb, stats_from_pb
 from services.kvxfer.leases import LeaseEnd, LeaseState
 from services.kvxfer.ranged import RangeCopy
@@ -50,9 +52,11 @@ class PullFailed(ServingError):
 
 
 class KVXferClient:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, principal: str = TOOL) -> None:
+        """`principal`: who calls (auth.py); an instance calls as itself, so kvxfer lets it use its own pool only."""
         self.address = address
-        self._channel = grpc.aio.insecure_channel(address)
+        self._channel = internal_channel(address, principal, attach=False)
+        self._md = call_metadata(principal)  # on every call: cheaper than a channel interceptor
         self._stub = kvxfer_pb2_grpc.KVXferStub(self._channel)
 
     async def wait_ready(self, timeout_s: float = 30.0) -> None:
@@ -82,22 +86,25 @@ class KVXferClient:
             raise ValueError("a CPU pool must live in a /dev/shm file (KVPool(..., path=shm_path(...)))")
         else:
             request.shm_path = pool.path
-        await self._stub.RegisterPool(request)
+        await self._stub.RegisterPool(request, metadata=self._md)
 
     async def unregister_pool(self, instance_id: str) -> int:
         """Unmap the pool; returns how many live leases were dropped (without events)."""
-        reply = await self._stub.UnregisterPool(kvxfer_pb2.UnregisterPoolRequest(instance_id=instance_id))
+        reply = await self._stub.UnregisterPool(kvxfer_pb2.UnregisterPoolRequest(instance_id=instance_id),
+                                                metadata=self._md)
         return reply.dropped_leases
 
     async def create_lease(self, instance_id: str, block_ids: Sequence[int], num_tokens: int,
                            ttl_s: float = 0.0, pulls: int = 1) -> kv_pb2.KVHandle:
         """Hold blocks for `pulls` pullers; the handle carries everything the puller's kvxfer needs."""
         return await self._stub.CreateLease(kvxfer_pb2.CreateLeaseRequest(
-            instance_id=instance_id, block_ids=block_ids, num_tokens=num_tokens, ttl_s=ttl_s, pulls=pulls))
+            instance_id=instance_id, block_ids=block_ids, num_tokens=num_tokens, ttl_s=ttl_s, pulls=pulls),
+            metadata=self._md)
 
     async def watch_leases(self, instance_id: str) -> AsyncIterator[LeaseEnd]:
         """Lease ends of the instance as they happen; free a lease's blocks only on its event."""
-        async for event in self._stub.WatchLeases(kvxfer_pb2.WatchLeasesRequest(instance_id=instance_id)):
+        async for event in self._stub.WatchLeases(kvxfer_pb2.WatchLeasesRequest(instance_id=instance_id),
+                                                  metadata=self._md):
             yield LeaseEnd(event.lease_id, event.instance_id, list(event.block_ids), STATES[event.reason])
 
     async def pull(self, handle: kv_pb2.KVHandle, dst_instance_id: str, dst_block_ids: Sequence[int], *,
@@ -112,7 +119,8 @@ class KVXferClient:
         request = kvxfer_pb2.PullRequest(source=handle, dst_instance_id=dst_instance_id,
                                          dst_block_ids=dst_block_ids, checksum=checksum, timeout_s=timeout_s or 0.0)
         try:
-            reply = await self._stub.Pull(request, timeout=None if timeout_s is None else timeout_s + RPC_MARGIN_S)
+            reply = await self._stub.Pull(request, timeout=None if timeout_s is None else timeout_s + RPC_MARGIN_S,
+                                          metadata=self._md)
         except BaseException as e:  # cancelled too: kvxfer then aborts the transfer within milliseconds
             if on_failure is not None:
                 on_failure(list(dst_block_ids))
@@ -131,17 +139,18 @@ class KVXferClient:
             request.copies.add(src_pool_id=c.src_pool, dst_pool_id=c.dst_pool, src_offsets=src, dst_offsets=dst,
                                lengths=length)
         try:
-            reply = await self._stub.PullRanges(request, timeout=None if timeout_s is None else timeout_s + RPC_MARGIN_S)
+            reply = await self._stub.PullRanges(request, timeout=None if timeout_s is None else timeout_s + RPC_MARGIN_S,
+                                                metadata=self._md)
         except grpc.aio.AioRpcError as e:
             raise PullFailed(e.code(), e.details() or "") from e
         return PullResult(reply.bytes, reply.seconds, reply.path, reply.crc32 if checksum else None)
 
     async def release(self, lease_id: str) -> bool:
         """Give up a lease unpulled (e.g. its request was cancelled); False if it had already ended."""
-        return (await self._stub.Release(kvxfer_pb2.ReleaseRequest(lease_id=lease_id))).released
+        return (await self._stub.Release(kvxfer_pb2.ReleaseRequest(lease_id=lease_id), metadata=self._md)).released
 
     async def stats(self) -> Stats:
-        return stats_from_pb(await self._stub.Stats(kvxfer_pb2.StatsRequest()))
+        return stats_from_pb(await self._stub.Stats(kvxfer_pb2.StatsRequest(), metadata=self._md))
 
     async def close(self) -> None:
         await self._channel.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import grpc
 
 from distserve.v1 import kvxfer_pb2, kvxfer_pb2_grpc
+from services.common.auth import KVXFER
+from services.common.links import internal_channel
 from services.kvxfer.errors import Failure, XferError
 
 
@@ -19,7 +21,7 @@ class GrpcPeers:
         if kvxfer_address not in self._addresses:
             channel = self._channels.get(kvxfer_address)
             if channel is None:
-                channel = self._channels[kvxfer_address] = grpc.aio.insecure_channel(kvxfer_address)
+                channel = self._channels[kvxfer_address] = internal_channel(kvxfer_address, KVXFER)
             try:
                 reply = await kvxfer_pb2_grpc.KVXferStub(channel).Describe(
                     kvxfer_pb2.DescribeRequest(), timeout=self._timeout_s)

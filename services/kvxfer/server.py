@@ -16,6 +16,7 @@ from services.kvxfer.convert import (
 )
 from services.kvxfer.core import KVXferCore
 from services.kvxfer.errors import Failure, XferError
+from services.kvxfer.owners import Owners
 from services.kvxfer.pools import CudaIpc
 from services.kvxfer.ranged import RangeCopy
 
@@ -30,12 +31,14 @@ CODES = {
 
 
 class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
-    def __init__(self, core: KVXferCore, host_id: str, ucx_host: str, ucx_port: int) -> None:
+    def __init__(self, core: KVXferCore, host_id: str, ucx_host: str, ucx_port: int, check_owners: bool) -> None:
         self._core = core
+        self._owners = Owners(core.leases, core.pools, check_owners)
         self._describe = kvxfer_pb2.DescribeResponse(host_id=host_id, ucx_host=ucx_host, ucx_port=ucx_port)
 
     async def RegisterPool(self, request: kvxfer_pb2.RegisterPoolRequest,
                            context: grpc.aio.ServicerContext) -> kvxfer_pb2.RegisterPoolResponse:
+        await self._owners.require_registrant(context, request.instance_id, request.owner)
         ipc = None
         if request.HasField("cuda_ipc"):
             ipc = CudaIpc(request.cuda_ipc.handle, request.cuda_ipc.offset, request.cuda_ipc.device_index)
@@ -45,10 +48,12 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
 
     async def UnregisterPool(self, request: kvxfer_pb2.UnregisterPoolRequest,
                              context: grpc.aio.ServicerContext) -> kvxfer_pb2.UnregisterPoolResponse:
+        await self._owners.require_instance(context, request.instance_id)
         return kvxfer_pb2.UnregisterPoolResponse(dropped_leases=self._core.unregister_pool(request.instance_id))
 
     async def CreateLease(self, request: kvxfer_pb2.CreateLeaseRequest,
                           context: grpc.aio.ServicerContext) -> kv_pb2.KVHandle:
+        await self._owners.require_instance(context, request.instance_id)
         lease, layout = await _call(context, self._core.create_lease, request.instance_id,
                                     list(request.block_ids), request.num_tokens, request.ttl_s,
                                     request.pulls)
@@ -58,6 +63,7 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
 
     async def WatchLeases(self, request: kvxfer_pb2.WatchLeasesRequest,
                           context: grpc.aio.ServicerContext) -> AsyncIterator[kvxfer_pb2.LeaseEvent]:
+        await self._owners.require_instance(context, request.instance_id)
         queue = self._core.watch(request.instance_id)
         try:
             while True:
@@ -67,6 +73,7 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
 
     async def Pull(self, request: kvxfer_pb2.PullRequest,
                    context: grpc.aio.ServicerContext) -> kvxfer_pb2.PullResponse:
+        await self._owners.require_instance(context, request.dst_instance_id)
         result = await _acall(context, self._core.pull(source_from_pb(request.source), request.dst_instance_id,
                                                        list(request.dst_block_ids), request.checksum,
                                                        request.timeout_s))
@@ -80,12 +87,15 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
                       for c in request.copies]
         except (XferError, ValueError) as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad ranges: {e}")
+        for dst_pool in {c.dst_pool for c in copies}:  # as Pull: only the destination's instance writes into it
+            await self._owners.require_instance(context, dst_pool)
         result = await _acall(context, self._core.pull_ranges(source_from_pb(request.source), copies, request.checksum))
         return kvxfer_pb2.PullResponse(bytes=result.nbytes, seconds=result.seconds, path=result.path,
                                        crc32=result.crc or 0)
 
     async def Release(self, request: kvxfer_pb2.ReleaseRequest,
                       context: grpc.aio.ServicerContext) -> kvxfer_pb2.ReleaseResponse:
+        await self._owners.require_releaser(context, request.lease_id)
         return kvxfer_pb2.ReleaseResponse(released=self._core.release(request.lease_id))
 
     async def Stats(self, request: kvxfer_pb2.StatsRequest,

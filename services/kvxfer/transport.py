@@ -11,11 +11,16 @@ the order; the source sends the frames, then its reply (ok, bytes, frames, crc);
 verifies and returns, and acks on the next loop turn (after the Pull reply has gone out); the source
 releases the lease on an ok ack and keeps it otherwise. Sends and receives are futures posted at
 once (ucx_loop.py), not a task each.
+
+A new endpoint's first message is the puller's hello with the deployment's kvxfer token (auth.py); the
+source serves nothing on an endpoint whose hello is missing, late or wrong, and aborts it. A kvxfer without a
+deployment secret sends and accepts an empty token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -35,6 +40,7 @@ IDLE_PER_PEER = 16
 STAGED_IN_FLIGHT = 8  # packed frames a source sends at once, per pull (twice that received at once)
 ORDER_TAG, REPLY_TAG, FRAME_TAG = 0, 1, 2  # frame i goes with tag FRAME_TAG + i
 ORDER_BYTES, REPLY_BYTES = 1 << 20, 4096
+HELLO_TIMEOUT_S = 5.0
 
 
 def _encode(message: dict) -> np.ndarray:
@@ -51,9 +57,10 @@ def _decode(buf: np.ndarray) -> dict:
 class UcxServer:
     """The source side: a UCX listener serving pull orders from this host's pools."""
 
-    def __init__(self, ucx: UcxLoop, source: PullSource) -> None:
+    def __init__(self, ucx: UcxLoop, source: PullSource, token: str = "") -> None:
         self._ucx = ucx
         self._source = source
+        self._token = token  # what a peer's hello must carry ("": anything)
         self._staging = Staging()
         self._listener: ucxx.Listener | None = None
 
@@ -67,6 +74,9 @@ class UcxServer:
 
     async def _serve(self, ep: ucxx.Endpoint) -> None:
         buf = np.empty(ORDER_BYTES, dtype=np.uint8)  # this endpoint's orders and acks
+        if not await self._hello(ep, buf):
+            self._ucx.abort(ep)
+            return
         while True:
             try:
                 await self._ucx.recv(ep, buf, ORDER_TAG)
@@ -76,6 +86,18 @@ class UcxServer:
             if not await self._serve_one(ep, order, buf):
                 self._ucx.abort(ep)
                 return
+
+    async def _hello(self, ep: ucxx.Endpoint, buf: np.ndarray) -> bool:
+        try:
+            await asyncio.wait_for(self._ucx.recv(ep, buf, ORDER_TAG), HELLO_TIMEOUT_S)
+            presented = str(_decode(buf).get("token", ""))
+        except Exception:  # closed, silent or not a hello
+            log.warning("a UCX peer sent no hello; endpoint closed")
+            return False
+        if self._token and not hmac.compare_digest(presented.encode(), self._token.encode()):
+            log.warning("a UCX peer presented a wrong deployment token; endpoint closed")
+            return False
+        return True
 
     async def _serve_one(self, ep: ucxx.Endpoint, order: PullOrder, buf: np.ndarray) -> bool:
         try:
@@ -116,9 +138,10 @@ class UcxServer:
 class UcxPuller:
     """The destination side: pulls over pooled endpoints to source kvxfers."""
 
-    def __init__(self, ucx: UcxLoop, connect_timeout_s: float) -> None:
+    def __init__(self, ucx: UcxLoop, connect_timeout_s: float, token: str = "") -> None:
         self._ucx = ucx
         self._connect_timeout_s = connect_timeout_s
+        self._hello = _encode({"token": token})
         self._idle: dict[tuple[str, int], list[ucxx.Endpoint]] = {}
         self._staging = Staging()
 
@@ -201,8 +224,10 @@ class UcxPuller:
             if not ep.closed:
                 return ep
         try:
-            return await asyncio.wait_for(self._ucx.connect(peer[0], peer[1], self._connect_timeout_s),
-                                          self._connect_timeout_s)
+            ep = await asyncio.wait_for(self._ucx.connect(peer[0], peer[1], self._connect_timeout_s),
+                                        self._connect_timeout_s)
+            await self._ucx.send(ep, self._hello, ORDER_TAG)  # before any order: the source checks it first
+            return ep
         except Exception as e:
             raise XferError(Failure.UNAVAILABLE, f"cannot connect to source kvxfer UCX {peer[0]}:{peer[1]}: "
                                                  f"{type(e).__name__}: {e}") from e

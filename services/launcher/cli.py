@@ -9,6 +9,7 @@ import threading
 from services.common import defaults
 from services.common.net import bindable
 from services.launcher.cores import cores_argument
+from services.launcher.credentials import planner_admin_keys
 from services.launcher.stack import Stack, StackConfig
 from services.launcher.supervisor import Supervisor
 
@@ -24,7 +25,8 @@ def _up(args: argparse.Namespace) -> int:
         devices=tuple(d for d in args.devices.split(",") if d) if args.devices else (), host=args.host,
         grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
         redis_url=args.redis_url or "", num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens,
-        log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s)
+        log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s,
+        api_key_file=args.api_key_file, allow_unauthenticated=args.allow_unauthenticated)
     taken = [p for p in (config.grpc_port, config.http_port, config.planner_port) if p and not bindable(config.host, p)]
     if taken:  # say so now rather than have clients reach whatever holds them
         raise SystemExit(f"distserve up: port(s) {', '.join(map(str, taken))} on {config.host} already in use")
@@ -46,7 +48,8 @@ def _up(args: argparse.Namespace) -> int:
         if config.http_port:
             print(f"  HTTP   http://{config.host}:{config.http_port}/v1  (OpenAI-compatible)", flush=True)
         if config.planner_port:
-            print(f"  planner http://{config.host}:{config.planner_port}/docs", flush=True)
+            print(f"  planner http://{config.host}:{config.planner_port}/docs  (admin key in {planner_admin_keys()[1]})",
+                  flush=True)
         print(f"  Redis  {stack.redis_url}", flush=True)
         for proc in stack.procs:
             metrics = f"metrics http://{config.host}:{proc.metrics_port}/metrics" if proc.metrics_port else ""
@@ -91,6 +94,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--planner-port", type=int, default=8001, help="planner REST port (0: no planner)")
     p.add_argument("--redis-url", default=None)
+    p.add_argument("--api-key-file", default="", help="the router's client API keys (`distserve api-key add`); "
+                   "none: the router serves loopback only")
+    p.add_argument("--allow-unauthenticated", action="store_true", help="let the router and planner serve beyond "
+                   "loopback without keys")
     p.add_argument("--num-blocks", type=int, default=1024, help="KV blocks per instance")
     p.add_argument("--max-batch-tokens", type=int, default=512, help="Lm / token budget per step")
     p.add_argument("--service-cores", type=cores_argument, default="auto", help="CPU cores of the router, Redis and planner: "

@@ -10,10 +10,17 @@ import urllib.request
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.common.links import blocking_channel
 
-def is_serving(address: str, timeout_s: float = 1.0) -> bool:
+
+def _channel(address: str, internal: bool) -> grpc.Channel:
+    """Internal servers speak mutual TLS where it is configured; the router's client port does not."""
+    return blocking_channel(address) if internal else grpc.insecure_channel(address)
+
+
+def is_serving(address: str, timeout_s: float = 1.0, internal: bool = True) -> bool:
     """Whether the server at `address` answers its health check with SERVING."""
-    with grpc.insecure_channel(address) as channel:
+    with _channel(address, internal) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
         except grpc.RpcError:
@@ -21,10 +28,11 @@ def is_serving(address: str, timeout_s: float = 1.0) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def wait_serving(address: str, process: subprocess.Popen | None, timeout_s: float, name: str) -> None:
+def wait_serving(address: str, process: subprocess.Popen | None, timeout_s: float, name: str,
+                 internal: bool = True) -> None:
     """Polls the health service of `address` until SERVING; raises if the process exits or time runs out."""
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
+    with _channel(address, internal) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             if process is not None and process.poll() is not None:

@@ -25,7 +25,7 @@ def _health(args: argparse.Namespace) -> int:
     if args.address.startswith(("http://", "https://")):
         ok = _http_ok(args.address, args.timeout)
     else:
-        ok = is_serving(args.address, args.timeout)
+        ok = is_serving(args.address, args.timeout, internal=not args.plaintext)
     if not ok:
         print(f"{args.address}: not serving", file=sys.stderr)
     return 0 if ok else 1
@@ -35,4 +35,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("health", help="exit 0 when ADDRESS serves (gRPC health SERVING, or HTTP 2xx), else 1")
     p.add_argument("address", help="host:port of a gRPC server, or an http(s):// URL")
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer")
+    p.add_argument("--plaintext", action="store_true", help="a client port (the router's): no mutual TLS even where "
+                   "DISTSERVE_TLS_* is set")
     p.set_defaults(func=_health)

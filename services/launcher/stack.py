@@ -9,14 +9,18 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from services.common import defaults
 from services.common.lifetime import child_env
 from services.common.net import free_port
 from services.common.pool_files import remove_pool_files
+from services.common.redis_auth import redis_password
 from services.common.redis_server import EmbeddedRedis
+from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.launcher.cores import host_service_cores, pin_process
+from services.launcher.credentials import planner_access, router_access
 from services.launcher.health import wait_http_ok, wait_serving
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,8 @@ class StackConfig:
     service_cores: tuple[int, ...] | None = None  # router, Redis, planner; None: see launcher/cores.py
     extra_env: dict[str, str] = field(default_factory=dict)
     drain_grace_s: float = defaults.DRAIN_GRACE_S  # on SIGTERM, what every service gives in-flight requests
+    api_key_file: str = ""  # the router's client keys; none: the router serves loopback only
+    allow_unauthenticated: bool = False  # let the router serve beyond loopback without keys
     # A second host for the decode instances (disagg): its own kvxfer there, so every KV pull crosses hosts.
     decode_host: str = ""   # the address decode instances and their kvxfer listen on; empty: this host
     decode_netns: str = ""  # the network namespace that host is (`ip netns exec`); empty: this one
@@ -83,6 +89,8 @@ class Stack:
         self.kvxfer_address = ""
         self.decode_kvxfer_address = ""  # the decode host's kvxfer, where config.decode_host is set
         self.procs: list[Proc] = []
+        given = config.extra_env.get(SECRET_ENV, os.environ.get(SECRET_ENV))
+        self.secret_file = str(ensure_secret()) if given is None else given  # made on first use; "": auth off
 
     @property
     def router_address(self) -> str:
@@ -112,7 +120,7 @@ class Stack:
     def _popen(self, cmd: list[str]) -> subprocess.Popen:
         grace = str(self.config.drain_grace_s)
         env = {**os.environ, "DISTSERVE_DRAIN_GRACE_S": grace, "DISTSERVE_ROUTER_DRAIN_GRACE_S": grace,
-               **child_env(), **self.config.extra_env}
+               **child_env(), SECRET_ENV: self.secret_file, **self.config.extra_env}
         return subprocess.Popen(cmd, env=env, start_new_session=True)
 
     def respawn(self, proc: Proc) -> None:
@@ -141,7 +149,8 @@ class Stack:
         """Starts everything and returns once every server reports SERVING."""
         c = self.config
         if not self.redis_url:
-            self.redis = EmbeddedRedis(host=c.host).start()
+            password = redis_password(read_secret(Path(self.secret_file))) if self.secret_file else ""
+            self.redis = EmbeddedRedis(host=c.host, password=password).start()
             self.redis_url = self.redis.url
             if self.service_cores:
                 pin_process(self.redis.process.pid, self.service_cores)
@@ -168,13 +177,13 @@ class Stack:
                 wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             router = self._spawn("router", [
                 "router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(c.grpc_port),
-                "--http-port", str(c.http_port), "--redis-url", self.redis_url], self.router_address,
-                cores=self.service_cores)
-            wait_serving(router.address, router.process, c.ready_timeout_s, "router")
+                "--http-port", str(c.http_port), "--redis-url", self.redis_url, *router_access(c)],
+                self.router_address, cores=self.service_cores)
+            wait_serving(router.address, router.process, c.ready_timeout_s, "router", internal=False)
             if c.planner_port:
                 planner = self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
-                                                  "--redis-url", self.redis_url], f"{c.host}:{c.planner_port}",
-                                      metrics=False, cores=self.service_cores)
+                                                  "--redis-url", self.redis_url, *planner_access(c)],
+                                      f"{c.host}:{c.planner_port}", metrics=False, cores=self.service_cores)
                 wait_http_ok(f"http://{planner.address}/healthz", planner.process, c.ready_timeout_s, "planner")
         except BaseException:
             self.stop()

@@ -19,6 +19,9 @@ from prometheus_client import (
     generate_latest,
 )
 
+from services.common.api_keys import ApiKeys
+from services.common.front_door import BodyLimit
+from services.common.redis_auth import resolve_url
 from services.planner.actuator import Actuator
 from services.planner.config import PlannerSettings
 from services.planner.online_fit import OnlineFit
@@ -33,7 +36,7 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
     """The app; `client` (or settings.redis_url) gives request records, plan storage and the replanning loop;
     `actuator` (e.g. `distserve up`'s launcher) applies what the loop and `/v1/replan` plan."""
     if client is None and settings.redis_url:
-        client = redis.Redis.from_url(settings.redis_url)
+        client = redis.Redis.from_url(resolve_url(settings.redis_url))
     state: dict = {"plan": None}
     registry = CollectorRegistry()
     plans = Counter("distserve_planner_plans", "Plans made", ["source"], registry=registry)
@@ -72,6 +75,15 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
                   description="Goodput-optimal placement of prefill and decode instances (DistServe, OSDI'24).")
     app.state.replanner = replanner
     app.state.online_fit = online
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    admin = ApiKeys(settings.admin_key_file)
+
+    @app.middleware("http")
+    async def check_admin_key(request: Request, call_next):
+        """Planning runs worker processes and rescales the stack: only operators with an admin key may POST."""
+        if request.method != "GET" and not admin.allows_bearer(request.headers.get("authorization")):
+            return JSONResponse(status_code=401, content={"detail": "missing or wrong admin key"})
+        return await call_next(request)
 
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError) -> JSONResponse:

@@ -22,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--redis-url", default=None, help="Redis with request records (enables /v1/replan)")
     serve.add_argument("--workers", type=int, default=None, help="search processes (default: CPU cores)")
     serve.add_argument("--replan-interval", type=float, default=0.0, help="seconds between workload checks")
+    serve.add_argument("--admin-key-file", default="", help="file of hashed admin keys; POST /v1/* needs one")
+    serve.add_argument("--allow-unauthenticated", action="store_true", help="bind beyond loopback without admin keys")
     serve.add_argument("--fit-interval", type=float, default=None, help="seconds between refits of the online "
                        "latency model (0: none; default 5 or DISTSERVE_PLANNER_FIT_INTERVAL)")
     serve.add_argument("--model-profile", default=None, help="profile file seeding the online fit's attention terms")
@@ -75,7 +77,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     given = {k: v for k, v in (("fit_interval", args.fit_interval), ("model_profile", args.model_profile)) if v is not None}
     serve(PlannerSettings(host=args.host, port=args.port, redis_url=args.redis_url, workers=args.workers,
-                          replan_interval=args.replan_interval, **given), compose_actuator(args))
+                          replan_interval=args.replan_interval, admin_key_file=args.admin_key_file,
+                          allow_unauthenticated=args.allow_unauthenticated, **given), compose_actuator(args))
     return 0
 
 

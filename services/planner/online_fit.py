@@ -21,6 +21,8 @@ import grpc
 from redis.exceptions import RedisError
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
+from services.common.auth import PLANNER
+from services.common.links import internal_channel
 from services.common.registry import MODEL_KEY, REQUESTS_STREAM, InstanceInfo, Registry
 from services.engine.step_log import StepRecord
 from services.planner.latency import TPCoefficients
@@ -32,7 +34,7 @@ STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.Decod
 
 async def instance_steps(info: InstanceInfo, since: float) -> list[StepRecord]:
     """The steps one instance served from `since` (unix seconds, > 0) on."""
-    async with grpc.aio.insecure_channel(info.address) as channel:
+    async with internal_channel(info.address, PLANNER) as channel:
         stub = STUBS.get(info.role, worker_pb2_grpc.ColocatedStub)(channel)
         reply = await stub.Stats(worker_pb2.InstanceStatsRequest(steps_since=since), timeout=10)
     return [StepRecord(s.kind, s.seqs, s.tokens, s.sum_sq, s.context, s.start, s.seconds) for s in reply.step_log]

@@ -19,7 +19,8 @@ def request_of(prompt: str, params: SamplingParams) -> router_pb2.GenerateReques
     return req
 
 
-def generate_remote(address: str, prompt: str, params: SamplingParams, stream: bool = True, timeout_s: float = 600) -> dict:
+def generate_remote(address: str, prompt: str, params: SamplingParams, stream: bool = True, timeout_s: float = 600,
+                    api_key: str = "") -> dict:
     """Streams the text to stdout when `stream`; returns {token_ids, text, finish_reason, request_id}."""
     token_ids: list[int] = []
     parts: list[str] = []
@@ -27,7 +28,8 @@ def generate_remote(address: str, prompt: str, params: SamplingParams, stream: b
     with grpc.insecure_channel(address) as channel:
         stub = router_pb2_grpc.RouterStub(channel)
         try:
-            for response in stub.Generate(request_of(prompt, params), timeout=timeout_s):
+            metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+            for response in stub.Generate(request_of(prompt, params), timeout=timeout_s, metadata=metadata):
                 token_ids.extend(response.token_ids)
                 parts.append(response.text)
                 finish_reason, request_id = response.finish_reason or finish_reason, response.request_id

@@ -29,6 +29,10 @@ class RouterSettings(BaseSettings):
     retries: int = Field(2, description="times a request is retried on another instance after an instance failure")
     refresh_s: float = Field(0.5, description="how often the instance list is re-read from Redis")
     api_key: str = Field("", description="when set, clients must send it (gRPC metadata / HTTP bearer)")
+    api_key_file: str = Field("", description="file of hashed API keys (`distserve api-key add`); clients send one")
+    allow_unauthenticated: bool = Field(False, description="serve beyond loopback without API keys")
+    close_reflection: bool = Field(False, description="gRPC reflection needs an API key too")
+    max_body_bytes: int = Field(4 << 20, description="largest HTTP request body accepted (413 above)")
     metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")
     drain_grace_s: float = Field(defaults.DRAIN_GRACE_S, description="on SIGTERM: seconds in-flight requests get to finish")
     admission: Literal["off", "refuse", "best-effort"] = Field(

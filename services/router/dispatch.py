@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import grpc
 from redis.exceptions import RedisError
 
+from services.common.auth import ROUTER
 from services.common.errors import NoInstance
+from services.common.links import internal_channel
 from services.common.registry import InstanceInfo, Registry
 
 log = logging.getLogger(__name__)
@@ -122,7 +124,7 @@ class Dispatcher:
 
     def channel(self, address: str) -> grpc.aio.Channel:
         if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address)
+            self._channels[address] = internal_channel(address, ROUTER)
         return self._channels[address]
 
     async def close(self) -> None:

@@ -15,7 +15,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from services.common.api_keys import ApiKeys
 from services.common.errors import EngineInputError, Status, internal_status, status_of
+from services.common.front_door import BodyLimit
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import Tokenizer
 from services.router.choices import merge
@@ -118,9 +120,11 @@ def _best(chunks: list[Chunk], prompts: int, best_of: int, n: int) -> list[Chunk
     return [replace(c, index=index[c.index]) for c in chunks if c.index in index]
 
 
-def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "",
-              missing: Callable[[], list[str]] = list) -> FastAPI:
+def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, keys: ApiKeys | None = None,
+              missing: Callable[[], list[str]] = list, max_body_bytes: int = 4 << 20) -> FastAPI:
     app = FastAPI(title="distserve router", description="OpenAI-compatible API of distserve")
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    keys = keys or ApiKeys()
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -133,7 +137,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
 
     @app.middleware("http")
     async def check_key(request: Request, call_next):
-        if api_key and request.url.path.startswith("/v1/") and request.headers.get("authorization") != f"Bearer {api_key}":
+        if request.url.path.startswith("/v1/") and not keys.allows_bearer(request.headers.get("authorization")):
             return _error(401, "missing or wrong API key", "authentication_error")
         return await call_next(request)
 

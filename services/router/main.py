@@ -13,6 +13,9 @@ from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from distserve.v1 import router_pb2, router_pb2_grpc
+from services.common.api_keys import ApiKeys, check_exposure
+from services.common.front_door import KeyCheck
+from services.common.links import server_options
 from services.common.metrics import serve_metrics
 from services.common.model_config import ModelConfig
 from services.common.net import EXCLUSIVE_PORT, bind_port
@@ -33,6 +36,8 @@ log = logging.getLogger(__name__)
 
 
 async def serve_router(settings: RouterSettings) -> None:
+    keys = ApiKeys(settings.api_key_file, (settings.api_key,))
+    check_exposure(settings.host, keys, settings.allow_unauthenticated, "router")
     tokenizer = load_tokenizer(settings.model)
     model_name = settings.model_name or Path(settings.model).name
     builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars)
@@ -47,9 +52,9 @@ async def serve_router(settings: RouterSettings) -> None:
     refresher = asyncio.create_task(dispatcher.run())
     model_reader = asyncio.create_task(gate.run(settings.model_refresh_s)) if gate is not None else None
 
-    server = grpc.aio.server(options=EXCLUSIVE_PORT)
-    router_pb2_grpc.add_RouterServicer_to_server(
-        RouterServicer(core, builder, settings.default_max_tokens, settings.api_key), server)
+    checks = [KeyCheck(keys, settings.close_reflection)] if keys.enabled else []
+    server = grpc.aio.server(interceptors=checks, options=[*server_options(), *EXCLUSIVE_PORT])
+    router_pb2_grpc.add_RouterServicer_to_server(RouterServicer(core, builder, settings.default_max_tokens), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (router_pb2.DESCRIPTOR.services_by_name["Router"].full_name, reflection.SERVICE_NAME, health.SERVICE_NAME)
@@ -60,8 +65,8 @@ async def serve_router(settings: RouterSettings) -> None:
 
     http_server = None
     if settings.http_port:
-        app = build_app(core, builder, settings.default_max_tokens, settings.api_key,
-                        missing=lambda: missing_roles(dispatcher, settings.mode))
+        app = build_app(core, builder, settings.default_max_tokens, keys,
+                        missing=lambda: missing_roles(dispatcher, settings.mode), max_body_bytes=settings.max_body_bytes)
         http_server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.http_port,
                                                     log_level="warning", lifespan="off"))
         http_task = asyncio.create_task(http_server.serve())

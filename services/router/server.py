@@ -31,15 +31,12 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
 
 
 class RouterServicer(router_pb2_grpc.RouterServicer):
-    def __init__(self, core: RouterCore, builder: RequestBuilder, default_max_tokens: int, api_key: str = "") -> None:
+    def __init__(self, core: RouterCore, builder: RequestBuilder, default_max_tokens: int) -> None:
         self.core = core
         self.builder = builder
         self.default_max_tokens = default_max_tokens
-        self.api_key = api_key
 
     async def Generate(self, request: router_pb2.GenerateRequest, context: grpc.aio.ServicerContext):
-        if self.api_key and dict(context.invocation_metadata()).get("authorization") != f"Bearer {self.api_key}":
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong API key")
         try:
             req = self.builder.build(prompt=request.prompt, prompt_ids=list(request.prompt_token_ids),
                                      params=params_from_request(request, self.default_max_tokens),

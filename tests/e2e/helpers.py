@@ -10,7 +10,10 @@ import grpc
 import redis
 
 from distserve.v1 import router_pb2, router_pb2_grpc, worker_pb2, worker_pb2_grpc
+from services.common.auth import TOOL, token_metadata
+from services.common.links import blocking_channel
 from services.common.net import free_port
+from services.common.secret import client_secret
 from services.launcher.stack import Stack, StackConfig
 
 STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.DecodeStub,
@@ -47,8 +50,9 @@ def instance_stats(stack: Stack, steps_since: float = 0.0) -> list[worker_pb2.In
     request = worker_pb2.InstanceStatsRequest(steps_since=steps_since)
     for proc in stack.procs:
         if proc.role in STUBS:
-            with grpc.insecure_channel(proc.address) as channel:
-                out.append(STUBS[proc.role](channel).Stats(request, timeout=10))
+            with blocking_channel(proc.address) as channel:
+                out.append(STUBS[proc.role](channel).Stats(request, timeout=10,
+                                                           metadata=token_metadata(client_secret(), TOOL)))
     return out
 
 

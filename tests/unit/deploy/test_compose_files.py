@@ -13,13 +13,16 @@ import jsonschema
 import pytest
 
 from services.cli import build_parser
+from services.common.secret import SECRET_ENV
 from services.common.settings_cli import settings_values
+from services.common.tls import ENV as TLS_ENV
 from services.instance.config import InstanceSettings, Role
 from services.kvxfer.config import KVXferConfig
 from services.router.config import RouterSettings
 
 ROLES = get_args(Role)
 SETTINGS = {"router": RouterSettings, "kvxfer": KVXferConfig, **{role: InstanceSettings for role in ROLES}}
+PROCESS_WIDE = {SECRET_ENV, *TLS_ENV.values()}  # read by every process (secret.py, tls.py), no one setting's
 PORT_FLAGS = ("port", "grpc_port", "http_port", "metrics_port", "ucx_port")
 
 
@@ -57,7 +60,7 @@ def test_every_command_parses_and_with_its_environment_makes_valid_settings(
             monkeypatch.delenv(key)
         prefix = settings.model_config["env_prefix"]
         for key, value in service.get("environment", {}).items():
-            if key.startswith("DISTSERVE_"):
+            if key.startswith("DISTSERVE_") and key not in PROCESS_WIDE:
                 assert key.startswith(prefix) and key[len(prefix):].lower() in settings.model_fields, \
                     f"{name}: {key} is no setting of `distserve {args.command}`; it would be ignored"
             monkeypatch.setenv(key, value)
@@ -123,7 +126,22 @@ def test_services_wait_for_what_they_depend_on_to_be_healthy(host_doc: dict) -> 
         assert service["restart"] == "unless-stopped"
 
 
+def test_every_distserve_service_gets_the_deployment_secret_and_mtls_across_hosts(host_doc: dict) -> None:
+    multi_host = parse(host_doc["services"]["kvxfer"]["command"]).host != "127.0.0.1"  # node addresses: several hosts
+    for name, service in distserve_services(host_doc).items():
+        assert service["environment"][SECRET_ENV] == "/run/secrets/distserve_secret", name
+        assert set(service["secrets"]) <= host_doc["secrets"].keys()
+        assert (TLS_ENV["ca"] in service["environment"]) == multi_host, name
+    router = host_doc["services"].get("router")
+    if router is not None:
+        assert parse(router["command"]).api_key_file and router["healthcheck"]["test"][-1] == "--plaintext"
+        planner = parse(host_doc["services"]["planner"]["command"])
+        assert planner.admin_key_file and planner.host != "0.0.0.0"
+
+
 def test_compose_variables_are_the_documented_ones_with_defaults(host_doc: dict) -> None:
     text = json.dumps(host_doc)
-    assert set(re.findall(r"\$\{(\w+):-[^}]+\}", text)) <= {"DISTSERVE_IMAGE", "DISTSERVE_MODEL_DIR"}
+    assert set(re.findall(r"\$\{(\w+):-[^}]+\}", text)) <= {"DISTSERVE_IMAGE", "DISTSERVE_MODEL_DIR", "DISTSERVE_SECRET_FILE",
+                                                          "DISTSERVE_API_KEY_FILE", "DISTSERVE_ADMIN_KEY_FILE",
+                                                          "DISTSERVE_TLS_DIR"}
     assert text.count("$") == len(re.findall(r"\$\{\w+:-[^}]+\}", text)), "a variable without a default"
