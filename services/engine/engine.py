@@ -165,7 +165,7 @@ class LLMEngine:
             self.last_step = None
             return []
         step_start = time.time()
-        guarded = self.guard.run(self.runner.execute, batch)
+        guarded = self.guard.run(self.runner.execute, batch, self.runner.lost_rank)
         batch, result = guarded.batch, guarded.sampled
         step_end = time.time()
         self.last_step = StepRecord.of(batch, step_start, step_end - step_start) if batch.items else None

@@ -35,10 +35,14 @@ class StepGuard:
     max_failing_steps: int = 4
     _failing_steps: int = 0
 
-    def run(self, execute: Callable[[SchedulerOutput], Sampled], batch: SchedulerOutput) -> GuardedStep:
+    def run(self, execute: Callable[[SchedulerOutput], Sampled], batch: SchedulerOutput,
+            lost: Callable[[], str | None] = lambda: None) -> GuardedStep:
+        """Runs the step; `lost()` names a part of the engine that is gone (a TP/PP rank): no request is at fault."""
         try:
             step = GuardedStep(batch, execute(batch))
         except Exception as exc:
+            if (gone := lost()) is not None:
+                raise EngineBroken(gone) from exc
             step = self._isolate(execute, batch, exc)
         self._failing_steps = self._failing_steps + 1 if not step.batch.items else 0
         if self._failing_steps >= self.max_failing_steps:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import redis
 
+from services.common.redis_auth import resolve_url
 from services.kvxfer.client import KVXferClient
 from services.launcher.stack import Stack
 from tests.e2e.helpers import instance_stats
@@ -33,7 +34,7 @@ async def allocated(stack: Stack) -> Allocated:
             leases = (await kv.stats()).live_leases
         finally:
             await kv.close()
-    book = redis.Redis.from_url(stack.redis_url)
+    book = redis.Redis.from_url(resolve_url(stack.redis_url))  # the stack's own Redis has a password
     booked = sum(score for key in book.keys("ds:load:*") for _, score in book.zrange(key, 0, -1, withscores=True))
     return Allocated(sum(s.blocks_used for s in stats), leases, booked)
 

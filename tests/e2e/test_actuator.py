@@ -37,6 +37,7 @@ def test_apply_placement_scales_the_stack(tiny_llama_dir: str, redis_url: str) -
         assert sum(len(r.token_ids) for r in responses) == 4
 
 
+@pytest.mark.long
 def test_apply_placement_runs_a_tensor_parallel_prefill(tiny_llama_dir: str, redis_url: str) -> None:
     def tokens(stack) -> list[int]:
         responses = asyncio.run(generate(stack.router_address, "tensor parallel", max_tokens=6, temperature=0.0,

@@ -20,7 +20,7 @@ from services.launcher.autoscale import start_autoscaler
 from services.planner.schemas import SLOBody
 from tests.e2e.helpers import generate, running_stack
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(400)]
 
 
 def _wait(condition, timeout_s: float) -> None:

@@ -24,7 +24,7 @@ EXTREME = [  # valid-looking values at the edges of every sampling field
     {"temperature": 1e-39}, {"temperature": 1e-30}, {"temperature": 9.99e-6}, {"temperature": 1e-5},
     {"temperature": 1e6}, {"temperature": 3.4e38}, {"temperature": 1.0, "top_p": 1e-9}, {"top_p": 1e-45},
     {"temperature": 1e-39, "top_k": 1}, {"temperature": 2.0, "top_k": 2**31 - 1}, {"seed": -(2**63)},
-    {"seed": 2**63 - 1, "temperature": 1e-20}, {"stop_token_ids": [0, 2**31 - 1]}, {"max_tokens": 1},
+    {"seed": 2**63 - 1, "temperature": 1e-20}, {"stop_token_ids": [0, 258]}, {"max_tokens": 1},
 ]
 
 

@@ -16,7 +16,7 @@ from distserve.v1 import router_pb2, router_pb2_grpc
 from tests.e2e.fault_checks import all_alive, seconds_until_nothing_allocated
 from tests.e2e.helpers import running_stack
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(600)]
 CALL_TIMEOUT_S = 30.0  # a request not answered by then counts as a hang
 FUZZ = settings(max_examples=500, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

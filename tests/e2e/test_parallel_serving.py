@@ -32,7 +32,8 @@ def _workload(n: int) -> list[tuple[str, int]]:
     return [(" ".join(rng.choices(WORDS, k=rng.randint(1, 40))), rng.randint(2, 16)) for _ in range(n)]
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", [pytest.param(name, marks=() if name == "prefill-tp2-to-decode-tp1" else pytest.mark.long)
+                                    for name in LAYOUTS])
 async def test_tokens_equal_local_generation_across_layouts(layout: str, tiny_llama_dir: str, redis_url: str) -> None:
     workload = _workload(12)
     tokenizer = load_tokenizer(tiny_llama_dir)
@@ -66,6 +67,7 @@ def _rank_pids(parent: int) -> list[int]:
     return found
 
 
+@pytest.mark.long
 async def test_killing_a_rank_drops_its_instance_and_requests_go_on(tiny_llama_dir: str, redis_url: str) -> None:
     workload = _workload(6)
     tokenizer = load_tokenizer(tiny_llama_dir)

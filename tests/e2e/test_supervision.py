@@ -30,7 +30,7 @@ from services.launcher.stack import Stack, StackConfig
 from services.launcher.supervisor import Supervisor
 from tests.e2e.fault_checks import all_alive, seconds_until_nothing_allocated
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
 PROMPTS = [f"stream {i} of a steady load" for i in range(6)]
 MAX_TOKENS = 40
 RECOVERY_BOUND_S = 60.0  # goal 10 s; a lone instance's restart is a process start (torch import, model load): 25-45 s on a busy 2-core host

@@ -10,7 +10,7 @@ import pytest
 from services.planner.profile import DecodePoint, PrefillPoint, ProfileFile, write_profile
 from services.planner.shapes import load_shape
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(600)]
 
 
 def _profile(model_dir: str, path) -> str:

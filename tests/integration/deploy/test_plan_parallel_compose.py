@@ -14,7 +14,7 @@ from services.cli import main
 from services.deploy.compose import LABEL
 
 SCHEMA = Path(__file__).resolve().parents[3].parent / "shared" / "schemas" / "compose-spec.json"
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.long, pytest.mark.timeout(300)]
 
 
 def test_opt13b_on_two_nodes_emits_a_service_per_rank_with_its_gpu(tmp_path: Path) -> None:

@@ -34,9 +34,9 @@ def _run(engine: LLMEngine, monkeypatch: pytest.MonkeyPatch, module) -> tuple[li
     seen: list[torch.Tensor] = []
     real = module.sample
 
-    def recording(logits: torch.Tensor, seqs) -> list[int]:
+    def recording(logits: torch.Tensor, seqs, *args):
         seen.append(logits.detach().clone())
-        return real(logits, seqs)
+        return real(logits, seqs, *args)
 
     monkeypatch.setattr(module, "sample", recording)
     return engine.generate(PROMPTS, PARAMS), seen
