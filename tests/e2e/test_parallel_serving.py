@@ -32,17 +32,22 @@ def _workload(n: int) -> list[tuple[str, int]]:
     return [(" ".join(rng.choices(WORDS, k=rng.randint(1, 40))), rng.randint(2, 16)) for _ in range(n)]
 
 
+def _reference(model: str, workload: list[tuple[str, int]]) -> list[list[int]]:
+    """Greedy tokens of the workload from a local single-device engine."""
+    tokenizer = load_tokenizer(model)
+    reference = LLMEngine(EngineConfig(model, num_blocks=512))
+    try:
+        return reference.generate([tokenizer.encode(p) for p, _ in workload],
+                                  [SamplingParams(max_tokens=m) for _, m in workload])
+    finally:
+        reference.close()
+
+
 @pytest.mark.parametrize("layout", [pytest.param(name, marks=() if name == "prefill-tp2-to-decode-tp1" else pytest.mark.long)
                                     for name in LAYOUTS])
 async def test_tokens_equal_local_generation_across_layouts(layout: str, tiny_llama_dir: str, redis_url: str) -> None:
     workload = _workload(12)
-    tokenizer = load_tokenizer(tiny_llama_dir)
-    reference = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=512))
-    try:
-        expected = reference.generate([tokenizer.encode(p) for p, _ in workload],
-                                      [SamplingParams(max_tokens=m) for _, m in workload])
-    finally:
-        reference.close()
+    expected = _reference(tiny_llama_dir, workload)
     with running_stack(tiny_llama_dir, redis_url, mode="disagg", **LAYOUTS[layout]) as stack:
         results = await asyncio.gather(*(generate(stack.router_address, prompt, max_tokens=m, temperature=0.0)
                                          for prompt, m in workload))
@@ -70,13 +75,7 @@ def _rank_pids(parent: int) -> list[int]:
 @pytest.mark.long
 async def test_killing_a_rank_drops_its_instance_and_requests_go_on(tiny_llama_dir: str, redis_url: str) -> None:
     workload = _workload(6)
-    tokenizer = load_tokenizer(tiny_llama_dir)
-    reference = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=512))
-    try:
-        expected = reference.generate([tokenizer.encode(p) for p, _ in workload],
-                                      [SamplingParams(max_tokens=m) for _, m in workload])
-    finally:
-        reference.close()
+    expected = _reference(tiny_llama_dir, workload)
     with running_stack(tiny_llama_dir, redis_url, mode="disagg", prefill=2, prefill_tp=2) as stack:
         registry = Registry.from_url(stack.redis_url)
         try:
