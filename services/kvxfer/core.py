@@ -18,9 +18,16 @@ from services.kvxfer.checksum import crc32
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.leases import LeaseEnd, LeaseError, LeaseState, LeaseTable
 from services.kvxfer.metrics import XferMetrics
-from services.kvxfer.orders import PeerDirectory, Puller, PullOrder, SourceGrant
-from services.kvxfer.pools import CudaIpc, MappedPool, copy_blocks, map_cuda, map_host
-from services.kvxfer.ranged import RangeCopy, checked_pools, copy_in_pieces, ranges_crc
+from services.kvxfer.orders import PeerDirectory, Puller, PullOrder, RangeOrder, SourceGrant, SourceSpans
+from services.kvxfer.pools import CudaIpc, MappedPool, PoolRanges, copy_blocks, map_cuda, map_host
+from services.kvxfer.ranged import (
+    RangeCopy,
+    checked_destination,
+    checked_pools,
+    checked_source,
+    copy_in_pieces,
+    ranges_crc,
+)
 from services.kvxfer.ranges import Ranges, block_ranges, check_blocks
 from services.kvxfer.records import PullResult, SourceRef, Stats
 
@@ -183,67 +190,112 @@ class KVXferCore:
                 await _verify_crc(src_crc, dst, ranges)
                 got[0] = src_crc
 
-        try:
-            async with asyncio.timeout(timeout_s):
-                peer = await self._peers.ucx_address(source.kvxfer_address)
-                await self._puller.pull(peer, order, dst.ranges(ranges, "dst"), verify)
-        except TimeoutError as e:
-            raise XferError(Failure.TIMEOUT, f"pull from {source.kvxfer_address} took over {timeout_s} s") from e
-        except XferError as e:
-            if e.failure is Failure.UNAVAILABLE:
-                self._peers.forget(source.kvxfer_address)
-            raise
+        await self._pull_over_ucx(source.kvxfer_address, order, [dst.ranges(ranges, "dst")], verify, timeout_s)
         return ranges.nbytes, got[0]
 
-    async def pull_ranges(self, source: SourceRef, copies: list[RangeCopy], checksum: bool) -> PullResult:
-        """Copy byte ranges from pools of the source's instance into pools here (a re-sharding pull)."""
+    async def _pull_over_ucx(self, kvxfer_address: str, order: PullOrder | RangeOrder, dst: list[PoolRanges],
+                             verify, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                peer = await self._peers.ucx_address(kvxfer_address)
+                await self._puller.pull(peer, order, dst, verify)
+        except TimeoutError as e:
+            raise XferError(Failure.TIMEOUT, f"pull from {kvxfer_address} took over {timeout_s} s") from e
+        except XferError as e:
+            if e.failure is Failure.UNAVAILABLE:
+                self._peers.forget(kvxfer_address)
+            raise
+
+    async def pull_ranges(self, source: SourceRef, copies: list[RangeCopy], checksum: bool,
+                          timeout_s: float = 0.0) -> PullResult:
+        """Copy byte ranges from pools of the source's instance into pools here (a re-sharding pull): on this
+        host by one C loop, else over UCX from the source's kvxfer, which checks the source side itself."""
         start = time.perf_counter()
-        if source.instance_id not in self.pools:
-            self.metrics.pull_failed("bad_request")
-            raise XferError(Failure.BAD_REQUEST, f"re-sharding pulls need the source {source.instance_id} on this "
-                                                 "host (across hosts: not supported yet)")
+        path = "same-host" if source.instance_id in self.pools else "cross-host"
         self._in_flight += 1
-        lease = None
+        try:
+            if path == "same-host":
+                crc = await self._ranges_local(source, copies, checksum)
+            else:
+                crc = await self._ranges_remote(source, copies, checksum,
+                                                min(timeout_s or self._pull_timeout_s, self._pull_timeout_s))
+        except XferError as e:
+            self.metrics.pull_failed(e.failure.name.lower())
+            log.warning("re-sharding pull of lease %s failed: %s", source.lease_id, e)
+            raise
+        except asyncio.CancelledError:
+            self.metrics.pull_failed("cancelled")
+            raise
+        finally:
+            self._in_flight -= 1
+        nbytes, seconds = sum(int(c.length.sum()) for c in copies), time.perf_counter() - start
+        self.metrics.pull_ok(path, nbytes, seconds)
+        return PullResult(nbytes, seconds, path, crc)
+
+    async def _ranges_local(self, source: SourceRef, copies: list[RangeCopy], checksum: bool) -> int | None:
+        lease = self._pin(source.lease_id)
         ok = False
         try:
-            lease = self._pin(source.lease_id)
             pairs = [checked_pools(self.pools, c, lease.instance_id, lease.block_ids) for c in copies]
             await copy_in_pieces(pairs, copies, COPY_PIECE_BYTES)
             crc = await _blocking(ranges_crc, pairs, copies, "src") if checksum else None
             if checksum and crc != await _blocking(ranges_crc, pairs, copies, "dst"):
                 raise XferError(Failure.DATA_LOSS, "checksum mismatch between source and destination ranges")
             ok = True
-        except XferError as e:
-            self.metrics.pull_failed(e.failure.name.lower())
-            raise
+            return crc
         finally:
-            self._in_flight -= 1
-            if lease is not None:
-                self._emit(self.leases.unpin(lease.lease_id, release=ok))
-        nbytes, seconds = sum(int(c.length.sum()) for c in copies), time.perf_counter() - start
-        self.metrics.pull_ok("same-host", nbytes, seconds)
-        return PullResult(nbytes, seconds, "same-host", crc)
+            self._emit(self.leases.unpin(lease.lease_id, release=ok))
+
+    async def _ranges_remote(self, source: SourceRef, copies: list[RangeCopy], checksum: bool,
+                             timeout_s: float) -> int | None:
+        if source.kvxfer_address == self.address:
+            raise XferError(Failure.NOT_FOUND, f"source instance {source.instance_id} is not registered with "
+                                               f"its kvxfer {self.address} (gone?)")
+        dst = [PoolRanges(checked_destination(self.pools, c.dst_pool, c.dst, c.length), c.dst, c.length)
+               for c in copies]
+        order = RangeOrder(source.lease_id, source.instance_id,
+                           [SourceSpans(c.src_pool, c.src, c.length) for c in copies], checksum, pack=True)
+        got: list[int | None] = [None]
+
+        async def verify(src_crc: int | None) -> None:
+            if checksum:
+                dst_crc = await _blocking(crc32, [v for part in dst for v in part.views()])
+                if src_crc != dst_crc:
+                    raise XferError(Failure.DATA_LOSS, f"checksum mismatch: source {src_crc}, destination {dst_crc}")
+                got[0] = src_crc
+
+        await self._pull_over_ucx(source.kvxfer_address, order, dst, verify, timeout_s)
+        return got[0]
 
     # pulls (source side, for the UCX server)
 
-    async def open_pull(self, order: PullOrder) -> SourceGrant:
-        pool = self.pools.get(order.instance_id)
-        if pool is None:
+    async def open_pull(self, order: PullOrder | RangeOrder) -> SourceGrant:
+        if order.instance_id not in self.pools:
             raise XferError(Failure.NOT_FOUND, f"instance {order.instance_id} is not registered here")
         lease = self._pin(order.lease_id)
         try:
-            if lease.instance_id != order.instance_id or lease.block_ids != order.src_blocks:
-                raise XferError(Failure.BAD_REQUEST, f"lease {lease.lease_id} does not hold those blocks")
-            if pool.layout.block_bytes != order.block_bytes:
-                raise XferError(Failure.BAD_REQUEST, f"block size {order.block_bytes} != {pool.layout.block_bytes}")
-            ranges = block_ranges(lease.block_ids, order.dst_blocks, pool.layout.block_bytes)
-            src = pool.ranges(ranges, "src")
-            return SourceGrant(src, await _blocking(crc32, src.views()) if order.checksum else None)
+            if lease.instance_id != order.instance_id:
+                raise XferError(Failure.BAD_REQUEST, f"lease {lease.lease_id} is not of {order.instance_id}")
+            if isinstance(order, RangeOrder):  # the same checks as a same-host re-sharding pull's source side
+                parts = [PoolRanges(checked_source(self.pools, p.pool_id, p.offsets, p.lengths, lease.instance_id,
+                                                   lease.block_ids), p.offsets, p.lengths) for p in order.parts]
+            else:
+                parts = [self._block_source(order, lease.block_ids)]
+            crc = await _blocking(crc32, [v for p in parts for v in p.views()]) if order.checksum else None
+            return SourceGrant(parts, crc)
         except BaseException:
             self._emit(self.leases.unpin(lease.lease_id, release=False))
             raise
 
-    def close_pull(self, order: PullOrder, ok: bool) -> None:
+    def _block_source(self, order: PullOrder, leased: list[int]) -> PoolRanges:
+        pool = self.pools[order.instance_id]
+        if leased != order.src_blocks:
+            raise XferError(Failure.BAD_REQUEST, f"lease {order.lease_id} does not hold those blocks")
+        if pool.layout.block_bytes != order.block_bytes:
+            raise XferError(Failure.BAD_REQUEST, f"block size {order.block_bytes} != {pool.layout.block_bytes}")
+        return pool.ranges(block_ranges(leased, order.dst_blocks, pool.layout.block_bytes), "src")
+
+    def close_pull(self, order: PullOrder | RangeOrder, ok: bool) -> None:
         self._emit(self.leases.unpin(order.lease_id, release=ok))
 
     def stats(self) -> Stats:

@@ -30,18 +30,28 @@ class Frame:
         return self.count > 1
 
 
-def plan_frames(lengths: Sequence[int], pack: bool) -> list[Frame]:
-    """Group consecutive ranges (by their lengths) into frames; both sides plan the same frames."""
+def plan_frames(lengths: Sequence[int] | np.ndarray, pack: bool) -> list[Frame]:
+    """Group consecutive ranges (by their lengths) into frames; both sides plan the same frames.
+
+    Greedy: a frame takes ranges under DIRECT_BYTES while they fit in FRAME_BYTES. A loop per frame, not per
+    range (a re-sharding pull has a range per token slot, layer and K/V)."""
+    size = np.asarray(lengths, np.int64)
+    n = len(size)
+    if not pack:
+        return [Frame(i, 1, int(b)) for i, b in enumerate(size.tolist())]
+    ends = np.cumsum(size)
+    big = np.flatnonzero(size >= DIRECT_BYTES).tolist() + [n]  # indices of ranges that travel alone
     frames: list[Frame] = []
-    i = 0
-    while i < len(lengths):
-        j, total = i, 0
-        while (pack and j < len(lengths) and lengths[j] < DIRECT_BYTES and total + lengths[j] <= FRAME_BYTES):
-            total += lengths[j]
-            j += 1
-        if j == i:  # not packed: one range
-            j, total = i + 1, lengths[i]
-        frames.append(Frame(i, j - i, total))
+    i = k = 0
+    while i < n:
+        while big[k] < i:
+            k += 1
+        start = int(ends[i - 1]) if i else 0
+        if big[k] == i:
+            j = i + 1
+        else:  # up to the next big range, as many as fit (the first always does: it is under FRAME_BYTES)
+            j = min(big[k], max(i + 1, int(np.searchsorted(ends, start + FRAME_BYTES, side="right"))))
+        frames.append(Frame(i, j - i, int(ends[j - 1]) - start))
         i = j
     return frames
 

@@ -1,5 +1,6 @@
 """Pulls by explicit byte ranges (re-sharding between TP/PP layouts): the puller computes the ranges, kvxfer
-checks they read only leased blocks of pools the lease's instance owns, and copies them (host pools).
+checks they read only leased blocks of pools the lease's instance owns, and copies them (host pools; across
+hosts the source kvxfer checks its side and sends the ranges over UCX, core.py).
 
 Ranges travel and are checked as int64 arrays: no Python object per range.
 """
@@ -46,26 +47,48 @@ def checked_pools(pools: dict[str, MappedPool], c: RangeCopy, owner: str,
                   leased: list[int]) -> tuple[MappedPool, MappedPool]:
     """The copy's pools, once every source range lies inside one leased block of a pool `owner` owns and every
     destination range inside its pool; raises XferError(BAD_REQUEST) otherwise."""
-    src, dst = pools.get(c.src_pool), pools.get(c.dst_pool)
-    if src is None or dst is None:
-        raise XferError(Failure.BAD_REQUEST, f"pool {c.src_pool if src is None else c.dst_pool} is not registered here")
+    return (checked_source(pools, c.src_pool, c.src, c.length, owner, leased),
+            checked_destination(pools, c.dst_pool, c.dst, c.length))
+
+
+def checked_source(pools: dict[str, MappedPool], pool_id: str, offsets: np.ndarray, lengths: np.ndarray, owner: str,
+                   leased: list[int]) -> MappedPool:
+    """The source pool, once it is a host pool `owner` owns and every range lies inside one leased block of it
+    (the source kvxfer checks this itself on a cross-host pull)."""
+    src = _host_pool(pools, pool_id, offsets, lengths)
     if src.leased_by != owner:
-        raise XferError(Failure.BAD_REQUEST, f"pool {c.src_pool} is not covered by the leases of {owner}")
-    if src.on_gpu or dst.on_gpu:
-        raise XferError(Failure.BAD_REQUEST, "re-sharding pulls between device pools are not supported yet")
-    if len(c.length) == 0:
-        return src, dst
-    if c.length.min() <= 0 or c.src.min() < 0 or c.dst.min() < 0:
-        raise XferError(Failure.BAD_REQUEST, f"{c.src_pool} → {c.dst_pool}: negative offsets or empty ranges")
+        raise XferError(Failure.BAD_REQUEST, f"pool {pool_id} is not covered by the leases of {owner}")
+    if len(lengths) == 0:
+        return src
     block = src.layout.block_bytes
-    first = c.src // block
+    first = offsets // block
     in_lease = np.zeros(src.layout.num_blocks + 1, dtype=bool)  # the last entry: any block past the pool
     in_lease[leased] = True
-    if ((c.src - first * block + c.length) > block).any() or not in_lease[np.minimum(first, src.layout.num_blocks)].all():
-        raise XferError(Failure.BAD_REQUEST, f"{c.src_pool}: ranges outside the leased blocks")
-    if (c.dst + c.length).max() > dst.layout.pool_bytes:
-        raise XferError(Failure.BAD_REQUEST, f"{c.dst_pool}: ranges past the end of the pool")
-    return src, dst
+    if ((offsets - first * block + lengths) > block).any() or not in_lease[np.minimum(first, src.layout.num_blocks)].all():
+        raise XferError(Failure.BAD_REQUEST, f"{pool_id}: ranges outside the leased blocks")
+    return src
+
+
+def checked_destination(pools: dict[str, MappedPool], pool_id: str, offsets: np.ndarray,
+                        lengths: np.ndarray) -> MappedPool:
+    """The destination pool, once it is a host pool that holds every range."""
+    dst = _host_pool(pools, pool_id, offsets, lengths)
+    if len(lengths) and (offsets + lengths).max() > dst.layout.pool_bytes:
+        raise XferError(Failure.BAD_REQUEST, f"{pool_id}: ranges past the end of the pool")
+    return dst
+
+
+def _host_pool(pools: dict[str, MappedPool], pool_id: str, offsets: np.ndarray, lengths: np.ndarray) -> MappedPool:
+    pool = pools.get(pool_id)
+    if pool is None:
+        raise XferError(Failure.BAD_REQUEST, f"pool {pool_id} is not registered here")
+    if pool.on_gpu:
+        raise XferError(Failure.BAD_REQUEST, "re-sharding pulls between device pools are not supported yet")
+    if len(offsets) != len(lengths):
+        raise XferError(Failure.BAD_REQUEST, f"{pool_id}: offset and length arrays differ in size")
+    if len(lengths) and (lengths.min() <= 0 or offsets.min() < 0):
+        raise XferError(Failure.BAD_REQUEST, f"{pool_id}: negative offsets or empty ranges")
+    return pool
 
 
 def spans_kernel() -> ctypes._CFuncPtr | None:

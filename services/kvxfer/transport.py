@@ -4,6 +4,9 @@ side sends or receives a frame of host memory as one scatter-gather message stra
 (iov.py), or packs it through a staging buffer where the helper cannot be built; the bytes on the wire are the
 same, so the two sides choose independently.
 
+A re-sharding pull (a range order) names byte ranges of several source pools; they travel part after part
+(a part: one source pool's ranges into one destination pool), frame tags running on across parts.
+
 An endpoint carries one pull at a time (idle endpoints are kept per peer and reused), so a failed
 or timed-out pull aborts only its own endpoint, which cancels its receives before the failure is
 reported. Per pull: the destination posts the receives of the reply and of every frame and sends
@@ -31,7 +34,16 @@ import ucxx
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.frames import Frame, Staging, plan_frames
 from services.kvxfer.iov import helper
-from services.kvxfer.orders import PullOrder, PullSource, decode_order, encode_order
+from services.kvxfer.orders import (
+    OFFSET,
+    PullOrder,
+    PullSource,
+    RangeHeader,
+    RangeOrder,
+    decode_order,
+    encode_order,
+    range_body,
+)
 from services.kvxfer.pools import PoolRanges
 from services.kvxfer.ucx_loop import UcxLoop
 
@@ -81,7 +93,12 @@ class UcxServer:
             try:
                 await self._ucx.recv(ep, buf, ORDER_TAG)
                 order = decode_order(buf)
-            except Exception:  # the peer closed or aborted this endpoint
+                if isinstance(order, RangeHeader):  # its numbers follow
+                    body = np.empty(order.items, OFFSET)
+                    if order.items:
+                        await self._ucx.recv(ep, body, ORDER_TAG)
+                    order = order.with_body(body)
+            except Exception:  # the peer closed or aborted this endpoint, or sent a malformed order
                 return
             if not await self._serve_one(ep, order, buf):
                 self._ucx.abort(ep)
@@ -99,7 +116,7 @@ class UcxServer:
             return False
         return True
 
-    async def _serve_one(self, ep: ucxx.Endpoint, order: PullOrder, buf: np.ndarray) -> bool:
+    async def _serve_one(self, ep: ucxx.Endpoint, order: PullOrder | RangeOrder, buf: np.ndarray) -> bool:
         try:
             grant = await self._source.open_pull(order)
         except XferError as e:
@@ -107,14 +124,13 @@ class UcxServer:
             return True
         ok = False
         try:
-            frames = plan_frames(grant.ranges.lengths, order.pack)
-            reply = {"ok": True, "nbytes": sum(f.nbytes for f in frames), "nframes": len(frames), "crc": grant.crc}
             slots = asyncio.Semaphore(STAGED_IN_FLIGHT)
             # frames first: their rendezvous requests go out before the reply's send
-            src = grant.ranges
-            sends = _post_frames(frames, src, lambda f, tag: self._ucx.send(ep, src.view(f.first), tag),
-                                 lambda *iov: self._ucx.send_iov(ep, *iov),
-                                 lambda i, f: self._send_packed(ep, i, f, src, slots))
+            sends, nbytes, nframes = _post_parts(
+                grant.parts, order.pack, lambda part, f, tag: self._ucx.send(ep, part.view(f.first), tag),
+                lambda *iov: self._ucx.send_iov(ep, *iov),
+                lambda part, tag, f: self._send_packed(ep, tag, f, part, slots))
+            reply = {"ok": True, "nbytes": nbytes, "nframes": nframes, "crc": grant.crc}
             sends.append(self._ucx.send(ep, _encode(reply), REPLY_TAG))
             await _all(sends)
             await self._ucx.recv(ep, buf, ORDER_TAG)
@@ -126,12 +142,12 @@ class UcxServer:
         finally:
             self._source.close_pull(order, ok)
 
-    async def _send_packed(self, ep: ucxx.Endpoint, index: int, frame: Frame, src: PoolRanges,
+    async def _send_packed(self, ep: ucxx.Endpoint, tag: int, frame: Frame, src: PoolRanges,
                            slots: asyncio.Semaphore) -> None:
         async with slots:
             buf = self._staging.get()
             src.pack(frame.first, frame.count, buf)  # cheaper than a thread hop
-            await self._ucx.send(ep, buf[:frame.nbytes], FRAME_TAG + index)
+            await self._ucx.send(ep, buf[:frame.nbytes], tag)
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
 
@@ -145,9 +161,9 @@ class UcxPuller:
         self._idle: dict[tuple[str, int], list[ucxx.Endpoint]] = {}
         self._staging = Staging()
 
-    async def pull(self, peer: tuple[str, int], order: PullOrder, dst: PoolRanges,
+    async def pull(self, peer: tuple[str, int], order: PullOrder | RangeOrder, dst: list[PoolRanges],
                    verify: Callable[[int | None], Awaitable[None]]) -> None:
-        """Receive the order's ranges into dst; verify(source crc) before acknowledging."""
+        """Receive the order's ranges into dst (part after part); verify(source crc) before acknowledging."""
         ep = await self._acquire(peer)
         try:
             crc = await self._exchange(ep, order, dst)
@@ -169,28 +185,30 @@ class UcxPuller:
             raise
         self._ack_soon(peer, ep, ok=True)
 
-    async def _exchange(self, ep: ucxx.Endpoint, order: PullOrder, dst: PoolRanges) -> int | None:
+    async def _exchange(self, ep: ucxx.Endpoint, order: PullOrder | RangeOrder, dst: list[PoolRanges]) -> int | None:
         """Receive the frames; the source's crc once they are all in."""
-        frames = plan_frames(dst.lengths, order.pack)
         slots = asyncio.Semaphore(2 * STAGED_IN_FLIGHT)  # both sides take slots in frame order: no deadlock
         reply_buf = np.empty(REPLY_BYTES, dtype=np.uint8)
         posted: list[asyncio.Future] = []
         try:
             posted.append(reply := self._ucx.recv(ep, reply_buf, REPLY_TAG))
-            posted += _post_frames(frames, dst, lambda f, tag: self._ucx.recv(ep, dst.view(f.first), tag),
-                                   lambda *iov: self._ucx.recv_iov(ep, *iov),
-                                   lambda i, f: self._recv_packed(ep, i, f, dst, slots))
+            receives, expected, nframes = _post_parts(
+                dst, order.pack, lambda part, f, tag: self._ucx.recv(ep, part.view(f.first), tag),
+                lambda *iov: self._ucx.recv_iov(ep, *iov),
+                lambda part, tag, f: self._recv_packed(ep, tag, f, part, slots))
+            posted += receives
             posted.append(self._ucx.send(ep, encode_order(order), ORDER_TAG))
+            if isinstance(order, RangeOrder) and (body := range_body(order)).size:
+                posted.append(self._ucx.send(ep, body, ORDER_TAG))
             await reply
             answer = _decode(reply_buf)
             if not answer["ok"]:
                 self._ucx.abort(ep)  # the frame receives are posted: only closing the endpoint withdraws them
                 raise XferError(Failure[answer["failure"]], answer["message"])
-            expected = sum(f.nbytes for f in frames)
-            if answer["nbytes"] != expected or answer["nframes"] != len(frames):
+            if answer["nbytes"] != expected or answer["nframes"] != nframes:
                 self._ucx.abort(ep)
                 raise XferError(Failure.DATA_LOSS, f"source offers {answer['nbytes']} bytes in {answer['nframes']} "
-                                                   f"frames, destination expects {expected} in {len(frames)}")
+                                                   f"frames, destination expects {expected} in {nframes}")
             await _all(posted)
         except BaseException:
             await _cancel(posted)
@@ -209,11 +227,11 @@ class UcxPuller:
             log.warning("ack of a pull was not sent: %s", e)
         self._put_back(peer, ep)
 
-    async def _recv_packed(self, ep: ucxx.Endpoint, index: int, frame: Frame, dst: PoolRanges,
+    async def _recv_packed(self, ep: ucxx.Endpoint, tag: int, frame: Frame, dst: PoolRanges,
                            slots: asyncio.Semaphore) -> None:
         async with slots:
             buf = self._staging.get()
-            await self._ucx.recv(ep, buf[:frame.nbytes], FRAME_TAG + index)
+            await self._ucx.recv(ep, buf[:frame.nbytes], tag)
             dst.unpack(frame.first, frame.count, buf)  # cheaper than a thread hop
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
@@ -251,31 +269,36 @@ def _scatter_gather(ranges: PoolRanges) -> bool:
     return not ranges.pool.on_gpu and helper() is not None
 
 
-def _post_frames(frames: list[Frame], ranges: PoolRanges, single: Callable[[Frame, int], Awaitable[None]],
-                 batch: Callable[..., Awaitable[None]],
-                 staged: Callable[[int, Frame], Awaitable[None]]) -> list[Awaitable[None]]:
-    """Post every frame's send or receive: `single(frame, tag)` for a single range of the pool; the packed frames
-    as one scatter-gather `batch(*_iov_messages(...))` where this side can, else each through a staging buffer
-    (`staged(index, frame)`)."""
-    posted = [single(f, FRAME_TAG + i) for i, f in enumerate(frames) if not f.packed]
-    packed = [(i, f) for i, f in enumerate(frames) if f.packed]
-    if packed and _scatter_gather(ranges):
-        posted.append(batch(*_iov_messages(packed, ranges)))
-    elif packed:
-        posted += [asyncio.ensure_future(staged(i, f)) for i, f in packed]
-    return posted
+def _post_parts(parts: list[PoolRanges], pack: bool, single: Callable[[PoolRanges, Frame, int], Awaitable[None]],
+                batch: Callable[..., Awaitable[None]],
+                staged: Callable[[PoolRanges, int, Frame], Awaitable[None]]) -> tuple[list[Awaitable[None]], int, int]:
+    """Post every frame's send or receive, part after part, frame tags running on across parts (both sides plan
+    the same frames): `single(part, frame, tag)` for a single range of a pool; a part's packed frames as one
+    scatter-gather `batch(*_iov_messages(...))` where this side can, else each through a staging buffer
+    (`staged(part, tag, frame)`). Returns what was posted, and the bytes and frames in all."""
+    posted: list[Awaitable[None]] = []
+    tag = FRAME_TAG
+    nbytes = 0
+    for part in parts:
+        frames = plan_frames(part.lengths, pack)
+        tagged = [(tag + i, f) for i, f in enumerate(frames)]
+        tag += len(frames)
+        nbytes += sum(f.nbytes for f in frames)
+        posted += [single(part, f, t) for t, f in tagged if not f.packed]
+        packed = [(t, f) for t, f in tagged if f.packed]
+        if packed and _scatter_gather(part):
+            posted.append(batch(*_iov_messages(packed, part)))
+        elif packed:
+            posted += [asyncio.ensure_future(staged(part, t, f)) for t, f in packed]
+    return posted, nbytes, tag - FRAME_TAG
 
 
 def _iov_messages(packed: list[tuple[int, Frame]], ranges: PoolRanges) -> tuple:
-    """send_iov/recv_iov arguments for these (index, frame) pairs: tags, pool, counts, offsets, lengths."""
-    tags, counts, offsets, lengths = [], [], [], []
-    for i, frame in packed:
-        tags.append(FRAME_TAG + i)
-        counts.append(frame.count)
-        at, size = ranges.part(frame.first, frame.count)
-        offsets += at
-        lengths += size
-    return tags, ranges.pool.data, counts, offsets, lengths
+    """send_iov/recv_iov arguments for these (tag, frame) pairs: tags, pool, counts, offsets, lengths."""
+    parts = [ranges.part(frame.first, frame.count) for _, frame in packed]
+    offsets = np.concatenate([at for at, _ in parts])
+    lengths = np.concatenate([size for _, size in parts])
+    return [t for t, _ in packed], ranges.pool.data, [f.count for _, f in packed], offsets, lengths
 
 
 async def _all(futures: list[asyncio.Future]) -> None:

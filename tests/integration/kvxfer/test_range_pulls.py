@@ -3,6 +3,8 @@ that read outside the lease, or pools the lease does not cover, are refused."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import numpy as np
 import pytest
@@ -65,3 +67,51 @@ async def test_ranges_outside_the_lease_or_pools_it_does_not_cover_are_refused(s
         assert failed.value.code is grpc.StatusCode.INVALID_ARGUMENT and why in str(failed.value)
     assert not dst.tensor.any()  # nothing written
     assert (await client.stats()).live_leases == 1  # the lease stays for a retry
+
+
+async def test_cross_host_reshards_are_byte_exact_and_checked_at_the_source(start_kvxfer, make_pool, clients) -> None:
+    """Over UCX between two kvxfers: a TP 2 prefill's two pools into one pool and one pool into a TP 2 decode's
+    two pools equal the single-layout blocks; the source kvxfer refuses ranges outside the lease or of pools the
+    lease does not cover, and keeps the lease."""
+    host_a, host_b = await start_kvxfer(), await start_kvxfer()
+    a, b = clients(host_a.address), clients(host_b.address)
+    ranks = [make_pool("p0", HALF), make_pool("p0.r1", HALF)]
+    full_src = make_pool("p1")
+    await a.register_pool("p0", ranks[0])
+    await a.register_pool("p0.r1", ranks[1], owner="p0")
+    await a.register_pool("p1", full_src)
+    await a.register_pool("x0", make_pool("x0", HALF))  # another instance's pool
+    dst = make_pool("d0", fill=False)
+    dst_ranks = [make_pool("d1", HALF, fill=False), make_pool("d1.r1", HALF, fill=False)]
+    await b.register_pool("d0", dst)
+    await b.register_pool("d1", dst_ranks[0])
+    await b.register_pool("d1.r1", dst_ranks[1], owner="d1")
+    tp2 = [PoolShard("p0", Span(0, 2), Span(0, 1), HALF), PoolShard("p0.r1", Span(0, 2), Span(1, 1), HALF)]
+    src_blocks, dst_blocks = [5, 6, 7, 40, 2, 63], [9, 10, 30, 31, 0, 1]
+
+    handle = await a.create_lease("p0", src_blocks, num_tokens=90)
+    copies = reshard_copies(tp2, src_blocks, [PoolShard("d0", Span(0, 2), Span(0, 2), LAYOUT)], dst_blocks)
+    result = await b.pull_ranges(handle, copies, checksum=True, timeout_s=20)
+    assert (result.nbytes, result.path) == (6 * LAYOUT.block_bytes, "cross-host")
+    assert torch.equal(dst.tensor[dst_blocks], torch.cat([r.tensor[src_blocks] for r in ranks], dim=-2))
+
+    handle = await a.create_lease("p1", src_blocks, num_tokens=90)
+    into = [PoolShard("d1", Span(0, 2), Span(0, 1), HALF), PoolShard("d1.r1", Span(0, 2), Span(1, 1), HALF)]
+    copies = reshard_copies([PoolShard("p1", Span(0, 2), Span(0, 2), LAYOUT)], src_blocks, into, dst_blocks)
+    assert (await b.pull_ranges(handle, copies, timeout_s=20)).nbytes == 6 * LAYOUT.block_bytes
+    for head, pool in enumerate(dst_ranks):
+        assert torch.equal(pool.tensor[dst_blocks], full_src.tensor[src_blocks][..., head:head + 1, :])
+
+    handle = await a.create_lease("p0", [3], num_tokens=16)
+    one, length = np.array([0], np.int64), np.array([HALF.block_bytes], np.int64)
+    for bad, why in [(RangeCopy("p0", "d1", one + 4 * HALF.block_bytes, one, length), "outside the leased blocks"),
+                     (RangeCopy("x0", "d1", one + 3 * HALF.block_bytes, one, length), "not covered"),
+                     (RangeCopy("p0", "d1", one + 3 * HALF.block_bytes, one + HALF.pool_bytes, length), "past the end")]:
+        dst_ranks[0].tensor.zero_()
+        with pytest.raises(PullFailed) as failed:
+            await b.pull_ranges(handle, [bad], timeout_s=20)
+        assert failed.value.code is grpc.StatusCode.INVALID_ARGUMENT and why in str(failed.value)
+        assert not dst_ranks[0].tensor.any()
+    async with asyncio.timeout(5):  # the two pulled leases are released at the source's ack; the refused one stays
+        while (await a.stats()).live_leases != 1:
+            await asyncio.sleep(0.01)

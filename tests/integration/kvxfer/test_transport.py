@@ -33,8 +33,8 @@ class Source:
         self.closed: list[bool] = []
 
     async def open_pull(self, order: PullOrder) -> SourceGrant:
-        return SourceGrant(self.pool.ranges(block_ranges(order.src_blocks, order.dst_blocks, order.block_bytes),
-                                            "src"), None)
+        return SourceGrant([self.pool.ranges(block_ranges(order.src_blocks, order.dst_blocks, order.block_bytes),
+                                             "src")], None)
 
     def close_pull(self, order: PullOrder, ok: bool) -> None:
         self.closed.append(ok)
@@ -67,9 +67,10 @@ async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypa
     async def corrupt(crc: int | None) -> None:
         raise XferError(Failure.DATA_LOSS, "checksum mismatch")
 
-    def order(src_blocks: list[int], dst_blocks: list[int]) -> tuple[PullOrder, object]:
+    def order(src_blocks: list[int], dst_blocks: list[int]) -> tuple[PullOrder, list]:
         ranges = block_ranges(src_blocks, dst_blocks, LAYOUT.block_bytes)
-        return PullOrder("lease", "p0", src_blocks, dst_blocks, LAYOUT.block_bytes, False, True), dst.ranges(ranges, "dst")
+        return (PullOrder("lease", "p0", src_blocks, dst_blocks, LAYOUT.block_bytes, False, True),
+                [dst.ranges(ranges, "dst")])
 
     try:
         await puller.pull(peer, *order([3, 9, 4], [0, 5, 1]), verified)

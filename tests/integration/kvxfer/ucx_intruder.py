@@ -32,8 +32,8 @@ async def intrude(host: str, port: int, lease_id: str, instance_id: str, token: 
         pass
 
     try:
-        await asyncio.wait_for(puller.pull((host, port), order, dst.ranges(block_ranges([1], [0], LAYOUT.block_bytes),
-                                                                           "dst"), verify), 15)
+        await asyncio.wait_for(puller.pull((host, port), order, [dst.ranges(block_ranges([1], [0], LAYOUT.block_bytes),
+                                                                            "dst")], verify), 15)
     except Exception as e:
         return f"refused: {type(e).__name__}"
     return "pulled" if dst.data.any() else "pulled nothing"
