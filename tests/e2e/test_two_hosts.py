@@ -49,10 +49,14 @@ def _reference(model: str, workload: list[tuple[str, int]]) -> list[list[int]]:
         engine.close()
 
 
-def test_tokens_decoded_from_kv_that_crossed_hosts_equal_local_generation(veth_pair, tiny_llama_dir: str) -> None:
+@pytest.mark.parametrize("prefill_tp", [1, pytest.param(2, marks=pytest.mark.long)])
+def test_tokens_decoded_from_kv_that_crossed_hosts_equal_local_generation(veth_pair, tiny_llama_dir: str,
+                                                                          prefill_tp: int) -> None:
+    """prefill_tp 2: the decode (TP 1) pulls each layer's heads from the prefill's two rank pools on the other
+    host (a re-sharding pull over UCX)."""
     rng = random.Random(5)
     workload = [(" ".join(rng.choices(WORDS, k=rng.randint(3, 60))), rng.randint(8, 16)) for _ in range(8)]
-    spec = {"model": tiny_llama_dir, "workload": workload}
+    spec = {"model": tiny_llama_dir, "workload": workload, "prefill_tp": prefill_tp}
     if veth_pair is None:
         spec |= {"host": "127.0.0.1", "decode_host": "127.0.0.1"}
         enter: list[str] = []

@@ -38,7 +38,7 @@ async def serve(stack: Stack, workload: list[tuple[str, int]]) -> dict:
 def main(spec: dict) -> dict:
     host = spec["host"]
     config = StackConfig(model=spec["model"], host=host, grpc_port=free_port(host), http_port=free_port(host),
-                         devices=("cpu:0", "cpu:1"), num_blocks=256, max_batch_tokens=128, log_level="WARNING",
+                         devices=("cpu:0", "cpu:1"), prefill_tp=spec.get("prefill_tp", 1), num_blocks=256, max_batch_tokens=128, log_level="WARNING",
                          decode_host=spec["decode_host"], decode_netns=spec.get("decode_netns", ""),
                          allow_unauthenticated=True)  # the router binds the veth address, keyless on purpose
     stack = Stack(config)  # a private Redis on `host`, which the decode host reaches too
