@@ -7,7 +7,6 @@ allocations opened with cupy (services.kvxfer.gpu, imported only for them).
 from __future__ import annotations
 
 import ctypes
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,9 +181,11 @@ def copy_ranges(src: MappedPool, dst: MappedPool, ranges: Ranges) -> None:
     copy_all(dst.data.ctypes.data, ranges.dst, src.data.ctypes.data, ranges.src, ranges.length)
 
 
-def _packed_offsets(lengths: Sequence[int]) -> list[int]:
+def _packed_offsets(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
     """Where each of the lengths starts when they lie back to back."""
-    return list(itertools.accumulate(lengths[:-1], initial=0))
+    starts = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return starts
 
 
 def _slices(buf: np.ndarray, lengths: Sequence[int]) -> list[np.ndarray]:
