@@ -134,7 +134,7 @@ def copy_all(dst_base: int, dst: Sequence[int], src_base: int, src: Sequence[int
     per range."""
     kernel = copy_kernel() if len(lengths) >= KERNEL_FROM_RANGES else None
     if kernel is None:
-        for d, s, n in zip(dst, src, lengths):
+        for d, s, n in zip(*(x.tolist() if isinstance(x, np.ndarray) else x for x in (dst, src, lengths))):
             ctypes.memmove(dst_base + d, src_base + s, n)
         return
     # int64 arrays pass as they are (a re-sharding pull's); lists are converted. Held until the call returns.
