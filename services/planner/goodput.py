@@ -57,14 +57,14 @@ class Scenario:
 
     def prefill_attainment(self, par: Parallel, rate: float) -> float:
         prompts, _, arrivals = self.requests(rate)
-        ttft = simulate_prefill(self.model.at(par.tp), par.pp, self.lm(par.tp), prompts, arrivals)
+        ttft = simulate_prefill(self.model.at(par.tp, par.pp), par.pp, self.lm(par.tp), prompts, arrivals)
         return float(np.mean(ttft <= self.slo.ttft))
 
     def decode_attainment(self, par: Parallel, rate: float) -> float:
         prompts, outputs, arrivals = self.requests(rate)
         capacity = self.model.kv_capacity(par.tp, par.pp)
         misses = int((1 - self.slo.attainment) * len(prompts))  # beyond this the target is lost: stop early
-        tpot = simulate_decode(self.model.at(par.tp), par.pp, capacity, prompts, outputs, arrivals,
+        tpot = simulate_decode(self.model.at(par.tp, par.pp), par.pp, capacity, prompts, outputs, arrivals,
                                self.slo.tpot, misses)
         return float(np.mean(tpot <= self.slo.tpot))
 

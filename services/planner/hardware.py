@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -55,11 +56,24 @@ def shipped_model(name: str, shape: ModelShape) -> LatencyModel:
 
 
 def load_latency_model(hardware: str, shape: ModelShape, gpu_memory_gb: float = 80.0) -> LatencyModel:
-    """`hardware` is a shipped set name or a profile file written by `distserve profile`."""
+    """`hardware` is a shipped set name, a profile file written by `distserve profile`, or several (comma-separated,
+    or a folder of *.json) of one model at TP/PP layouts, TP 1 x PP 1 among them: the parallel model is then
+    fitted to them (parallel_fit.py)."""
     if hardware in SHIPPED:
         return shipped_model(hardware, shape)
-    if not Path(hardware).is_file():
-        raise ValueError(f"hardware: {hardware!r} is neither a shipped set ({', '.join(SHIPPED)}) nor a profile file")
     from services.planner.profile import fit_profile, read_profile
 
-    return fit_profile(read_profile(hardware), shape, gpu_memory_gb)
+    files = sorted(Path(hardware).glob("*.json")) if Path(hardware).is_dir() else [Path(f) for f in hardware.split(",")]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing or not files:
+        raise ValueError(f"hardware: {hardware!r} is neither a shipped set ({', '.join(SHIPPED)}) nor profile files"
+                         + (f" ({', '.join(missing)} missing)" if missing and len(files) > 1 else ""))
+    if len(files) == 1:
+        return fit_profile(read_profile(files[0]), shape, gpu_memory_gb)
+    from services.planner.parallel_fit import fit_parallel
+
+    model = fit_parallel([read_profile(f) for f in files])
+    if replace(shape, name=model.shape.name) != model.shape:
+        raise ValueError(f"hardware: profiles are of model {model.shape.name!r}, not {shape.name!r}")
+    model.gpu_memory_gb = gpu_memory_gb
+    return model

@@ -108,7 +108,8 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
     hop = serving or ServingOverheads()
     n = len(prompts)
     prompt, output = prompts.tolist(), outputs.tolist()
-    p_coeffs, d_coeffs = model.at(placement.prefill.tp), model.at(placement.decode.tp)
+    p_coeffs = model.at(placement.prefill.tp, placement.prefill.pp)
+    d_coeffs = model.at(placement.decode.tp, placement.decode.pp)
     lm = max_batch_tokens or p_coeffs.saturation_tokens()
     capacity = model.kv_capacity(placement.decode.tp, placement.decode.pp)
     first, start, finish, owner = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
