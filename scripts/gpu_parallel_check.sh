@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The NCCL path of TP/PP instances in one run on a machine with 2 or more GPUs: greedy tokens of
-# `generate --local` on cuda with TP 2 and with PP 2 equal TP 1. With fewer GPUs it says so and exits 0 (NCCL
-# takes one GPU per rank). Logs go to $OUT (the device tool's folder), else ./gpu-parallel-check.
+# `generate --local` on cuda with TP 2 and with PP 2 equal TP 1, and a TP 2 instance's rank pools register with a
+# kvxfer by CUDA IPC and pull (scripts/gpu_rank_pools_check.py; needs cupy, as scripts/gpu_check.sh installs it).
+# With fewer GPUs it says so and exits 0 (NCCL takes one GPU per rank). Logs go to $OUT (the device tool's folder), else ./gpu-parallel-check.
 set -uo pipefail
 out=${OUT:-gpu-parallel-check}
 mkdir -p "$out"
@@ -23,4 +24,10 @@ for layout in "--tp 2" "--pp 2"; do
   if [ "$got" = "$ref" ]; then echo "$layout: equal to TP 1 ($ref)"; else echo "$layout: $got != TP 1 $ref"; rc=1; fi
 done | tee "$out/result.txt"
 grep -q "!=" "$out/result.txt" && rc=1
+if timeout 300 python3 scripts/gpu_rank_pools_check.py >"$out/rank-pools.txt" 2>"$out/rank-pools.log"; then
+  echo "GPU rank pools: registered and pulled" | tee -a "$out/result.txt"
+else
+  echo "GPU rank pools: FAILED (rank-pools.txt, rank-pools.log)" | tee -a "$out/result.txt"; rc=1
+fi
+cat "$out/rank-pools.txt"
 exit $rc

@@ -22,7 +22,7 @@ from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
 from services.engine.parallel.pools import rank_pools
 from services.instance.config import InstanceSettings
-from services.instance.kv_shards import rank_pool_id
+from services.instance.kv_shards import rank_pool_id, register_rank_pools
 from services.instance.pool_keeper import PoolKeeper
 from services.instance.stats import export_gauges
 from services.kvxfer.client import KVXferClient
@@ -52,12 +52,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     pools = rank_pools(engine)
 
     async def register_pools() -> None:
-        for pool in pools:  # rank r's pool under its own id, covered by the instance's leases
-            if pool.rank and pool.path is None:
-                log.warning("rank %d's KV pool is not in a file this host's kvxfer can map: pulls cannot reach it",
-                            pool.rank)
-                continue
-            await kv.register_pool(rank_pool_id(instance_id, pool.rank), pool, owner=instance_id if pool.rank else "")
+        await register_rank_pools(kv, instance_id, pools)
 
     keeper = PoolKeeper(kv, instance_id, register_pools) if kv is not None else None
     if kv is not None:

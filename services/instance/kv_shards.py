@@ -1,14 +1,19 @@
-"""Rank pools of TP/PP instances at the kvxfer boundary: their ids, and the KVHandle's shard list ⇄ PoolShards."""
+"""Rank pools of TP/PP instances at the kvxfer boundary: their ids and registration, and the KVHandle's shard list
+⇄ PoolShards."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from distserve.v1 import kv_pb2
 from services.common.kv_layout import KVLayout
 from services.engine.parallel.pools import RankPool
 from services.engine.parallel.shard import Span
+from services.kvxfer.client import KVXferClient
 from services.kvxfer.convert import layout_from_pb
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +29,17 @@ class PoolShard:
 def rank_pool_id(instance_id: str, rank: int) -> str:
     """Rank 0's pool is registered under the instance id, rank r's under `{instance_id}.r{r}`."""
     return instance_id if rank == 0 else f"{instance_id}.r{rank}"
+
+
+async def register_rank_pools(kv: KVXferClient, instance_id: str, pools: list[RankPool]) -> None:
+    """Every rank's pool with the host's kvxfer, rank r's under its own id, covered by the instance's leases: a
+    /dev/shm file on CPU, on GPU the CUDA IPC handle its process exported (rank 0's: exported here)."""
+    for pool in pools:
+        if pool.rank and pool.path is None and pool.cuda_ipc is None:
+            log.warning("rank %d's KV pool is neither a file nor a GPU allocation this host's kvxfer can map: "
+                        "pulls cannot reach it", pool.rank)
+            continue
+        await kv.register_pool(rank_pool_id(instance_id, pool.rank), pool, owner=instance_id if pool.rank else "")
 
 
 def pool_shards(instance_id: str, pools: list[RankPool]) -> list[PoolShard]:

@@ -17,6 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
 from services.common.auth import TOOL
+from services.common.cuda_ipc import export_ipc
 from services.common.errors import ServingError
 from services.common.kv_layout import KVLayout
 from services.common.links import call_metadata, internal_channel
@@ -35,7 +36,8 @@ class SharedPool(Protocol):
     layout: KVLayout
     device: Any  # torch.device: .type "cpu" or "cuda"
     path: str | None
-    tensor: Any  # torch.Tensor (read only to export a CUDA IPC handle)
+    tensor: Any  # torch.Tensor (read only to export a CUDA IPC handle); a rank pool also has `cuda_ipc`, which
+                 # its own process exported (tensor None)
 
 
 class PullFailed(ServingError):
@@ -73,15 +75,15 @@ class KVXferClient:
                 await asyncio.sleep(0.05)
 
     async def register_pool(self, instance_id: str, pool: SharedPool, owner: str = "") -> None:
-        """Let kvxfer map the pool: a /dev/shm file on CPU, a CUDA IPC handle on GPU; `owner`: the instance whose
+        """Let kvxfer map the pool: a /dev/shm file on CPU, a CUDA IPC handle on GPU (the pool's `cuda_ipc` where it
+        has one, else exported from its tensor here); `owner`: the instance whose
         leases cover it (a TP/PP rank's pool registered under its own id)."""
         request = kvxfer_pb2.RegisterPoolRequest(instance_id=instance_id, layout=layout_to_pb(pool.layout),
                                                  device=str(pool.device), owner=owner)
-        if pool.device.type == "cuda":
-            from services.kvxfer.gpu import export_ipc
-
-            handle, offset, index = export_ipc(pool.tensor)
-            request.cuda_ipc.CopyFrom(kvxfer_pb2.CudaIpcHandle(handle=handle, offset=offset, device_index=index))
+        if pool.device.type == "cuda":  # a rank's pool in another process: the handle that process exported
+            ipc = getattr(pool, "cuda_ipc", None) or export_ipc(pool.tensor)
+            request.cuda_ipc.CopyFrom(kvxfer_pb2.CudaIpcHandle(handle=ipc.handle, offset=ipc.offset,
+                                                               device_index=ipc.device_index))
         elif pool.path is None:
             raise ValueError("a CPU pool must live in a /dev/shm file (KVPool(..., path=shm_path(...)))")
         else:

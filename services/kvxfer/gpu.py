@@ -59,13 +59,6 @@ def _close(ptr: int, device_index: int) -> None:
         cupy.cuda.runtime.ipcCloseMemHandle(ptr)
 
 
-def export_ipc(tensor) -> tuple[bytes, int, int]:
-    """(IPC handle, byte offset, device index) of a CUDA torch tensor's allocation (worker side)."""
-    storage = tensor.untyped_storage()
-    device_index, handle, _size, storage_offset, *_ = storage._share_cuda_()
-    return bytes(handle), storage_offset + tensor.storage_offset() * tensor.element_size(), device_index
-
-
 def copy_blocks(dst: cupy.ndarray, dst_ids: Sequence[int], src: cupy.ndarray, src_ids: Sequence[int],
                 block_bytes: int) -> bool:
     """Copy block src_ids[i] of pool src into block dst_ids[i] of pool dst in one kernel launch, and wait for it.

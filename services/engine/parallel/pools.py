@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from services.common.cuda_ipc import CudaIpcHandle
 from services.common.kv_layout import KVLayout
 from services.engine.engine import LLMEngine
 from services.engine.parallel.rank import rank_layout
@@ -23,6 +24,7 @@ class RankPool:
     path: str | None
     device: torch.device
     tensor: torch.Tensor | None = None  # rank 0's own pool tensor; other ranks' live in their processes
+    cuda_ipc: CudaIpcHandle | None = None  # another rank's GPU pool, as its process exported it
 
 
 def rank_pools(engine: LLMEngine) -> list[RankPool]:
@@ -37,5 +39,7 @@ def rank_pools(engine: LLMEngine) -> list[RankPool]:
         shard = shard_for(mc, c.tp, c.pp, spec.rank)
         pools.append(RankPool(spec.rank, shard.layers, shard.kv_heads,
                               rank_layout(mc, shard, spec.num_blocks, spec.block_size, spec.dtype),
-                              spec.pool_path, torch.device(spec.device)))
+                              spec.pool_path, torch.device(spec.device),
+                              tensor=engine.runner.pool.tensor if spec.rank == 0 else None,
+                              cuda_ipc=engine.runner.ipc.get(spec.rank)))
     return pools

@@ -38,6 +38,11 @@ def ready_key(rank: int) -> str:
     return f"ready/{rank}"
 
 
+def ipc_key(rank: int) -> str:
+    """Where a rank on a GPU leaves its pool's CUDA IPC handle (before it says ready) for rank 0 to register."""
+    return f"ipc/{rank}"
+
+
 def spec_key(rank: int) -> str:
     """Where rank 0 publishes a rank's RankSpec for ranks started elsewhere, which ask for it."""
     return f"spec/{rank}"

@@ -12,10 +12,11 @@ from dataclasses import replace
 
 import torch.distributed as dist
 
+from services.common.cuda_ipc import export_ipc
 from services.common.model_config import ModelConfig
 from services.engine.device import keep_freed_memory, setup_device
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
-from services.engine.parallel.procs import ready_key, spec_key
+from services.engine.parallel.procs import ipc_key, ready_key, spec_key
 from services.engine.parallel.rank import RankSpec, RankWorker
 from services.engine.parallel.shard import shard_for
 
@@ -52,6 +53,8 @@ def serve_rank(spec: RankSpec, store: dist.Store) -> int:
     groups = make_groups(spec.rank, spec.tp, spec.pp)
     worker = RankWorker(spec, config, shard, groups, device)
     try:
+        if device.type == "cuda":  # rank 0 registers this pool with the host's kvxfer by its handle
+            store.set(ipc_key(spec.rank), export_ipc(worker.pool.tensor).to_json())
         store.set(ready_key(spec.rank), "1")
         connect(groups, store, device)
         while (plan := groups.world.broadcast_object()) is not None:

@@ -13,10 +13,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from services.common.cuda_ipc import CudaIpcHandle
 from services.common.model_config import ModelConfig
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
 from services.engine.parallel.plan import MicroPlan, StepPlan
-from services.engine.parallel.procs import kill_ranks, publish_specs, spawn_ranks, stop_ranks, wait_ready
+from services.engine.parallel.procs import ipc_key, kill_ranks, publish_specs, spawn_ranks, stop_ranks, wait_ready
 from services.engine.parallel.rank import RankSpec, RankWorker
 from services.engine.parallel.shard import ParallelConfigError, check_layout, shard_for
 from services.engine.sampler import sample
@@ -69,6 +70,9 @@ class ParallelRunner:
             self.worker = RankWorker(self.specs[0], config, shard_for(config, tp, pp, 0), self.groups,
                                      torch.device(placed[0]))
             wait_ready(self._store, self.specs[1:], self._ranks)
+            # the GPU ranks' pools, as their processes exported them (rank 0 registers every pool with kvxfer)
+            self.ipc = {s.rank: CudaIpcHandle.from_json(self._store.get(ipc_key(s.rank)))
+                        for s in self.specs[1:] if s.device.startswith("cuda")}
             connect(self.groups, self._store, self.worker.device)
         except BaseException:
             self._finalizer()
