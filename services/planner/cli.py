@@ -32,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     plan = subparsers.add_parser("plan", help="find the goodput-optimal placement and plot attainment vs rate")
     plan.add_argument("--model", default="opt-13b", help="preset name or model folder")
-    plan.add_argument("--hardware", default="a100-80gb", help="shipped coefficient set or profile file")
+    plan.add_argument("--hardware", default="a100-80gb", help="shipped coefficient set, profile file, or profiles of "
+                      "TP/PP layouts (comma-separated, or a folder): the parallel model is fitted to them")
     plan.add_argument("--nodes", type=int, default=1)
     plan.add_argument("--gpus-per-node", type=int, default=4)
     plan.add_argument("--gpu-memory-gb", type=float, default=80.0)
@@ -65,6 +66,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prof.add_argument("--pp", type=int, default=1, help="... and this many pipeline stages")
     prof.add_argument("--devices", default="", help="comma-separated device per rank (default: consecutive from --device)")
     prof.set_defaults(func=_profile)
+
+    fit = subparsers.add_parser("parallel-fit", help="fit the planner's parallel model (intra-op speed-up K, "
+                                "pipeline stage cost) to profiles of TP/PP layouts; print it")
+    fit.add_argument("profiles", help="a folder of profile files, or several comma-separated (TP 1 x PP 1 among them)")
+    fit.add_argument("--json", action="store_true")
+    fit.set_defaults(func=_parallel_fit)
 
     from services.planner.bench import register as register_bench
 
@@ -165,4 +172,22 @@ def _profile(args: argparse.Namespace) -> int:
     d = coeffs.decode_small
     print(f"decode  = {d.c0 * 1e3:.3f} ms + {d.per_ctx * 1e9:.3f} ns/context token + {d.per_req * 1e6:.3f} us/request")
     print("appendix A: " + ", ".join(f"{k}={v:.3e}" for k, v in appendix_a_constants(coeffs, shape, args.tp).items()))
+    return 0
+
+
+def _parallel_fit(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from services.planner.hardware import profile_files
+    from services.planner.parallel_fit import fit_parallel
+    from services.planner.profile import read_profile
+
+    c = fit_parallel([read_profile(f) for f in profile_files(args.profiles)]).parallel
+    if args.json:
+        print(json.dumps(asdict(c)))
+        return 0
+    print(f"layouts profiled (TP x PP): {', '.join(f'{t}x{p}' for t, p in c.measured)}")
+    print(f"intra-op speed-up K per doubling of TP: prefill {c.k_prefill:.2f}, decode {c.k_decode:.2f}")
+    print(f"pipeline stage hand-off: prefill {c.stage_prefill[0] * 1e3:.3f} ms + {c.stage_prefill[1] * 1e6:.3f} us/token,"
+          f" decode {c.stage_decode[0] * 1e3:.3f} ms + {c.stage_decode[1] * 1e6:.3f} us/request")
     return 0

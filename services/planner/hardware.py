@@ -55,6 +55,15 @@ def shipped_model(name: str, shape: ModelShape) -> LatencyModel:
                         gpu_memory_gb=SHIPPED[name][2])
 
 
+def profile_files(spec: str) -> list[Path]:
+    """The profile files a folder (its *.json) or a comma-separated list names; ValueError if any is missing."""
+    files = sorted(Path(spec).glob("*.json")) if Path(spec).is_dir() else [Path(f) for f in spec.split(",") if f]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing or not files:
+        raise ValueError("profile files" + (f" ({', '.join(missing)} missing)" if missing else ""))
+    return files
+
+
 def load_latency_model(hardware: str, shape: ModelShape, gpu_memory_gb: float = 80.0) -> LatencyModel:
     """`hardware` is a shipped set name, a profile file written by `distserve profile`, or several (comma-separated,
     or a folder of *.json) of one model at TP/PP layouts, TP 1 x PP 1 among them: the parallel model is then
@@ -63,11 +72,10 @@ def load_latency_model(hardware: str, shape: ModelShape, gpu_memory_gb: float = 
         return shipped_model(hardware, shape)
     from services.planner.profile import fit_profile, read_profile
 
-    files = sorted(Path(hardware).glob("*.json")) if Path(hardware).is_dir() else [Path(f) for f in hardware.split(",")]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing or not files:
-        raise ValueError(f"hardware: {hardware!r} is neither a shipped set ({', '.join(SHIPPED)}) nor profile files"
-                         + (f" ({', '.join(missing)} missing)" if missing and len(files) > 1 else ""))
+    try:
+        files = profile_files(hardware)
+    except ValueError as e:
+        raise ValueError(f"hardware: {hardware!r} is neither a shipped set ({', '.join(SHIPPED)}) nor {e}") from e
     if len(files) == 1:
         return fit_profile(read_profile(files[0]), shape, gpu_memory_gb)
     from services.planner.parallel_fit import fit_parallel
