@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from services.common.kv_layout import KVLayout
 from services.kvxfer.backlog import LeaseBacklog
@@ -132,18 +132,25 @@ class KVXferCore:
     async def pull(self, source: SourceRef, dst_instance_id: str, dst_block_ids: list[int],
                    checksum: bool, timeout_s: float = 0.0) -> PullResult:
         """Copy the source blocks into dst_block_ids; the destination blocks are the caller's to free."""
+        return await self._measured(
+            source, "pull", lambda: self._pull_local(source, dst_instance_id, dst_block_ids, checksum),
+            lambda t: self._pull_remote(source, dst_instance_id, dst_block_ids, checksum, t), timeout_s)
+
+    async def _measured(self, source: SourceRef, what: str, local: Callable[[], Awaitable[tuple[int, int | None]]],
+                        remote: Callable[[float], Awaitable[tuple[int, int | None]]], timeout_s: float) -> PullResult:
+        """Run a pull (`local` when the source instance is registered here, else `remote` with its time bound),
+        counted in the metrics; `local`/`remote` return (bytes, crc)."""
         start = time.perf_counter()
         path = "same-host" if source.instance_id in self.pools else "cross-host"
         self._in_flight += 1
         try:
             if path == "same-host":
-                nbytes, crc = await self._pull_local(source, dst_instance_id, dst_block_ids, checksum)
+                nbytes, crc = await local()
             else:
-                nbytes, crc = await self._pull_remote(source, dst_instance_id, dst_block_ids, checksum,
-                                                      min(timeout_s or self._pull_timeout_s, self._pull_timeout_s))
+                nbytes, crc = await remote(min(timeout_s or self._pull_timeout_s, self._pull_timeout_s))
         except XferError as e:
             self.metrics.pull_failed(e.failure.name.lower())
-            log.warning("pull of lease %s failed: %s", source.lease_id, e)
+            log.warning("%s of lease %s failed: %s", what, source.lease_id, e)
             raise
         except asyncio.CancelledError:
             self.metrics.pull_failed("cancelled")
@@ -210,27 +217,15 @@ class KVXferCore:
                           timeout_s: float = 0.0) -> PullResult:
         """Copy byte ranges from pools of the source's instance into pools here (a re-sharding pull): on this
         host by one C loop, else over UCX from the source's kvxfer, which checks the source side itself."""
-        start = time.perf_counter()
-        path = "same-host" if source.instance_id in self.pools else "cross-host"
-        self._in_flight += 1
-        try:
-            if path == "same-host":
-                crc = await self._ranges_local(source, copies, checksum)
-            else:
-                crc = await self._ranges_remote(source, copies, checksum,
-                                                min(timeout_s or self._pull_timeout_s, self._pull_timeout_s))
-        except XferError as e:
-            self.metrics.pull_failed(e.failure.name.lower())
-            log.warning("re-sharding pull of lease %s failed: %s", source.lease_id, e)
-            raise
-        except asyncio.CancelledError:
-            self.metrics.pull_failed("cancelled")
-            raise
-        finally:
-            self._in_flight -= 1
-        nbytes, seconds = sum(int(c.length.sum()) for c in copies), time.perf_counter() - start
-        self.metrics.pull_ok(path, nbytes, seconds)
-        return PullResult(nbytes, seconds, path, crc)
+        nbytes = sum(int(c.length.sum()) for c in copies)
+
+        async def local() -> tuple[int, int | None]:
+            return nbytes, await self._ranges_local(source, copies, checksum)
+
+        async def remote(bound_s: float) -> tuple[int, int | None]:
+            return nbytes, await self._ranges_remote(source, copies, checksum, bound_s)
+
+        return await self._measured(source, "re-sharding pull", local, remote, timeout_s)
 
     async def _ranges_local(self, source: SourceRef, copies: list[RangeCopy], checksum: bool) -> int | None:
         lease = self._pin(source.lease_id)
