@@ -7,7 +7,6 @@ from __future__ import annotations
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -20,23 +19,10 @@ from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.api_keys import add_key
 from services.common.net import free_port
 from services.common.tls import client_port_channel
+from tests.integration.test_front_doors import start_router, wait_answering
 from tests.tls_certs import Authority
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-
-
-def _answering(address: str, proc: subprocess.Popen, ca: bytes, timeout_s: float = 60) -> None:
-    """Until the router's health service answers over TLS (NOT_SERVING while it has no instances)."""
-    deadline = time.monotonic() + timeout_s
-    with client_port_channel(address, ca) as channel:
-        while True:
-            assert proc.poll() is None, "router exited"
-            try:
-                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
-                return
-            except grpc.RpcError:
-                assert time.monotonic() < deadline, "router not answering over TLS"
-                time.sleep(0.1)
 
 
 def _generate(channel: grpc.Channel, key: str) -> grpc.StatusCode:
@@ -54,14 +40,11 @@ def test_router_client_ports_speak_tls_to_clients_that_trust_its_ca(
     ca, cert, key_file = issued["DISTSERVE_TLS_CA"], issued["DISTSERVE_TLS_CERT"], issued["DISTSERVE_TLS_KEY"]
     other_ca = Authority("other-ca").issue(tmp_path / "other", "x")["DISTSERVE_TLS_CA"]
     key = add_key(tmp_path / "keys", "app")
-    grpc_port, http_port = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "services", "--log-level", "WARNING", "router", "--model",
-                             tiny_llama_dir, "--redis-url", redis_url, "--grpc-port", str(grpc_port), "--http-port",
-                             str(http_port), "--api-key-file", str(tmp_path / "keys"), "--tls-cert", cert,
-                             "--tls-key", key_file])
+    proc, grpc_port, http_port = start_router(tiny_llama_dir, redis_url, "--api-key-file", str(tmp_path / "keys"),
+                                              "--tls-cert", cert, "--tls-key", key_file)
     address = f"127.0.0.1:{grpc_port}"
     try:
-        _answering(address, proc, Path(ca).read_bytes())
+        wait_answering(address, proc, ca=Path(ca).read_bytes())
         with client_port_channel(address, Path(ca).read_bytes()) as channel:
             assert _generate(channel, key) is grpc.StatusCode.UNAVAILABLE  # through TLS and the key: no instances
         for refused in (client_port_channel(address), client_port_channel(address, Path(other_ca).read_bytes())):
