@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from services.common.auth import token
 from services.common.secret import client_secret
 from services.common.tls import ENV as TLS_ENV
+from services.common.tls import SERVER_NAME_ENV
 
 Client = TypeVar("Client")
 
@@ -44,15 +45,16 @@ def resolve_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def tls_options(url: str) -> dict[str, str]:
+def tls_options(url: str) -> dict[str, str | bool]:
     """redis-py's TLS arguments for `url`: none for redis://; for rediss://, the deployment's certificates."""
     if urlsplit(url).scheme != "rediss":
         return {}
     paths = {field: os.environ.get(var, "") for field, var in TLS_ENV.items()}
     if not all(paths.values()):
         raise ValueError(f"{url} is TLS: it needs {', '.join(TLS_ENV.values())}")
+    # one certificate for the whole deployment (DISTSERVE_TLS_SERVER_NAME) names no node: the CA vouches alone
     return {"ssl_ca_certs": paths["ca"], "ssl_certfile": paths["cert"], "ssl_keyfile": paths["key"],
-            "ssl_cert_reqs": "required"}
+            "ssl_cert_reqs": "required", "ssl_check_hostname": not os.environ.get(SERVER_NAME_ENV)}
 
 
 def client(cls: type[Client], url: str, **options: object) -> Client:
