@@ -39,7 +39,8 @@ class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):
                     reason = out.finish_reason.value if out.finish_reason else ""
                     yield worker_pb2.TokenChunk(token_ids=out.new_token_ids, finish_reason=reason,
                                                 stamps=stamps.to_proto() if first else None,
-                                                logprobs=logprobs_to_proto(out.logprobs))
+                                                logprobs=logprobs_to_proto(out.logprobs),
+                                                prompt_logprobs=logprobs_to_proto(out.prompt_logprobs))
                     first = False
         except Exception as exc:
             await abort_with(context, exc)

@@ -46,6 +46,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # divides (positive) or multiplies the logits of prompt and output tokens
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
     min_tokens: int = 0  # EOS and stop tokens cannot be drawn before this many tokens
+    prompt_logprobs: int | None = None  # set: each prompt token's logprob (from the second) and this many top ones
 
     @property
     def greedy(self) -> bool:
@@ -71,8 +72,10 @@ class SamplingParams:
             raise EngineInputError("stop_token_ids", f"ids must be in [0, {INT32_MAX}]")
         if len(self.stop) > MAX_STOP_STRINGS or not all(self.stop):
             raise EngineInputError("stop", f"at most {MAX_STOP_STRINGS} non-empty strings")
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise EngineInputError("logprobs", f"must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        for name in ("logprobs", "prompt_logprobs"):
+            k = getattr(self, name)
+            if k is not None and not 0 <= k <= MAX_LOGPROBS:
+                raise EngineInputError(name, f"must be in [0, {MAX_LOGPROBS}], got {k}")
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2.0 <= getattr(self, name) <= 2.0:
                 raise EngineInputError(name, f"must be in [-2, 2], got {getattr(self, name)}")

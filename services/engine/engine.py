@@ -54,6 +54,7 @@ class StepOutput:
     step_start: float = 0.0  # unix seconds: the step that produced this output
     step_end: float = 0.0
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # of new_token_ids, when the request asked
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # with the first token, when asked: of prompt tokens 1..
     error: str = ""  # the step failed for this request alone: it ends here (finish_reason ABORT)
 
     @property
@@ -97,6 +98,8 @@ class LLMEngine:
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served."""
         validate_request(self.model_config, prompt_ids, params)
+        if params.prompt_logprobs is not None and self.config.tp * self.config.pp > 1:
+            raise EngineInputError("logprobs", "prompt logprobs (echo with logprobs) need a single-rank instance")
         needed = self.blocks.blocks_for(len(prompt_ids) + params.max_tokens)
         if needed > self.blocks.num_blocks:
             raise EngineInputError(
@@ -174,12 +177,14 @@ class LLMEngine:
         for it in batch.items:
             seq, samples = it.seq, it.samples
             seq.num_computed += it.num_new
+            seq.prompt_logprobs.extend(result.prompt_logprobs.get(seq.request_id, ()))
             if not samples:
                 continue
             token, logprobs = next(sampled)
             seq.output_ids.append(token)
             out = StepOutput(seq.request_id, [token], num_prompt_tokens=len(seq.prompt_ids),
-                             step_start=step_start, step_end=step_end, logprobs=[logprobs] if logprobs else [])
+                             step_start=step_start, step_end=step_end, logprobs=[logprobs] if logprobs else [],
+                             prompt_logprobs=seq.prompt_logprobs if len(seq.output_ids) == 1 else [])
             reason = self._finish_reason(seq, token)
             if reason is not None:
                 self.scheduler.finish(seq, reason)

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
-from services.common.sampling import FinishReason, SamplingParams
+from services.common.sampling import FinishReason, SamplingParams, TokenLogprobs
 
 
 class SeqStatus(Enum):
@@ -27,6 +27,7 @@ class Sequence:
     status: SeqStatus = SeqStatus.WAITING
     finish_reason: FinishReason | None = None
     arrival: float = field(default_factory=time.time)
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # asked: of prompt tokens 1.. computed so far
 
     @property
     def num_tokens(self) -> int:

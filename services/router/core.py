@@ -38,6 +38,7 @@ class Chunk:
     finish_reason: str = ""
     index: int = 0  # the choice
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # one per token, when asked
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # a choice's first chunk: of prompt tokens 1..
 
 
 def _instance_gone(exc: BaseException) -> bool:
@@ -124,7 +125,8 @@ class RouterCore:
                 reason = tokens.finish_reason
                 delta = text.push(list(tokens.token_ids), final=bool(reason))
                 logprobs = logprobs_from_proto(tokens.logprobs[: len(delta.token_ids)])
-                yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index, logprobs)
+                yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index, logprobs,
+                            logprobs_from_proto(tokens.prompt_logprobs))
                 if delta.stopped:
                     return
 
@@ -136,7 +138,9 @@ class RouterCore:
         produced: list[int] = []
         for attempt in range(self.retries + 1):
             req.attempt = attempt
-            rest = replace(req.params, max_tokens=req.params.max_tokens - len(produced))
+            # the prompt's logprobs came with the first token: a re-prefill of prompt + output does not ask again
+            rest = replace(req.params, max_tokens=req.params.max_tokens - len(produced),
+                           prompt_logprobs=None if produced else req.params.prompt_logprobs)
             try:
                 async for tokens in self._disagg_once(req, req.prompt_ids + produced, rest):
                     produced.extend(tokens.token_ids)
@@ -160,7 +164,7 @@ class RouterCore:
         streamed = False
         try:
             yield worker_pb2.TokenChunk(token_ids=[prefilled.first_token], finish_reason=prefilled.finish_reason,
-                                        logprobs=prefilled.logprobs)
+                                        logprobs=prefilled.logprobs, prompt_logprobs=prefilled.prompt_logprobs)
             if prefilled.finish_reason:
                 return
             load = len(prompt_ids) + params.max_tokens
@@ -202,7 +206,11 @@ class RouterCore:
                 self.dispatcher.acquire("decode", len(req.prompt_ids) + params.max_tokens), self.dispatcher.release)
             req.decode_instance = assignment.info.id
             try:
+                first = True
                 async for chunk in self._decode(req, req.prompt_ids, params, prefilled, assignment, sample_first=True):
+                    if first:  # every choice gets the prompt's logprobs, computed once by the shared prefill
+                        chunk.prompt_logprobs.extend(prefilled.prompt_logprobs)
+                        first = False
                     yield chunk
             except Exception as exc:
                 if _instance_gone(exc):
@@ -245,7 +253,7 @@ class RouterCore:
         call = stub.Decode(worker_pb2.DecodeRequest(
             request_id=req.downstream_id, prompt_token_ids=prompt_ids,
             first_token=None if sample_first else prefilled.first_token,
-            sampling=sampling_to_proto(params), kv=prefilled.kv), timeout=req.remaining())
+            sampling=sampling_to_proto(replace(params, prompt_logprobs=None)), kv=prefilled.kv), timeout=req.remaining())
         async for chunk in self._relay(req, call, assignment):
             yield chunk
 
