@@ -12,7 +12,17 @@ INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # seeds travel as int64 on the wire
 MAX_STOP_STRINGS = 4
 MAX_LOGPROBS = 20
+MAX_N = 16  # choices per request
 GREEDY_BELOW = 1e-5  # temperatures under this sample greedily (vLLM's rule): float32 cannot scale by them
+_GOLDEN = 0x9E3779B97F4A7C15  # spreads the choices' seeds over the whole range
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """The seed of choice `index` of an n > 1 request (the router's and a colocated instance's alike): choice 0
+    keeps the request's seed (n=1 is unchanged); the others get distinct seeds derived from it."""
+    if index == 0:
+        return seed
+    return (seed + index * _GOLDEN + 2**63) % 2**64 - 2**63  # stays an int64
 
 
 @dataclass(frozen=True, slots=True)

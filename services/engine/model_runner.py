@@ -121,6 +121,10 @@ class ModelRunner:
         hidden = self.model(torch.tensor(input_ids, device=self.device), torch.arange(n, device=self.device), self.pool.tensor, meta)
         return self.model.compute_logits(hidden)
 
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copies one KV block (all layers): a choice's own copy of the block holding its shared prompt's end."""
+        self.pool.tensor[dst].copy_(self.pool.tensor[src])
+
     def lost_rank(self) -> str | None:
         """One process, no rank to lose (a TP/PP runner says which rank exited)."""
         return None

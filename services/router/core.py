@@ -19,7 +19,7 @@ from services.common.errors import Overloaded
 from services.common.registry import Registry
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.tokenizer import Tokenizer
-from services.router.choices import SharedPrefill, merge
+from services.router.choices import SharedPrefill, SharedStream, merge
 from services.router.cleanup import Cleanups
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
 from services.router.gate import SloGate
@@ -105,21 +105,22 @@ class RouterCore:
 
     def _choices(self, req: RouterRequest) -> list[AsyncIterator[Chunk]]:
         if req.n == 1:
-            return [self._choice(req)]
-        shared = None
-        if self.mode == "disagg":
-            # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
-            params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
-            shared = SharedPrefill(req.n, lambda: self._with_retries(
-                "prefill", len(req.prompt_ids), lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n)),
-                self.release_lease)
-        return [self._choice(req.choice(i, shared)) for i in range(req.n)]
+            return [self._choice(req, self._disagg(req) if self.mode == "disagg" else self._colocated(req))]
+        if self.mode != "disagg":  # one instance call for the n choices, which share the prompt's K/V there
+            stream = SharedStream(req.n, lambda: self._colocated(req))
+            return [self._choice(req.choice(i, None), stream.choice(i)) for i in range(req.n)]
+        # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
+        params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
+        shared = SharedPrefill(req.n, lambda: self._with_retries(
+            "prefill", len(req.prompt_ids), lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n)),
+            self.release_lease)
+        choices = [req.choice(i, shared) for i in range(req.n)]
+        return [self._choice(choice, self._disagg(choice)) for choice in choices]
 
-    async def _choice(self, req: RouterRequest) -> AsyncIterator[Chunk]:
+    async def _choice(self, req: RouterRequest, source: AsyncIterator[worker_pb2.TokenChunk]) -> AsyncIterator[Chunk]:
         """One choice's text: detokenized, ended at a stop string (which closes the source: the downstream
-        calls are cancelled and the K/V freed)."""
+        calls are cancelled and the K/V freed; a choice of a shared colocated call just stops reading it)."""
         text = OutputText(self.tokenizer, req.params.stop)
-        source = self._disagg(req) if self.mode == "disagg" else self._colocated(req)
         async with aclosing(source):
             async for tokens in source:
                 reason = tokens.finish_reason
@@ -276,8 +277,8 @@ class RouterCore:
         req.prefill_instance = req.decode_instance = assignment.info.id
         stub = worker_pb2_grpc.ColocatedStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Generate(worker_pb2.ColocatedRequest(
-            request_id=req.downstream_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params)),
-            timeout=req.remaining())
+            request_id=req.downstream_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params),
+            n=req.n), timeout=req.remaining())
         async for chunk in self._relay(req, call, assignment):
             yield chunk
 

@@ -9,16 +9,15 @@ from dataclasses import dataclass, field, replace
 
 from services.common.errors import EngineInputError
 from services.common.model_config import ModelConfig
-from services.common.sampling import SamplingParams
+from services.common.sampling import MAX_N, SamplingParams, choice_seed
 from services.common.stamps import Lifetime
 from services.common.tokenizer import Tokenizer
 from services.common.validation import validate_request
 from services.router.admission import Prediction
-from services.router.choices import SharedPrefill, choice_seed
+from services.router.choices import SharedPrefill
 from services.router.slo import RequestSLO
 
 MAX_REQUEST_ID_CHARS = 128
-MAX_N = 16  # choices per request
 
 
 @dataclass(slots=True)

@@ -9,10 +9,9 @@ import openai
 import pytest
 
 from services.common.model_config import ModelConfig
-from services.common.sampling import SamplingParams
+from services.common.sampling import SamplingParams, choice_seed
 from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
-from services.router.choices import choice_seed
 from tests.e2e.helpers import instance_stats, running_stack, wait_idle
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from services.common.sampling import INT64_MAX, INT64_MIN
-from services.router.choices import choice_seed, merge
+from services.common.sampling import INT64_MAX, INT64_MIN, choice_seed
+from services.router.choices import merge
 
 
 @pytest.mark.parametrize("seed", [0, 1, INT64_MIN, INT64_MAX])
