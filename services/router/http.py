@@ -275,7 +275,7 @@ async def _sse(batch: Batch, chunks: AsyncIterator[Chunk], shape: Shape, usage: 
                 i = chunk.index
                 echo = shape.echo[i // batch.n] if shape.echo and not begun[i] else None  # with the choice's first chunk
                 choice = shape.choice([chunk], i, delta=True, offset=offsets[i], echo=echo)
-                offsets[i] += len(choice["text"])
+                offsets[i] += len(chunk.text) + (len(echo.text) if echo else 0)
                 begun[i] = True
                 completion += len(chunk.token_ids)
                 yield event([choice], token_ids=chunk.token_ids, **({"usage": None} if usage else {}))

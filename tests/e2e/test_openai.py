@@ -182,7 +182,6 @@ def test_models_and_health(stack, client: openai.OpenAI) -> None:
     ({"prompt": "hi", "n": 1, "best_of": 2, "stream": True}, "best_of"),
     ({"prompt": "hi", "model": "nope"}, "model"),
     ({"prompt": "hi", "logprobs": 21}, "logprobs"),
-    ({"prompt": "hi", "echo": True, "logprobs": 1}, "echo"),
     ({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"prompt": "hi", "tools": [{"type": "function"}]}, "tools"),
     ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
