@@ -65,3 +65,17 @@ def test_n_is_refused_where_choices_cannot_share(make_engine) -> None:
 
     with pytest.raises(EngineInputError, match="n"):
         make_engine(policy="prefill", num_blocks=8).add_request("r", [1, 2], SAMPLED, n=2)
+
+
+@pytest.mark.parametrize("policy", ["colocated", "chunked"])
+def test_every_choice_gets_the_prompt_logprobs_computed_once(make_engine, policy: str) -> None:
+    prompt = [1, *range(40, 53)]
+    engine = make_engine(policy=policy, num_blocks=32, block_size=4, max_batch_tokens=8)  # chunked: 2 chunks
+    engine.add_request("r", prompt, SamplingParams(max_tokens=2, ignore_eos=True, prompt_logprobs=2), n=3)
+    firsts = {}
+    while engine.has_work():
+        for out in engine.step():
+            firsts.setdefault(out.request_id, out.prompt_logprobs)
+    assert len(firsts) == 3
+    assert all([t.token_id for t in got] == prompt[1:] for got in firsts.values())
+    assert firsts["r"] == firsts[fork_id("r", 1)] == firsts[fork_id("r", 2)]
