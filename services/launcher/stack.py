@@ -117,10 +117,10 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def _popen(self, cmd: list[str]) -> subprocess.Popen:
+    def _popen(self, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         grace = str(self.config.drain_grace_s)
         env = {**os.environ, "DISTSERVE_DRAIN_GRACE_S": grace, "DISTSERVE_ROUTER_DRAIN_GRACE_S": grace,
-               **child_env(), SECRET_ENV: self.secret_file, **self.config.extra_env}
+               **child_env(), SECRET_ENV: self.secret_file, **self.config.extra_env, **(env or {})}
         return subprocess.Popen(cmd, env=env, start_new_session=True)
 
     def respawn(self, proc: Proc) -> None:
@@ -128,6 +128,15 @@ class Stack:
         if proc.role:
             remove_pool_files(proc.name)
         proc.process = self._popen(proc.cmd)
+
+    def restart_router(self, env: dict[str, str]) -> None:
+        """Stops the router and starts it again as it was, with `env` added (a setting it reads at start-up, such
+        as its admission policy, changed on a running stack); returns once it serves."""
+        proc = next(p for p in self.procs if p.name == "router")
+        self._terminate(proc, self.config.drain_grace_s + 10)
+        proc.stopping = False
+        proc.process = self._popen(proc.cmd, env)
+        wait_serving(proc.address, proc.process, self.config.ready_timeout_s, "router", internal=False)
 
     def _free_port(self, host: str) -> int:
         """A free port of host; the decode host's namespace runs nothing else, so any port there is free."""
