@@ -132,10 +132,11 @@ def _overload_table(results: list[ModeResult], console: Console) -> None:
 
 def _live_table(results: list[ModeResult], console: Console) -> None:
     """The router's live model-error metrics per run (`--overload`): the error histograms' quantiles over the
-    run, and the attainment gauges (predicted and measured, both phases) after it."""
+    run, and the attainment gauges (predicted and measured, both phases) after it; an overload run's rate
+    reads `rate multiple admission`."""
     rows = [(r, f"{p.rate:.3g}" + (f" run {i + 1}" if p.runs > 1 else ""), live)
             for r in results for p in r.points for i, live in enumerate(p.live)]
-    rows += [(r, f"{o['rate']:.3g} ({o['multiple']:g}x, adm {'on' if o['admission'] else 'off'})", o["live"])
+    rows += [(r, f"{o['rate']:.3g} {o['multiple']:g}x {'on' if o['admission'] else 'off'}", o["live"])
              for r in results for o in r.overload if o.get("live")]
     if not rows:
         return
