@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import redis.asyncio as aioredis
 
-from services.common.redis_auth import resolve_url
+from services.common.redis_auth import client
 
 INST_KEY = "ds:inst:{}"
 LOAD_KEY = "ds:load:{}"
@@ -65,7 +65,7 @@ class Registry:
 
     @classmethod
     def from_url(cls, url: str, ttl_s: float = 3.0) -> Registry:
-        return cls(aioredis.Redis.from_url(resolve_url(url), socket_timeout=2.0, socket_connect_timeout=2.0), ttl_s)
+        return cls(client(aioredis.Redis, url, socket_timeout=2.0, socket_connect_timeout=2.0), ttl_s)
 
     async def register(self, info: InstanceInfo) -> None:
         """Announces an instance, with zero load when new; a restarted one keeps the load routers booked on it,

@@ -21,7 +21,7 @@ from services.common.redis_auth import redis_password
 from services.common.redis_server import EmbeddedRedis
 from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.launcher.cores import host_service_cores, pin_process
-from services.launcher.credentials import planner_access, router_access
+from services.launcher.credentials import planner_access, router_access, router_ca
 from services.launcher.health import wait_http_ok, wait_serving
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,9 @@ class StackConfig(EngineSettings):
     drain_grace_s: float = defaults.DRAIN_GRACE_S  # on SIGTERM, what every service gives in-flight requests
     api_key_file: str = ""  # the router's client keys; none: the router serves loopback only
     allow_unauthenticated: bool = False  # let the router serve beyond loopback without keys
+    tls_cert: str = ""  # TLS on the router's client ports: its certificate and key (PEM); empty: plaintext
+    tls_key: str = ""
+    tls_ca: str = ""    # what the launcher checks the router's certificate against; empty: tls_cert (self-signed)
     # A second host for the decode instances (disagg): its own kvxfer there, so every KV pull crosses hosts.
     decode_host: str = ""   # the address decode instances and their kvxfer listen on; empty: this host
     decode_netns: str = ""  # the network namespace that host is (`ip netns exec`); empty: this one
@@ -187,7 +190,8 @@ class Stack:
                 "router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(c.grpc_port),
                 "--http-port", str(c.http_port), "--redis-url", self.redis_url, *router_access(c)],
                 self.router_address, cores=self.service_cores)
-            wait_serving(router.address, router.process, c.ready_timeout_s, "router", internal=False)
+            wait_serving(router.address, router.process, c.ready_timeout_s, "router", internal=False,
+                         client_ca=router_ca(c))
             if c.planner_port:
                 planner = self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
                                                   "--redis-url", self.redis_url, *planner_access(c)],
