@@ -294,10 +294,7 @@ class RouterCore:
             metrics.STAGE.labels(stage).observe(seconds)
 
     async def _record(self, req: RouterRequest, n_tokens: int) -> None:
-        record = {"request_id": req.request_id, "label": req.label, "prompt_tokens": len(req.prompt_ids), "output_tokens": n_tokens,
-                  "prefill_instance": req.prefill_instance, "decode_instance": req.decode_instance,
-                  "mode": self.mode, "seed": req.params.seed, **req.lifetime.to_record()}
         try:
-            await self.registry.record_request(record)
+            await self.registry.record_request(req.record(n_tokens, self.mode))
         except Exception as exc:
             log.warning("could not record request: %s", exc, extra={"request_id": req.request_id})

@@ -51,6 +51,13 @@ class RouterRequest:
         params = replace(self.params, seed=choice_seed(self.params.seed or 0, index))
         return replace(self, request_id=f"{self.request_id}-{index}", params=params, n=1, index=index, shared=shared)
 
+    def record(self, n_tokens: int, mode: str) -> dict[str, str | int | float]:
+        """Its entry in the request stream (`ds:requests`): the client's id is `label`, ours `request_id`."""
+        return {"request_id": self.request_id, "label": self.label, "prompt_tokens": len(self.prompt_ids),
+                "output_tokens": n_tokens, "prefill_instance": self.prefill_instance,
+                "decode_instance": self.decode_instance, "mode": mode, "seed": self.params.seed,
+                **self.lifetime.to_record()}
+
     def remaining(self) -> float | None:
         """Seconds left before the client's deadline (passed on to every downstream call)."""
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
