@@ -115,8 +115,9 @@ def stream_tail(redis_url: str) -> str:
 
 
 def attach_stages(redis_url: str, results: list[RequestResult], after: str, timeout_s: float = 10.0) -> None:
-    """Fills each completed result's `stages` from its record; the router writes a record just after the last
-    token, so this waits up to `timeout_s` for stragglers."""
+    """Fills each completed result's `stages` from its record, found by the client's id (the record's `label`;
+    its `request_id` is the router's own); the router writes a record just after the last token, so this waits
+    up to `timeout_s` for stragglers."""
     client = redis_client(redis.Redis, redis_url, decode_responses=True)
     wanted = {r.request_id: r for r in results if r.ok}
     deadline = time.monotonic() + timeout_s
@@ -125,7 +126,7 @@ def attach_stages(redis_url: str, results: list[RequestResult], after: str, time
         entries = client.xrange(REQUESTS_STREAM, min=f"({cursor}")
         for entry_id, fields in entries:
             cursor = entry_id
-            result = wanted.pop(fields.get("request_id", ""), None)
+            result = wanted.pop(fields.get("label", ""), None)
             if result is not None:
                 result.lifetime = Lifetime(**{k: float(v) for k, v in fields.items() if k in STAMP_FIELDS})
                 result.stages = result.lifetime.stages()

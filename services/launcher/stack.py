@@ -119,10 +119,10 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def _popen(self, cmd: list[str]) -> subprocess.Popen:
+    def _popen(self, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         grace = str(self.config.drain_grace_s)
         env = {**os.environ, "DISTSERVE_DRAIN_GRACE_S": grace, "DISTSERVE_ROUTER_DRAIN_GRACE_S": grace,
-               **child_env(), SECRET_ENV: self.secret_file, **self.config.extra_env}
+               **child_env(), SECRET_ENV: self.secret_file, **self.config.extra_env, **(env or {})}
         return subprocess.Popen(cmd, env=env, start_new_session=True)
 
     def respawn(self, proc: Proc) -> None:
@@ -130,6 +130,15 @@ class Stack:
         if proc.role:
             remove_pool_files(proc.name)
         proc.process = self._popen(proc.cmd)
+
+    def restart_router(self, env: dict[str, str]) -> None:
+        """Stops the router and starts it again as it was, with `env` added (a setting it reads at start-up, such
+        as its admission policy, changed on a running stack); returns once it serves."""
+        proc = next(p for p in self.procs if p.name == "router")
+        self._terminate(proc, self.config.drain_grace_s + 10)
+        proc.stopping = False
+        proc.process = self._popen(proc.cmd, env)
+        wait_serving(proc.address, proc.process, self.config.ready_timeout_s, "router", internal=False)
 
     def _free_port(self, host: str) -> int:
         """A free port of host; the decode host's namespace runs nothing else, so any port there is free."""
@@ -224,24 +233,38 @@ class Stack:
 
     @staticmethod
     def _terminate(proc: Proc, timeout_s: float) -> None:
+        Stack._signal_stop(proc)
+        Stack._await_stop(proc, timeout_s)
+
+    @staticmethod
+    def _signal_stop(proc: Proc) -> None:
         proc.stopping = True
         if proc.process.poll() is None:
             proc.process.send_signal(signal.SIGTERM)
-            try:
-                proc.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in %.0f s; killing it", proc.name, timeout_s)
-                proc.process.kill()
-                proc.process.wait()
+
+    @staticmethod
+    def _await_stop(proc: Proc, timeout_s: float) -> None:
+        """Waits for a signalled process (killing it after `timeout_s`); removes the pool files it left."""
+        try:
+            proc.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop in %.0f s; killing it", proc.name, timeout_s)
+            proc.process.kill()
+            proc.process.wait()
         if proc.role:  # an instance: it owns a pool file
             for path in remove_pool_files(proc.name):  # left by an instance that was killed
                 log.warning("%s left its KV pool file %s; removed it", proc.name, path)
 
     def stop(self) -> None:
-        """Router first (no new work), then instances, then kvxfer, then Redis."""
-        order = sorted(self.procs, key=lambda p: {"router": 0, "planner": 0, "kvxfer": 2, "kvxfer-decode": 2}.get(p.name, 1))
-        for proc in order:
-            self._terminate(proc, self.config.drain_grace_s + 10)
+        """Router first (no new work), then instances, then kvxfer, then Redis; the processes of one tier stop
+        together (each drains on its own, so waiting for one before signalling the next only adds up)."""
+        tier = {"router": 0, "planner": 0, "kvxfer": 2, "kvxfer-decode": 2}
+        for level in sorted({tier.get(p.name, 1) for p in self.procs}):
+            procs = [p for p in self.procs if tier.get(p.name, 1) == level]
+            for proc in procs:
+                self._signal_stop(proc)
+            for proc in procs:
+                self._await_stop(proc, self.config.drain_grace_s + 10)
         self.procs.clear()
         if self.redis is not None:
             self.redis.stop()
