@@ -48,6 +48,12 @@ class InstanceInfo:
     host: str        # host name; instances on one host share a kvxfer
     device: str
     kvxfer: str = ""  # gRPC address of this host's kvxfer
+    incarnation: str = ""  # new at each process start: a restarted instance (same id) is not the one that failed
+
+    @property
+    def key(self) -> str:
+        """One process of this instance: what a failure marks."""
+        return f"{self.id}/{self.incarnation}"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

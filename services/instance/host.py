@@ -72,7 +72,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     serve_metrics(settings.metrics_port, settings.host)
 
     registry = Registry.from_url(settings.redis_url, ttl_s=3 * settings.heartbeat_s)
-    info = InstanceInfo(instance_id, settings.role, f"{settings.host}:{port}", settings.node, settings.device, settings.kvxfer)
+    info = InstanceInfo(instance_id, settings.role, f"{settings.host}:{port}", settings.node, settings.device,
+                        settings.kvxfer, incarnation=uuid.uuid4().hex[:8])
     await registry.register(info)
     await health_servicer.set("", SERVING)
     log.info("%s %s serving on %s:%d (device %s)", settings.role, instance_id, settings.host, port, settings.device)

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class RestartPolicy:
-    first_backoff_s: float = 0.5  # wait before the first restart; doubles with each restart in the window
+    first_backoff_s: float = 0.5  # wait before the second restart in the window; doubles with each one after
+    # The first death in the window restarts at once: a lone instance's clients are waiting for it.
     max_backoff_s: float = 8.0
     budget: int = 5  # restarts of one process within `window_s`; past it the supervisor gives up
     window_s: float = 60.0
@@ -76,7 +77,8 @@ class Supervisor:
                           self.policy.window_s)
                 self.gave_up.set()
             return
-        backoff = min(self.policy.max_backoff_s, self.policy.first_backoff_s * 2 ** len(history.restarts))
+        n = len(history.restarts)
+        backoff = min(self.policy.max_backoff_s, self.policy.first_backoff_s * 2 ** (n - 1)) if n else 0.0
         if now - history.died_at < backoff:
             return
         try:

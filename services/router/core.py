@@ -177,12 +177,12 @@ class RouterCore:
                 except Exception as exc:
                     if not _instance_gone(exc):
                         raise  # bad input, or the K/V is gone (the caller re-prefills)
-                    self.dispatcher.mark_failed(assignment.info.id)
+                    self.dispatcher.mark_failed(assignment.info)
                     # Before the first decoded token the K/V may still be leased at the source: try elsewhere.
                     if streamed or attempt == self.retries:
                         raise
                     log.warning("decode on %s failed (%s); retrying", assignment.info.id, exc, extra={"request_id": req.request_id})
-                    failed.add(assignment.info.id)
+                    failed.add(assignment.info.key)
         finally:
             # Closed before decode streamed anything (cancelled, even at the first token): end the lease now
             # rather than leave the prefill's blocks held until it expires.
@@ -206,7 +206,7 @@ class RouterCore:
                     yield chunk
             except Exception as exc:
                 if _instance_gone(exc):
-                    self.dispatcher.mark_failed(assignment.info.id)
+                    self.dispatcher.mark_failed(assignment.info)
                 raise
         finally:
             await shared.done()
@@ -221,8 +221,8 @@ class RouterCore:
                 if attempt == self.retries or not _instance_gone(exc):
                     raise
                 log.warning("%s on %s failed (%s); retrying", role, assignment.info.id, exc)
-                failed.add(assignment.info.id)
-                self.dispatcher.mark_failed(assignment.info.id)
+                failed.add(assignment.info.key)
+                self.dispatcher.mark_failed(assignment.info)
             finally:
                 await self.cleanups.run(self.dispatcher.release(assignment))
 

@@ -18,6 +18,7 @@ from services.common.links import internal_channel
 from services.common.registry import InstanceInfo, Registry
 
 log = logging.getLogger(__name__)
+_WAIT_POLL_S = 0.1  # how often a waiting request looks at the instance list (refreshed every refresh_s)
 
 
 @dataclass(slots=True)
@@ -29,20 +30,24 @@ class Assignment:
 
 
 class Dispatcher:
-    def __init__(self, registry: Registry, refresh_s: float = 0.5, router_id: str = "") -> None:
+    def __init__(self, registry: Registry, refresh_s: float = 0.5, router_id: str = "",
+                 wait_instance_s: float = 0.0) -> None:
         self.registry = registry
+        self.wait_instance_s = wait_instance_s  # how long a request waits for an instance when none is usable
         self.router_id = router_id  # stable across restarts (its address): a restarted router is not "another"
         self.refresh_s = refresh_s
         self.instances: dict[str, InstanceInfo] = {}
         self.local_load: dict[str, float] = defaultdict(float)
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._suspects: dict[str, float] = {}  # instance id → monotonic time until which it is avoided
+        self._closing: set[asyncio.Future] = set()  # channels of dead processes being closed
+        self._suspects: dict[str, float] = {}  # InstanceInfo.key → monotonic time until which it is avoided
         self.redis_load: dict[tuple[str, str], float] = defaultdict(float)  # (role, id) → load booked in Redis
         self._epoch = ""
 
-    def mark_failed(self, instance_id: str, for_s: float = 5.0) -> None:
-        """Avoid an instance that just failed until its heartbeat has had time to lapse."""
-        self._suspects[instance_id] = time.monotonic() + for_s
+    def mark_failed(self, info: InstanceInfo, for_s: float = 5.0) -> None:
+        """Avoid an instance's process that just failed until its heartbeat has had time to lapse (a restarted
+        process of the instance is not avoided)."""
+        self._suspects[info.key] = time.monotonic() + for_s
 
     def _avoided(self) -> frozenset[str]:
         now = time.monotonic()
@@ -55,6 +60,10 @@ class Dispatcher:
         except (RedisError, OSError) as exc:
             log.warning("registry unreachable, routing on cached instances: %s", exc)
             return
+        for info in found:
+            old = self.instances.get(info.id)
+            if old is not None and old.incarnation != info.incarnation:
+                self._forget_channel(old.address)  # the dead process's channel may sit in reconnect backoff
         self.instances = {info.id: info for info in found}
 
     async def keep_book(self) -> None:
@@ -83,13 +92,25 @@ class Dispatcher:
     def live(self, role: str) -> list[InstanceInfo]:
         return [info for info in self.instances.values() if info.role == role]
 
+    async def _usable(self, role: str, exclude: frozenset[str]) -> frozenset[str]:
+        """Waits (up to `wait_instance_s`) for an instance of `role` whose key is neither in `exclude` nor failed
+        a moment ago (a lone instance being restarted); returns the ids to pass over."""
+        deadline = time.monotonic() + self.wait_instance_s
+        while True:
+            avoided = exclude | self._avoided()
+            live = self.live(role)
+            if any(i.key not in avoided for i in live):
+                return frozenset(i.id for i in live if i.key in avoided)
+            if time.monotonic() >= deadline:
+                # better an instance that failed a moment ago than none at all
+                return frozenset(i.id for i in live if i.key in exclude)
+            await asyncio.sleep(_WAIT_POLL_S)
+
     async def acquire(self, role: str, load: float, exclude: frozenset[str] = frozenset()) -> Assignment:
-        """The least-loaded live instance of `role` (not in `exclude`), with `load` booked on it."""
+        """The least-loaded live instance of `role` whose key (InstanceInfo.key) is not in `exclude`, with `load`
+        booked on it; waits a bounded time for one when none is usable."""
         chosen, in_redis = None, False
-        avoided = self._avoided()
-        if not any(i.id not in exclude | avoided for i in self.live(role)):
-            avoided = frozenset()  # better an instance that failed a moment ago than none at all
-        exclude = exclude | avoided
+        exclude = await self._usable(role, exclude)
         if not exclude:
             try:
                 chosen, in_redis = await self.registry.pick(role, load), True
@@ -121,6 +142,13 @@ class Dispatcher:
             await self.registry.add_load(role, instance_id, -load)
         except (RedisError, OSError) as exc:
             log.warning("could not take load off %s: %s", instance_id, exc)
+
+    def _forget_channel(self, address: str) -> None:
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            task = asyncio.ensure_future(channel.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def channel(self, address: str) -> grpc.aio.Channel:
         if address not in self._channels:
