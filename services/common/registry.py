@@ -5,6 +5,7 @@
   The router picks the least-loaded live instance and adds the request's load in one Lua call, so
   several routers do not herd onto the same instance.
 - `ds:requests`: a capped stream of request records for the planner's workload profiler.
+- `ds:crash:{id}/{incarnation}`: the request ids in the step a dead instance process died in (common/step_journal.py).
 - `ds:model`: the latency model the planner fits online to the served steps (JSON; `services/planner/online_fit.py`).
 """
 
@@ -25,6 +26,8 @@ EPOCH_KEY = "ds:epoch"
 ROUTER_KEY = "ds:router:{}"
 REQUESTS_MAXLEN = 100_000
 MODEL_KEY = "ds:model"
+CRASH_KEY = "ds:crash:{}"  # InstanceInfo.key → JSON list of the request ids in the step its process died in
+CRASH_TTL_S = 60
 
 # KEYS[1] = load zset; ARGV[1] = load to add. Returns the chosen live id; drops dead ids on the way.
 _PICK = """
@@ -49,6 +52,7 @@ class InstanceInfo:
     device: str
     kvxfer: str = ""  # gRPC address of this host's kvxfer
     incarnation: str = ""  # new at each process start: a restarted instance (same id) is not the one that failed
+    journaled: bool = False  # keeps a step journal that its supervisor publishes at CRASH_KEY when it dies
 
     @property
     def key(self) -> str:
@@ -124,6 +128,11 @@ class Registry:
 
     async def loads(self, role: str) -> dict[str, float]:
         return {k.decode(): v for k, v in await self.redis.zrange(LOAD_KEY.format(role), 0, -1, withscores=True)}
+
+    async def fatal_step(self, key: str) -> list[str] | None:
+        """The request ids in the step that process `key` (InstanceInfo.key) died in; None until published."""
+        raw = await self.redis.get(CRASH_KEY.format(key))
+        return None if raw is None else json.loads(raw)
 
     async def record_request(self, record: dict[str, str | int | float]) -> None:
         await self.redis.xadd(REQUESTS_STREAM, {k: str(v) for k, v in record.items()},

@@ -26,7 +26,7 @@ def _up(args: argparse.Namespace) -> int:
         grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
         redis_url=args.redis_url or "", num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens,
         log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s,
-        api_key_file=args.api_key_file, allow_unauthenticated=args.allow_unauthenticated)
+        api_key_file=args.api_key_file, allow_unauthenticated=args.allow_unauthenticated, supervised=True)
     taken = [p for p in (config.grpc_port, config.http_port, config.planner_port) if p and not bindable(config.host, p)]
     if taken:  # say so now rather than have clients reach whatever holds them
         raise SystemExit(f"distserve up: port(s) {', '.join(map(str, taken))} on {config.host} already in use")

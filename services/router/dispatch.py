@@ -31,8 +31,9 @@ class Assignment:
 
 class Dispatcher:
     def __init__(self, registry: Registry, refresh_s: float = 0.5, router_id: str = "",
-                 wait_instance_s: float = 0.0) -> None:
+                 wait_instance_s: float = 0.0, crash_wait_s: float = 0.0) -> None:
         self.registry = registry
+        self.crash_wait_s = crash_wait_s  # how long to wait for the supervisor's word on a dead process
         self.wait_instance_s = wait_instance_s  # how long a request waits for an instance when none is usable
         self.router_id = router_id  # stable across restarts (its address): a restarted router is not "another"
         self.refresh_s = refresh_s
@@ -105,6 +106,23 @@ class Dispatcher:
                 # better an instance that failed a moment ago than none at all
                 return frozenset(i.id for i in live if i.key in exclude)
             await asyncio.sleep(_WAIT_POLL_S)
+
+    async def killed_by(self, info: InstanceInfo, request_id: str) -> bool:
+        """Whether `request_id` was in the step that killed `info`'s process (common/step_journal.py); waits
+        up to crash_wait_s for the supervisor's word; False without it (the process may live, or keep no
+        journal)."""
+        deadline = time.monotonic() + self.crash_wait_s
+        while info.journaled:
+            try:
+                ids = await self.registry.fatal_step(info.key)
+            except (RedisError, OSError):
+                return False
+            if ids is not None:
+                return request_id in ids
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_WAIT_POLL_S)
+        return False
 
     async def acquire(self, role: str, load: float, exclude: frozenset[str] = frozenset()) -> Assignment:
         """The least-loaded live instance of `role` whose key (InstanceInfo.key) is not in `exclude`, with `load`
