@@ -68,19 +68,25 @@ class Dispatcher:
         self.instances = {info.id: info for info in found}
 
     async def keep_book(self) -> None:
-        """Keeps the load book true: stale bookings go when a sole router starts; when Redis restarted empty,
-        this router books again what it has in flight."""
+        """Keeps the load book true: a router starting drops its own stale bookings (a sole one all of them),
+        any router takes off those of a router whose presence lapsed; when Redis restarted empty, this router
+        books again what it has in flight."""
         try:
-            alone = await self.registry.router_beat(self.router_id)
-            if not self._epoch and alone:  # starting, and no other router books: what the book holds is stale
+            beat = await self.registry.router_beat(self.router_id)
+            starting = not self._epoch
+            if starting or beat.lapsed:  # what is left of this router's own bookings is stale or half taken off
+                await self.registry.reclaim(self.router_id, force=True)
+            if starting and beat.alone:  # no other router books: all the book holds is stale
                 await self.registry.reset_load()
             epoch = await self.registry.epoch()
-            if self._epoch and epoch != self._epoch:
+            if not starting and (beat.lapsed or epoch != self._epoch):
                 booked = {key: load for key, load in self.redis_load.items() if load}
                 for (role, instance_id), load in booked.items():
-                    await self.registry.add_load(role, instance_id, load)
-                log.warning("Redis restarted empty: booked the load of %d instances again", len(booked))
+                    await self.registry.add_load(role, instance_id, load, self.router_id)
+                log.warning("Redis restarted empty, or this router was away: booked the load of %d instances again",
+                            len(booked))
             self._epoch = epoch
+            await self.registry.reclaim_dead_routers()
         except (RedisError, OSError) as exc:
             log.warning("could not check the load book: %s", exc)
 
@@ -131,7 +137,7 @@ class Dispatcher:
         exclude = await self._usable(role, exclude)
         if not exclude:
             try:
-                chosen, in_redis = await self.registry.pick(role, load), True
+                chosen, in_redis = await self.registry.pick(role, load, self.router_id), True
             except (RedisError, OSError) as exc:
                 log.warning("registry unreachable, choosing by local counts: %s", exc)
             if chosen is not None and chosen not in self.instances:
@@ -157,7 +163,7 @@ class Dispatcher:
 
     async def _unbook(self, role: str, instance_id: str, load: float) -> None:
         try:
-            await self.registry.add_load(role, instance_id, -load)
+            await self.registry.add_load(role, instance_id, -load, self.router_id)
         except (RedisError, OSError) as exc:
             log.warning("could not take load off %s: %s", instance_id, exc)
 
