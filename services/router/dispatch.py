@@ -108,10 +108,17 @@ class Dispatcher:
             live = self.live(role)
             if any(i.key not in avoided for i in live):
                 return frozenset(i.id for i in live if i.key in avoided)
-            if time.monotonic() >= deadline:
+            # Wait only for what may change: a process that is gone (its restart registers a new key), not
+            # instances that answered with an error (a dependency of theirs is away).
+            gone = not live or any(not self._connected(i) for i in live)
+            if not gone or time.monotonic() >= deadline:
                 # better an instance that failed a moment ago than none at all
                 return frozenset(i.id for i in live if i.key in exclude)
             await asyncio.sleep(_WAIT_POLL_S)
+
+    def _connected(self, info: InstanceInfo) -> bool:
+        channel = self._channels.get(info.address)
+        return channel is not None and channel.get_state() == grpc.ChannelConnectivity.READY
 
     async def killed_by(self, info: InstanceInfo, request_id: str) -> bool:
         """Whether `request_id` was in the step that killed `info`'s process (common/step_journal.py); waits
