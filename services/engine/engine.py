@@ -21,8 +21,10 @@ from services.common.sampling import FinishReason, SamplingParams, TokenLogprobs
 from services.common.step_journal import StepJournal
 from services.common.validation import validate_request
 from services.engine.block_manager import BlockManager
+from services.engine.finish import FinishRule
 from services.engine.model_runner import ModelRunner
-from services.engine.scheduler import SCHEDULERS, Policy, SchedulerConfig, SchedulerOutput
+from services.engine.sampler import Sampled
+from services.engine.scheduler import SCHEDULERS, Advanced, Policy, SchedulerConfig, SchedulerOutput
 from services.engine.sequence import SeqStatus, Sequence
 from services.engine.step_guard import StepGuard
 from services.engine.step_log import EngineStats, StepLog, StepRecord
@@ -94,6 +96,7 @@ class LLMEngine:
         self.last_step: StepRecord | None = None  # the shape of the latest step (seconds: its forward pass)
         self.step_log = StepLog()  # served steps, with their periods (EngineWorker writes it)
         self.guard = StepGuard()
+        self.finish_rule = FinishRule(frozenset(mc.eos_token_ids), mc.max_position)
         self.journal: StepJournal | None = None  # set by an instance whose supervisor reads it after a crash
 
     # ---- admission -------------------------------------------------------------------------------
@@ -169,33 +172,15 @@ class LLMEngine:
             self.last_step = None
             return []
         step_start = time.time()
-        guarded = self.guard.run(self._execute, batch, self.runner.lost_rank)
-        batch, result = guarded.batch, guarded.sampled
+        ran = self.guard.run(self._execute, batch, self.runner.lost_rank)
         step_end = time.time()
-        self.last_step = StepRecord.of(batch, step_start, step_end - step_start) if batch.items else None
-        outputs = [self._fail(item.seq, exc) for item, exc in guarded.failed]
-        sampled = iter(zip(result.tokens, result.logprobs))
-        for it in batch.items:
-            seq, samples = it.seq, it.samples
-            seq.num_computed += it.num_new
-            if not samples:
-                continue
-            token, logprobs = next(sampled)
-            seq.output_ids.append(token)
-            out = StepOutput(seq.request_id, [token], num_prompt_tokens=len(seq.prompt_ids),
-                             step_start=step_start, step_end=step_end, logprobs=[logprobs] if logprobs else [])
-            reason = self._finish_reason(seq, token)
-            if reason is not None:
-                self.scheduler.finish(seq, reason)
-                self._ids.discard(seq.request_id)
-                out.finish_reason = reason
-            elif self.config.policy == "prefill":
-                out.held_blocks = self._hold(seq)
-                out.prefilled = True
-            outputs.append(out)
+        self.last_step = StepRecord.of(ran.batch, step_start, step_end - step_start) if ran.batch.items else None
+        outputs = [self._fail(item.seq, exc) for item, exc in ran.failed]
+        for adv in self.scheduler.update(ran.batch, ran.sampled, self.finish_rule):
+            outputs.append(self._output(adv, step_start, step_end))
         return outputs
 
-    def _execute(self, batch: SchedulerOutput):
+    def _execute(self, batch: SchedulerOutput) -> Sampled:
         """Runs a batch (or, when the guard isolates a failure, one sequence of it), journaled first: a pass
         that crashes the process is blamed on the requests in it."""
         if self.journal is not None:
@@ -209,6 +194,16 @@ class LLMEngine:
             if self.journal is not None:
                 self.journal.clear()
 
+    def _output(self, adv: Advanced, step_start: float, step_end: float) -> StepOutput:
+        seq = adv.seq
+        out = StepOutput(seq.request_id, [adv.token], adv.finish_reason, num_prompt_tokens=len(seq.prompt_ids),
+                         step_start=step_start, step_end=step_end, logprobs=[adv.logprobs] if adv.logprobs else [])
+        if adv.finish_reason is not None:
+            self._ids.discard(seq.request_id)
+        elif seq.status is SeqStatus.PREFILLED:
+            out.held_blocks, out.prefilled = self._hold(seq), True
+        return out
+
     def _fail(self, seq: Sequence, exc: BaseException) -> StepOutput:
         """Ends a request whose step failed alone; its blocks go back and the engine serves on."""
         self.scheduler.abort(seq.request_id)
@@ -217,19 +212,10 @@ class LLMEngine:
                           error=f"the engine's step failed for this request ({type(exc).__name__})")
 
     def _hold(self, seq: Sequence) -> list[int]:
-        self.scheduler.running.remove(seq)
-        seq.status = SeqStatus.PREFILLED
+        """Prefill: the blocks of a prompt the scheduler set aside are held here until pulled."""
         self.prefilled[seq.request_id] = Prefilled(seq, seq.block_table)
         seq.block_table = []
         return list(self.prefilled[seq.request_id].block_ids)
-
-    def _finish_reason(self, seq: Sequence, token: int) -> FinishReason | None:
-        p = seq.params
-        if (not p.ignore_eos and token in self.model_config.eos_token_ids) or token in p.stop_token_ids:
-            return FinishReason.STOP
-        if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.model_config.max_position:
-            return FinishReason.LENGTH
-        return None
 
     def stats(self, steps: int, steps_since: float | None = None) -> EngineStats:
         """A snapshot (engine thread); `steps_since` (unix seconds) adds the step records from then on."""

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from services.common import defaults
-from services.common.sampling import FinishReason
+from services.common.sampling import FinishReason, TokenLogprobs
 from services.engine.block_manager import BlockManager
+from services.engine.finish import FinishRule
+from services.engine.sampler import Sampled
 from services.engine.sequence import SeqStatus, Sequence
 
 Policy = Literal["prefill", "decode", "colocated", "chunked"]
@@ -40,6 +42,16 @@ class SchedulerOutput:
     @property
     def num_tokens(self) -> int:
         return sum(it.num_new for it in self.items)
+
+
+@dataclass(slots=True)
+class Advanced:
+    """A sequence that sampled a token in the step; `finish_reason` set when that ended it."""
+
+    seq: Sequence
+    token: int
+    logprobs: TokenLogprobs | None
+    finish_reason: FinishReason | None
 
 
 @dataclass(slots=True)
@@ -133,6 +145,23 @@ class Scheduler:
                 budget -= take
         return [it for it in items if it.seq.status is SeqStatus.RUNNING]
 
+    def update(self, batch: SchedulerOutput, sampled: Sampled, finish: FinishRule) -> list[Advanced]:
+        """Advances the sequences the step ran: their computed tokens, the sampled ones, and those that ended."""
+        drawn = iter(zip(sampled.tokens, sampled.logprobs))
+        advanced: list[Advanced] = []
+        for it in batch.items:
+            seq, samples = it.seq, it.samples  # before the advance, which changes it
+            seq.num_computed += it.num_new
+            if not samples:
+                continue
+            token, logprobs = next(drawn)
+            seq.output_ids.append(token)
+            reason = finish(seq, token)
+            if reason is not None:
+                self.finish(seq, reason)
+            advanced.append(Advanced(seq, token, logprobs, reason))
+        return advanced
+
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
         seq.finish_reason = reason
         seq.status = SeqStatus.FINISHED
@@ -160,6 +189,15 @@ class PrefillScheduler(Scheduler):
 
     def schedule(self) -> SchedulerOutput:
         return SchedulerOutput(self._admit(self.config.max_batch_tokens, chunk=False))
+
+    def update(self, batch: SchedulerOutput, sampled: Sampled, finish: FinishRule) -> list[Advanced]:
+        """A prompt that sampled its first token and goes on leaves the batch: its K/V is held for a pull."""
+        advanced = super().update(batch, sampled, finish)
+        for adv in advanced:
+            if adv.finish_reason is None:
+                self.running.remove(adv.seq)
+                adv.seq.status = SeqStatus.PREFILLED
+        return advanced
 
 
 class ColocatedScheduler(Scheduler):
