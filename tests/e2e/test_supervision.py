@@ -35,7 +35,7 @@ from tests.e2e.fault_checks import all_alive, seconds_until_nothing_allocated
 pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
 PROMPTS = [f"stream {i} of a steady load" for i in range(6)]
 MAX_TOKENS = 40
-RECOVERY_BOUND_S = 60.0  # goal 10 s; a lone instance's restart is a process start (torch import, model load): 25-45 s on a busy 2-core host
+RECOVERY_BOUND_S = 30.0  # goal 10 s (met on the 2-core host at load 8-9); slack for a host shared with other work
 RETRYABLE = {"UNAVAILABLE", "RESOURCE_EXHAUSTED"}
 
 
