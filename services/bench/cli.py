@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from services.bench.workload import WORKLOADS
+from services.common.engine_settings import add_engine_arguments, engine_fields
 from services.engine.fingerprint import engine_fingerprint
 from services.launcher.cores import cores_argument
 
@@ -77,7 +78,7 @@ def _config(args: argparse.Namespace):
         output_scale=args.output_scale, cv=args.cv, seed=args.seed, ttft=args.ttft, tpot=args.tpot, ttft_scale=args.ttft_scale,
         tpot_scale=args.tpot_scale, slo_scale=args.slo_scale, target=args.attainment, rate=args.rate,
         start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
-        num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, calibration_rate=args.calibration_rate,
+        **engine_fields(args), calibration_rate=args.calibration_rate,
         repeats=args.repeats, repeat_within=args.repeat_within, service_cores=args.service_cores,
         overload=args.overload, **fields)
 
@@ -119,8 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--compare", default="", help="modes to compare with --start, e.g. disagg,colocated,chunked")
     where.add_argument("--model", default=None, help="model folder or preset (default small-llama)")
     where.add_argument("--devices", default="cpu:0,cpu:1", help="devices; disagg puts the first half on prefill")
-    where.add_argument("--num-blocks", type=int, default=1024, help="KV blocks per instance")
-    where.add_argument("--max-batch-tokens", type=int, default=512, help="prefill Lm / colocated and chunked step budget")
+    add_engine_arguments(where)
     where.add_argument("--service-cores", type=cores_argument, default="auto", help="with --start: CPU cores of the router and "
                        "Redis: auto (disagg on CPU: the prefill instances' cores; else any), any, or e.g. 0")
     load = p.add_argument_group("workload")

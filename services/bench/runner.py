@@ -24,7 +24,7 @@ from services.bench.served import joins_of, loaded_overheads, path_overheads
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import goodput_search, pooled_runs
 from services.bench.workload import BenchWorkload, Sample
-from services.common import defaults
+from services.common.engine_settings import EngineSettings, engine_fields
 from services.common.net import free_port
 from services.launcher.stack import Stack, StackConfig
 from services.planner.latency import TPCoefficients
@@ -34,12 +34,11 @@ from services.planner.serving import ServingOverheads
 from services.planner.shapes import load_shape
 from services.planner.step_fit import ServedFit, fit_steps
 
-BLOCK_SIZE = 16  # tokens per KV block, the instances' default
 DEFAULT_LINK_GBPS = 10.0  # used for the simulator's guess before any transfer was measured
 
 
 @dataclass(frozen=True, slots=True)
-class BenchConfig:
+class BenchConfig(EngineSettings):
     model: str  # model folder
     modes: tuple[str, ...] = ("disagg",)
     workloads: tuple[str, ...] = ("chatbot",)
@@ -69,8 +68,6 @@ class BenchConfig:
     repeat_within: float = 2.0  # ... i.e. within this many standard errors of the target
     simulate: bool = False
     profile: str = ""  # profile file of this device (`distserve profile`)
-    num_blocks: int = defaults.NUM_BLOCKS
-    max_batch_tokens: int = defaults.MAX_BATCH_TOKENS
     service_cores: tuple[int, ...] | None = None  # the started stack's router and Redis; None: its default
     warmup: int = 6  # lone requests (then a burst of as many) before measuring
     calibration: int = 40  # requests of the calibration load (--simulate) at least, from a sample of another seed
@@ -94,8 +91,7 @@ def serving(cfg: BenchConfig, mode: str) -> Iterator[Served]:
     n = len(cfg.devices)
     admission = bool(cfg.overload) and mode == "disagg"  # the router admits by SLO, from the planner's online fit
     stack = Stack(StackConfig(model=cfg.model, mode=mode, prefill=n // 2, decode=n - n // 2, devices=cfg.devices,
-                              grpc_port=free_port(), http_port=0, num_blocks=cfg.num_blocks,
-                              max_batch_tokens=cfg.max_batch_tokens, service_cores=cfg.service_cores,
+                              grpc_port=free_port(), http_port=0, **engine_fields(cfg), service_cores=cfg.service_cores,
                               log_level="WARNING", planner_port=free_port() if admission else 0,
                               extra_env=ADMISSION_ENV if admission else {}))
     stack.start()
@@ -213,7 +209,7 @@ class Bench:
         self.kv_bytes = load_shape(cfg.model).kv_bytes_per_token()
         self.samples = {wl: bench_sample(cfg, wl, cfg.num_requests) for wl in cfg.workloads}
         self.slos = {wl: make_slo(cfg, s, cfg.profile) for wl, s in self.samples.items()}
-        self.kv_tokens = cfg.num_blocks * BLOCK_SIZE
+        self.kv_tokens = cfg.num_blocks * cfg.block_size
         self.start_rates = {wl: self._start_rate(wl) for wl in cfg.workloads}
         # The calibration load: the first workload's lengths, not its measured requests; as many as arrive within
         # a point's window (at least `calibration`), so that a high rate still serves steps for that long.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from services.common import defaults
+from services.common.engine_settings import EngineSettings
 from services.common.errors import EngineInputError
 from services.common.kv_layout import KVLayout
 from services.common.model_config import ModelConfig
@@ -31,14 +31,10 @@ from services.engine.step_log import EngineStats, StepLog, StepRecord
 
 
 @dataclass(frozen=True, slots=True)
-class EngineConfig:
+class EngineConfig(EngineSettings):
     model: str
     policy: Policy = "colocated"
     device: str = "cpu"
-    block_size: int = defaults.BLOCK_SIZE
-    num_blocks: int = defaults.NUM_BLOCKS
-    max_batch_tokens: int = defaults.MAX_BATCH_TOKENS
-    max_num_seqs: int = defaults.MAX_NUM_SEQS
     dtype: str = "float32"
     pool_path: str | None = None  # a /dev/shm file makes the pool mappable by kvxfer
     tp: int = 1  # tensor-parallel ranks per stage

@@ -7,14 +7,15 @@ import socket
 from typing import Literal
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from services.common import defaults
+from services.common.engine_settings import EngineSettingsFields
 
 Role = Literal["prefill", "decode", "colocated", "chunked"]
 
 
-class InstanceSettings(BaseSettings):
+class InstanceSettings(EngineSettingsFields):
     model_config = SettingsConfigDict(env_prefix="DISTSERVE_", frozen=True)
 
     role: Role = Field(description="which engine policy this instance runs")
@@ -32,10 +33,6 @@ class InstanceSettings(BaseSettings):
     node: str = Field(default_factory=socket.gethostname, description="host name; instances of one node share a kvxfer")
     redis_url: str = Field(description="Redis holding the registry and load book")
     kvxfer: str = Field("", description="gRPC address of this host's kvxfer (prefill and decode)")
-    num_blocks: int = Field(defaults.NUM_BLOCKS, description="KV blocks in the pool")
-    block_size: int = Field(defaults.BLOCK_SIZE, description="tokens per KV block")
-    max_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, description="Lm for prefill; token budget per step for colocated/chunked")
-    max_num_seqs: int = Field(defaults.MAX_NUM_SEQS, description="most sequences in one batch")
     max_pending: int = Field(256, description="most requests queued or running before RESOURCE_EXHAUSTED")
     lease_ttl_s: float = Field(defaults.LEASE_TTL_S, description="how long prefilled K/V waits for a pull")
     pull_timeout_s: float = Field(defaults.PULL_TIMEOUT_S, description="bound on one K/V pull")

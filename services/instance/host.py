@@ -13,6 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.common.auth import instance_principal
+from services.common.engine_settings import engine_fields
 from services.common.links import add_port, internal_server
 from services.common.metrics import KV_TOTAL, serve_metrics
 from services.common.pool_files import shm_path
@@ -43,9 +44,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     uses_kvxfer = settings.role in ("prefill", "decode")
     pool_path = shm_path(instance_id) if uses_kvxfer and device.type == "cpu" else None
     engine = LLMEngine(EngineConfig(
-        model=settings.model, policy=settings.role, device=settings.device, block_size=settings.block_size,
-        num_blocks=settings.num_blocks, max_batch_tokens=settings.max_batch_tokens,
-        max_num_seqs=settings.max_num_seqs, pool_path=pool_path, tp=settings.tp, pp=settings.pp,
+        model=settings.model, policy=settings.role, device=settings.device, **engine_fields(settings),
+        pool_path=pool_path, tp=settings.tp, pp=settings.pp,
         devices=tuple(d for d in settings.devices.split(",") if d), rendezvous=settings.rendezvous,
         crash_tokens=tuple(int(t) for t in settings.test_crash_tokens.split(",") if t)), device)
     incarnation = uuid.uuid4().hex[:8]

@@ -7,6 +7,7 @@ import signal
 import threading
 
 from services.common import defaults
+from services.common.engine_settings import add_engine_arguments, engine_fields
 from services.common.net import bindable
 from services.launcher.cores import cores_argument
 from services.launcher.credentials import planner_admin_keys
@@ -24,7 +25,7 @@ def _up(args: argparse.Namespace) -> int:
         prefill_tp=args.prefill_tp, prefill_pp=args.prefill_pp, decode_tp=args.decode_tp, decode_pp=args.decode_pp,
         devices=tuple(d for d in args.devices.split(",") if d) if args.devices else (), host=args.host,
         grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
-        redis_url=args.redis_url or "", num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens,
+        redis_url=args.redis_url or "", **engine_fields(args),
         log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s,
         api_key_file=args.api_key_file, allow_unauthenticated=args.allow_unauthenticated, supervised=True)
     taken = [p for p in (config.grpc_port, config.http_port, config.planner_port) if p and not bindable(config.host, p)]
@@ -98,8 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "none: the router serves loopback only")
     p.add_argument("--allow-unauthenticated", action="store_true", help="let the router and planner serve beyond "
                    "loopback without keys")
-    p.add_argument("--num-blocks", type=int, default=1024, help="KV blocks per instance")
-    p.add_argument("--max-batch-tokens", type=int, default=512, help="Lm / token budget per step")
+    add_engine_arguments(p)
     p.add_argument("--service-cores", type=cores_argument, default="auto", help="CPU cores of the router, Redis and planner: "
                    "auto (disagg on CPU: the prefill instances' cores; else any), any, or e.g. 0,1")
     p.add_argument("--drain-grace-s", type=float, default=defaults.DRAIN_GRACE_S,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from services.common import defaults
+from services.common.engine_settings import EngineSettings
 from services.common.lifetime import child_env
 from services.common.net import free_port
 from services.common.pool_files import remove_pool_files
@@ -29,7 +30,7 @@ Mode = Literal["disagg", "colocated", "chunked"]
 
 
 @dataclass(frozen=True, slots=True)
-class StackConfig:
+class StackConfig(EngineSettings):
     model: str
     mode: Mode = "disagg"
     prefill: int = 1
@@ -44,8 +45,6 @@ class StackConfig:
     http_port: int = 8000
     planner_port: int = 0  # 0: no planner
     redis_url: str = ""    # empty: a private redis-server
-    num_blocks: int = defaults.NUM_BLOCKS
-    max_batch_tokens: int = defaults.MAX_BATCH_TOKENS
     lease_ttl_s: float = defaults.LEASE_TTL_S
     ready_timeout_s: float = 180.0
     log_level: str = "INFO"
@@ -201,8 +200,8 @@ class Stack:
         port = self._free_port(host)
         instance_id = f"{role}-{device.replace(':', '')}-{uuid.uuid4().hex[:4]}"
         args = [role, "--model", c.model, "--device", device, "--host", host, "--port", str(port),
-                "--instance-id", instance_id, "--redis-url", self.redis_url, "--num-blocks", str(c.num_blocks),
-                "--max-batch-tokens", str(c.max_batch_tokens), "--lease-ttl-s", str(c.lease_ttl_s)]
+                "--instance-id", instance_id, "--redis-url", self.redis_url, *c.flags(),
+                "--lease-ttl-s", str(c.lease_ttl_s)]
         if self.kvxfer_address:
             args += ["--kvxfer", self.decode_kvxfer_address if remote else self.kvxfer_address]
         if c.supervised:
