@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "services.launcher.cli",
     "services.launcher.health_cli",
     "services.launcher.keys_cli",
+    "services.deploy.redis_acl_cli",
     "services.kvxfer.cli",
     "services.planner.cli",
     "services.bench.cli",

@@ -25,7 +25,8 @@ def _generate(args: argparse.Namespace) -> int:
     else:
         from services.router.client import generate_remote
 
-        result = generate_remote(args.router, args.prompt, params, stream=not args.json, api_key=args.api_key)
+        result = generate_remote(args.router, args.prompt, params, stream=not args.json, api_key=args.api_key,
+                                 tls_ca=args.tls_ca)
     if args.json:
         print(json.dumps(result))
     elif args.local:
@@ -45,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--router", default="127.0.0.1:50051", help="router gRPC address")
     p.add_argument("--api-key", default=os.environ.get("DISTSERVE_API_KEY", ""),
                    help="the router's API key (default: $DISTSERVE_API_KEY)")
+    p.add_argument("--tls-ca", default="", help="the router serves TLS: check its certificate against this CA file")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)

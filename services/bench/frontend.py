@@ -1,7 +1,12 @@
-"""What the front-end features cost: the decode step with penalties on against off (a batch of 32), and the
-TTFT of n=4 against n=1 on one prompt (disaggregated stack; n=4's TTFT: until every choice has a token).
+"""What the front-end features cost: the whole decode step with penalties on against off (a batch of 32), and
+the TTFT of n=4 against n=1 on one prompt (disaggregated stack; n=4's TTFT: until every choice has a token).
 
-Usage: python3 -m services.bench.frontend [--vocab 32000] [--batch 32] [--repeats 5]
+The step figure interleaves: one engine holds the 32 decoding requests and runs its steps in pairs, one with
+the penalties on and one off, in the order off-on, on-off, ... (so a drift of the host's load, or the context
+growing by a token a step, weighs on both alike); each pair gives a ratio, and the median of the pairs' ratios
+is the figure. Times are this thread's CPU time (torch runs on it alone): other processes do not count.
+
+Usage: python3 -m services.bench.frontend [--vocab 32000] [--batch 32] [--pairs 40] [--only step|ttft]
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import json
 import statistics
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -22,19 +27,40 @@ from services.engine.make_model import make_model
 PENALTIES = {"presence_penalty": 0.5, "frequency_penalty": 0.5, "repetition_penalty": 1.2}
 
 
-def decode_step_seconds(model: str, batch: int, params: SamplingParams, steps: int = 12) -> float:
-    """Median decode-step time of `batch` requests (prompts of 64 tokens) once all are decoding."""
+@dataclass(frozen=True, slots=True)
+class PairedSteps:
+    """Per pair of consecutive decode steps: seconds (CPU) with the penalties off, and on."""
+
+    off: list[float]
+    on: list[float]
+
+    def summary(self) -> dict[str, float]:
+        return {"decode_step_s_off": statistics.median(self.off), "decode_step_s_penalties": statistics.median(self.on),
+                "penalty_ratio": statistics.median(b / a for a, b in zip(self.off, self.on)),
+                "penalty_ratio_p10": statistics.quantiles([b / a for a, b in zip(self.off, self.on)], n=10)[0],
+                "penalty_ratio_p90": statistics.quantiles([b / a for a, b in zip(self.off, self.on)], n=10)[-1]}
+
+
+def paired_decode_steps(model: str, batch: int, pairs: int, penalties: dict) -> PairedSteps:
+    """Whole engine steps (schedule, forward, sampling, update) of `batch` decoding requests (prompts of 64
+    tokens), alternately with and without `penalties`, interleaved as the module docstring says."""
+    off = SamplingParams(max_tokens=2 * pairs + 8, ignore_eos=True, temperature=1.0, seed=0)
+    on = replace(off, **penalties)
     engine = LLMEngine(EngineConfig(model, num_blocks=1024, max_num_seqs=batch, max_batch_tokens=batch * 64))
     try:
         for i in range(batch):
-            engine.add_request(f"r{i}", [1, *((i * 7 + k) % 200 + 3 for k in range(63))], replace(params))
-        times = []
-        while engine.has_work() and len(times) < steps:
-            start = time.perf_counter()
+            engine.add_request(f"r{i}", [1, *((i * 7 + k) % 200 + 3 for k in range(63))], replace(off))
+        while engine.last_step is None or engine.last_step.kind != "decode":  # prefills, then a first decode
             engine.step()
-            if engine.last_step is not None and engine.last_step.kind == "decode":
-                times.append(time.perf_counter() - start)
-        return statistics.median(times)
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for i in range(pairs):
+            for penalised in ((False, True) if i % 2 == 0 else (True, False)):
+                for seq in engine.scheduler.running:
+                    seq.params = on if penalised else off
+                start = time.thread_time()
+                engine.step()
+                times[penalised].append(time.thread_time() - start)
+        return PairedSteps(times[False], times[True])
     finally:
         engine.close()
 
@@ -90,25 +116,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=32000, help="vocabulary of the random-weight model")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="TTFT: requests per n")
+    parser.add_argument("--pairs", type=int, default=40, help="decode step: pairs of steps (penalties off, on)")
     parser.add_argument("--only", choices=("step", "ttft"), help="one of the two measurements")
     args = parser.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         model = str(make_model("small-llama", tmp, overrides={"vocab_size": args.vocab}))
         if args.only != "ttft":
+            steps = paired_decode_steps(model, args.batch, args.pairs, PENALTIES).summary()
             base = SamplingParams(max_tokens=64, ignore_eos=True, temperature=1.0, seed=0)
-            rounds: dict[str, list[float]] = {"off": [], "on": []}
-            for _ in range(args.repeats):  # alternated: the host's load drifts
-                rounds["off"].append(decode_step_seconds(model, args.batch, base))
-                rounds["on"].append(decode_step_seconds(model, args.batch, replace(base, **PENALTIES)))
-            off, on = statistics.median(rounds["off"]), statistics.median(rounds["on"])
             s_off = sampler_seconds(args.batch, args.vocab, base)
             s_on = sampler_seconds(args.batch, args.vocab, replace(base, **PENALTIES))
-            print(json.dumps({"vocab": args.vocab, "batch": args.batch, "decode_step_s_off": off,
-                              "decode_step_s_penalties": on, "penalty_ratio": on / off, "sampler_s_off": s_off,
-                              "sampler_s_penalties": s_on, "penalty_cost_over_step": (s_on - s_off) / off}),
-                  flush=True)
+            print(json.dumps({"vocab": args.vocab, "batch": args.batch, "pairs": args.pairs, **steps,
+                              "sampler_s_off": s_off, "sampler_s_penalties": s_on}), flush=True)
         if args.only != "step":
             ttft1, ttft4 = ttft_seconds(model, 1, args.repeats), ttft_seconds(model, 4, args.repeats)
             print(json.dumps({"ttft_s_n1": ttft1, "ttft_s_n4": ttft4, "ttft_ratio": ttft4 / ttft1}), flush=True)

@@ -12,7 +12,7 @@ import grpc
 import redis
 
 from distserve.v1 import router_pb2, router_pb2_grpc
-from services.common.redis_auth import resolve_url
+from services.common.redis_auth import client as redis_client
 from services.common.registry import REQUESTS_STREAM
 from services.common.stamps import Lifetime
 
@@ -110,14 +110,15 @@ async def _call(stub: router_pb2_grpc.RouterStub, req: BenchRequest, timeout_s: 
 
 def stream_tail(redis_url: str) -> str:
     """The id of the newest request record ('0' when none): read records after it with `attach_stages`."""
-    newest = redis.Redis.from_url(resolve_url(redis_url), decode_responses=True).xrevrange(REQUESTS_STREAM, count=1)
+    newest = redis_client(redis.Redis, redis_url, decode_responses=True).xrevrange(REQUESTS_STREAM, count=1)
     return newest[0][0] if newest else "0"
 
 
 def attach_stages(redis_url: str, results: list[RequestResult], after: str, timeout_s: float = 10.0) -> None:
-    """Fills each completed result's `stages` from its record; the router writes a record just after the last
-    token, so this waits up to `timeout_s` for stragglers."""
-    client = redis.Redis.from_url(resolve_url(redis_url), decode_responses=True)
+    """Fills each completed result's `stages` from its record, found by the client's id (the record's `label`;
+    its `request_id` is the router's own); the router writes a record just after the last token, so this waits
+    up to `timeout_s` for stragglers."""
+    client = redis_client(redis.Redis, redis_url, decode_responses=True)
     wanted = {r.request_id: r for r in results if r.ok}
     deadline = time.monotonic() + timeout_s
     cursor = after
@@ -125,7 +126,7 @@ def attach_stages(redis_url: str, results: list[RequestResult], after: str, time
         entries = client.xrange(REQUESTS_STREAM, min=f"({cursor}")
         for entry_id, fields in entries:
             cursor = entry_id
-            result = wanted.pop(fields.get("request_id", ""), None)
+            result = wanted.pop(fields.get("label", ""), None)
             if result is not None:
                 result.lifetime = Lifetime(**{k: float(v) for k, v in fields.items() if k in STAMP_FIELDS})
                 result.stages = result.lifetime.stages()

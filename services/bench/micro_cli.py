@@ -1,5 +1,5 @@
-"""`distserve bench-xfer` (KV transfer throughput against baselines) and `distserve bench-router` (what the
-router adds per streamed token)."""
+"""`distserve bench-xfer` (KV transfer throughput against baselines), `distserve bench-router` (what the
+router adds per streamed token) and `distserve bench-security` (what authentication and TLS cost)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ def _bench_xfer(args: argparse.Namespace) -> int:
         return run_reshard_bench(as_json=args.json, quick=args.quick)
     from services.bench.xfer import run_bench
 
-    if args.auth_compare:
-        from services.bench.auth_cost import compare_xfer
-
-        return compare_xfer(args.quick, args.device)
     return run_bench(as_json=args.json, quick=args.quick, device=args.device)
 
 
@@ -24,11 +20,15 @@ def _bench_router(args: argparse.Namespace) -> int:
     from services.bench.router import run_bench_router
     from services.engine.presets import resolve_model
 
-    if args.auth_compare:
-        from services.bench.auth_cost import compare_router
-
-        return compare_router(resolve_model(args.model), args.requests, args.tokens, args.streams)
     return run_bench_router(resolve_model(args.model), args.requests, args.tokens, args.streams, args.json)
+
+
+def _bench_security(args: argparse.Namespace) -> int:
+    from services.bench.security_cost import run_security_bench
+    from services.engine.presets import resolve_model
+
+    return run_security_bench(resolve_model(args.model), args.rounds, args.tokens, args.rpc_calls, args.device,
+                              tuple(d for d in args.stack_devices.split(",") if d))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,8 +37,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     bench.add_argument("--device", default="cpu", help="where the pools live: cpu, or cuda:N (shared with kvxfer by "
                                                         "CUDA IPC; the baselines then run on that GPU too)")
-    bench.add_argument("--auth-compare", action="store_true", help="run with the deployment's authentication off, "
-                       "then on, and compare")
     bench.add_argument("--reshard", action="store_true", help="re-sharding pulls between TP/PP layouts (TP 2 → 1, "
                                                                "1 → 2, PP 2 → 1) beside same-layout pulls of the same bytes")
     bench.set_defaults(func=_bench_xfer)
@@ -49,5 +47,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--tokens", type=int, default=128)
     b.add_argument("--streams", type=int, default=16, help="concurrent streams for the throughput figure")
     b.add_argument("--json", action="store_true")
-    b.add_argument("--auth-compare", action="store_true", help="a stack without, then one with, authentication")
     b.set_defaults(func=_bench_router)
+
+    s = subparsers.add_parser("bench-security", help="router per-token latency, same- and cross-host pulls and one "
+                              "kvxfer RPC with authentication and TLS off vs on, interleaved in one run")
+    s.add_argument("--model", default=None, help="model folder or preset (default small-llama)")
+    s.add_argument("--rounds", type=int, default=8, help="rounds; each measures both sides, in alternating order")
+    s.add_argument("--tokens", type=int, default=32, help="tokens of the router's request in each round")
+    s.add_argument("--rpc-calls", type=int, default=200, help="unary kvxfer RPCs per round and side")
+    s.add_argument("--device", default="cpu", help="where the pulls' pools live: cpu, or cuda:N (CUDA IPC)")
+    s.add_argument("--stack-devices", default="cpu:0,cpu:1", help="the prefill's and the decode's device, in each stack")
+    s.set_defaults(func=_bench_security)

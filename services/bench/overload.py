@@ -1,24 +1,29 @@
 """Past the knee (`distserve bench --overload 1.5,2`): the same load at multiples of the measured goodput, with
 the router's SLO-aware admission off and on.
 
-Both runs use one stack, started with admission set to refuse and the planner fitting the model online; a
-request is judged against an SLO only when it carries one, so the run without the `x-slo-*` metadata is
-admission off (plain FCFS) and the run with it is admission on. Goodput counts the requests that met both
-objectives per second of offered load; a refused request counts as a miss.
+Both runs use one stack, its planner fitting the model online and its router predicting every request (so its
+live error metrics cover the sweep too); every request carries the SLO as `x-slo-*` metadata. The router starts
+with admission off (predict only: plain FCFS) and is restarted to refuse before the runs with admission on.
+Goodput counts the requests that met both objectives per second of offered load; a refused request counts as a
+miss.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from services.bench.loadgen import RequestResult
 from services.bench.slo import SLO, met
 
-# The started stack's router refuses what it predicts to miss the SLO it is sent; its planner refits every 2 s.
-ADMISSION_ENV = {"DISTSERVE_ROUTER_ADMISSION": "refuse", "DISTSERVE_ROUTER_MODEL_REFRESH_S": "1",
-                 "DISTSERVE_PLANNER_FIT_INTERVAL": "2"}
+REFUSE_ENV = {"DISTSERVE_ROUTER_ADMISSION": "refuse"}  # the router restarted for admission on
+
+
+def admission_env(prefill_batch_tokens: int) -> dict[str, str]:
+    """The started stack's: the router predicts (admission off) from the planner's fit, refitted every 2 s."""
+    return {"DISTSERVE_ROUTER_ADMISSION": "off", "DISTSERVE_ROUTER_MODEL_REFRESH_S": "1",
+            "DISTSERVE_ROUTER_PREFILL_BATCH_TOKENS": str(prefill_batch_tokens), "DISTSERVE_PLANNER_FIT_INTERVAL": "2"}
 
 
 def slo_metadata(slo: SLO) -> tuple[tuple[str, str], ...]:
@@ -43,6 +48,7 @@ class OverloadPoint:
     admitted_attainment: float | None  # over the admitted ones
     goodput: float  # req/s that met both objectives
     goodput_per_device: float
+    live: dict = field(default_factory=dict)  # the router's live model errors over the run (`live.py`)
 
 
 def overload_point(multiple: float, rate: float, admission: bool, results: list[RequestResult], slo: SLO,

@@ -41,13 +41,18 @@ def simulator_errors(results: list[ModeResult]) -> list[dict[str, float | str | 
     `fitted_error_points` for it fitted to a calibration load's served steps with the path's overheads, and
     `replayed_error_points` for the same simulator on the point's own served step costs (no prediction: it
     separates the simulator's error from that of predicting step costs). `measured_se_points`: the measured
-    attainment's binomial standard error, the noise a prediction cannot be closer than."""
+    attainment's binomial standard error, the noise a prediction cannot be closer than; `measured_ci` its 95%
+    interval and `fitted_within_ci` whether the fitted prediction lies in it; `up_to_knee`: rate ≤ goodput."""
 
     def diff(predicted: float | None, measured: float) -> float | None:
         return None if predicted is None else 100 * (predicted - measured)
 
-    return [{"mode": r.mode, "workload": r.workload, "rate": p.rate, "measured": p.attainment,
-             "measured_se_points": 100 * p.attainment_se,
+    def within(predicted: float | None, ci: tuple[float, float]) -> bool | None:
+        return None if predicted is None else ci[0] <= predicted <= ci[1]
+
+    return [{"mode": r.mode, "workload": r.workload, "rate": p.rate, "requests": p.requests, "measured": p.attainment,
+             "measured_se_points": 100 * p.attainment_se, "measured_ci": list(p.attainment_ci),
+             "up_to_knee": p.rate <= r.goodput, "fitted_within_ci": within(p.fitted_attainment, p.attainment_ci),
              "simulated": p.simulated_attainment, "error_points": diff(p.simulated_attainment, p.attainment),
              "calibrated": p.calibrated_attainment,
              "calibrated_error_points": diff(p.calibrated_attainment, p.attainment),
@@ -68,10 +73,24 @@ def transfer_shares(results: list[ModeResult]) -> list[dict[str, float | str | N
     return out
 
 
+def overload_ratios(results: list[ModeResult]) -> list[dict[str, float | str | None]]:
+    """Per workload and multiple of the knee: goodput per device with admission on over off (None when off is 0)."""
+    out = []
+    for r in results:
+        for on in (o for o in r.overload if o["admission"]):
+            off = next(o for o in r.overload if not o["admission"] and o["multiple"] == on["multiple"])
+            ratio = on["goodput_per_device"] / off["goodput_per_device"] if off["goodput_per_device"] else None
+            out.append({"mode": r.mode, "workload": r.workload, "multiple": on["multiple"], "rate": on["rate"],
+                        "goodput_per_device_off": off["goodput_per_device"], "goodput_per_device_on": on["goodput_per_device"],
+                        "ratio": ratio, "admitted_attainment_on": on["admitted_attainment"],
+                        "share_refused_on": on["share_refused"]})
+    return out
+
+
 def document(results: list[ModeResult], config: dict, wall_s: float) -> dict:
     return _finite({"config": config, "wall_s": wall_s, "results": [asdict(r) for r in results],
                     "ratios": ratios(results), "simulator_error": simulator_errors(results),
-                    "transfer_share": transfer_shares(results)})
+                    "overload_ratios": overload_ratios(results), "transfer_share": transfer_shares(results)})
 
 
 def _ms(seconds: float | None) -> str:
@@ -104,6 +123,48 @@ def _overload_table(results: list[ModeResult], console: Console) -> None:
                       str(o["requests"]), _pct(o["share_refused"]), _pct(o["attainment"]),
                       _pct(o["admitted_attainment"]), f"{o['goodput_per_device']:.3f}")
     console.print(table)
+    for o in overload_ratios(results):
+        ratio = "undefined (no goodput off)" if o["ratio"] is None else f"{o['ratio']:.2f}x"
+        console.print(f"{o['workload']} {o['mode']} at {o['multiple']:g}x the knee ({o['rate']:.3g} req/s): goodput per "
+                      f"device with admission / without = {ratio}; refused {_pct(o['share_refused_on'])}, admitted "
+                      f"attainment {_pct(o['admitted_attainment_on'])}")
+
+
+def _live_table(results: list[ModeResult], console: Console) -> None:
+    """The router's live model-error metrics per run (`--overload`): the error histograms' quantiles over the
+    run, and the attainment gauges (predicted and measured, both phases) after it; an overload run's rate
+    reads `rate multiple admission`."""
+    rows = [(r, f"{p.rate:.3g}" + (f" run {i + 1}" if p.runs > 1 else ""), live)
+            for r in results for p in r.points for i, live in enumerate(p.live)]
+    rows += [(r, f"{o['rate']:.3g} {o['multiple']:g}x {'on' if o['admission'] else 'off'}", o["live"])
+             for r in results for o in r.overload if o.get("live")]
+    if not rows:
+        return
+    table = Table(title="router's live model error (measured - predicted, ms; attainment gauges after the run)")
+    for col in ("workload", "mode", "rate", "n", "TTFT err p10", "p50", "p90", "TPOT err p10", "p50 ", "p90 ",
+                "pred attain", "meas attain", "pred TTFT", "meas TTFT", "pred TPOT", "meas TPOT"):
+        table.add_column(col, justify="left" if col in ("workload", "mode", "rate") else "right")
+    for r, rate, live in rows:
+        ttft, tpot, gauges = live["ttft_error_s"], live["tpot_error_s"], live["attainment"]
+        table.add_row(r.workload, r.mode, rate, str(ttft["count"]), *(_ms(ttft[q]) for q in ("p10", "p50", "p90")),
+                      *(_ms(tpot[q]) for q in ("p10", "p50", "p90")),
+                      *(_pct(gauges.get(f"{phase}/{source}")) for phase in ("both", "ttft", "tpot")
+                        for source in ("predicted", "measured")))
+    console.print(table)
+
+
+def _ci_lines(results: list[ModeResult], console: Console) -> None:
+    """The fitted prediction against each measured point's 95% interval, at the rates up to the knee."""
+    errors = [e for e in simulator_errors(results) if e["fitted_within_ci"] is not None and e["up_to_knee"]]
+    for mode, workload in dict.fromkeys((e["mode"], e["workload"]) for e in errors):
+        mine = [e for e in errors if (e["mode"], e["workload"]) == (mode, workload)]
+        console.print(f"{workload} {mode}: fitted prediction within the measured attainment's 95% CI at "
+                      f"{sum(e['fitted_within_ci'] for e in mine)} of {len(mine)} rates up to the knee")
+        for e in mine:
+            low, high = e["measured_ci"]
+            console.print(f"  {e['rate']:.3g} req/s, {e['requests']} requests: measured {100 * e['measured']:.1f}% "
+                          f"[{100 * low:.1f}, {100 * high:.1f}], fitted {100 * e['fitted']:.1f}% "
+                          f"{'within' if e['fitted_within_ci'] else 'OUTSIDE'}")
 
 
 def print_tables(results: list[ModeResult], console: Console) -> None:
@@ -137,6 +198,8 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
                            *(_ms(p.stages.get(s)) for s in STAGES),
                            "-" if p.transfer_share is None else f"{100 * p.transfer_share:.2f}%")
     console.print(points)
+    _ci_lines(results, console)
+    _live_table(results, console)
     _overload_table(results, console)
     for workload, by in ratios(results).items():
         console.print(f"{workload}: " + ", ".join(f"{k} = {'undefined (no goodput)' if v is None else f'{v:.2f}x'}"

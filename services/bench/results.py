@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from services.bench.loadgen import RequestResult
-from services.bench.slo import SLO, attainment, tightest_scale
+from services.bench.slo import SLO, attainment, tightest_scale, wilson_interval
 
 STAGES = ("prefill_queue", "prefill", "transfer", "decode_queue", "decode")
 
@@ -17,6 +17,7 @@ class Point:
     rate: float  # req/s offered to the whole deployment
     attainment: float  # share meeting TTFT and TPOT
     attainment_se: float  # its binomial standard error, sqrt(a(1 - a) / requests): the sampling noise of one run
+    attainment_ci: tuple[float, float]  # its 95% confidence interval (Wilson)
     ttft_attainment: float
     tpot_attainment: float
     tightest_slo_scale: float  # smallest SLO scale that this run would still meet at the target
@@ -36,6 +37,7 @@ class Point:
     replayed_attainment: float | None = None  # ... as fitted, but to this point's own served steps (not a prediction)
     served_fit: dict[str, float] = field(default_factory=dict)  # the latency model fitted to this point's steps
     runs: int = 1  # runs of the same requests pooled in this point (--repeats)
+    live: list[dict] = field(default_factory=list)  # per run: the router's live model errors (`live.py`, --overload)
 
 
 @dataclass(slots=True)
@@ -89,6 +91,7 @@ def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float
         share = stage_means["transfer"] / float(e2e[ok].mean())
     return Point(
         rate=rate, attainment=met, attainment_se=float(np.sqrt(met * (1 - met) / n)),
+        attainment_ci=wilson_interval(met, len(results)),
         ttft_attainment=float(np.sum(ok & (ttft <= slo.ttft_limit)) / n),
         tpot_attainment=float(np.sum(ok & (tpot <= slo.tpot_limit)) / n),
         tightest_slo_scale=tightest_scale(ttft, tpot, ok, slo), requests=len(results), failed=int((~ok).sum()),

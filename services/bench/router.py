@@ -43,13 +43,16 @@ async def _gaps(stream) -> list[float]:
     return [b - a for a, b in zip(stamps[1:], stamps[2:])]  # after the first decoded token
 
 
-async def _via_router(channel: grpc.aio.Channel, prompt_ids: list[int], n: int) -> list[float]:
+async def via_router(channel: grpc.aio.Channel, prompt_ids: list[int], n: int,
+                     metadata: tuple[tuple[str, str], ...] = ()) -> list[float]:
+    """Gaps between the tokens of one greedy request streamed through the router."""
     stub = router_pb2_grpc.RouterStub(channel)
     return await _gaps(stub.Generate(router_pb2.GenerateRequest(
-        prompt_token_ids=prompt_ids, max_tokens=n, temperature=0.0, ignore_eos=True)))
+        prompt_token_ids=prompt_ids, max_tokens=n, temperature=0.0, ignore_eos=True), metadata=metadata))
 
 
-async def _direct(prefill: grpc.aio.Channel, decode: grpc.aio.Channel, prompt_ids: list[int], n: int, i: int) -> list[float]:
+async def direct(prefill: grpc.aio.Channel, decode: grpc.aio.Channel, prompt_ids: list[int], n: int, i: int) -> list[float]:
+    """Gaps between the tokens of the same request made by calling prefill, then decode, as the router does."""
     sampling = sampling_to_proto(SamplingParams(max_tokens=n, ignore_eos=True, seed=0))
     reply = await worker_pb2_grpc.PrefillStub(prefill).Prefill(
         worker_pb2.PrefillRequest(request_id=f"direct-{i}", prompt_token_ids=prompt_ids, sampling=sampling))
@@ -62,16 +65,16 @@ async def _measure(stack: Stack, requests: int, tokens: int, streams: int) -> Re
     prompt_ids = list(range(3, 67))
     async with grpc.aio.insecure_channel(stack.router_address) as router, \
             internal_channel(addr["prefill"], TOOL) as prefill, internal_channel(addr["decode"], TOOL) as decode:
-        await _via_router(router, prompt_ids, 8)  # warm up both paths
-        await _direct(prefill, decode, prompt_ids, 8, -1)
-        via, direct = [], []
+        await via_router(router, prompt_ids, 8)  # warm up both paths
+        await direct(prefill, decode, prompt_ids, 8, -1)
+        via, called = [], []
         for i in range(requests):
-            via += await _via_router(router, prompt_ids, tokens)
-            direct += await _direct(prefill, decode, prompt_ids, tokens, i)
+            via += await via_router(router, prompt_ids, tokens)
+            called += await direct(prefill, decode, prompt_ids, tokens, i)
         start = time.perf_counter()
-        await asyncio.gather(*(_via_router(router, prompt_ids, tokens) for _ in range(streams)))
+        await asyncio.gather(*(via_router(router, prompt_ids, tokens) for _ in range(streams)))
         concurrent = streams * tokens / (time.perf_counter() - start)
-    router_ms, direct_ms = 1e3 * statistics.mean(via), 1e3 * statistics.mean(direct)
+    router_ms, direct_ms = 1e3 * statistics.mean(via), 1e3 * statistics.mean(called)
     return RelayFigures(tokens, requests, router_ms, direct_ms, router_ms - direct_ms, 1e3 / router_ms, streams, concurrent)
 
 

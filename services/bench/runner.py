@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from rich.progress import Progress
 
+from services.bench.live import run_errors, scrape
 from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
-from services.bench.overload import ADMISSION_ENV, OverloadPoint, overload_point, slo_metadata
+from services.bench.overload import REFUSE_ENV, OverloadPoint, admission_env, overload_point, slo_metadata
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
 from services.bench.served import joins_of, loaded_overheads, path_overheads
@@ -80,6 +81,17 @@ class Served:
     mode: str
     address: str
     redis_url: str
+    stack: Stack | None = None  # the stack the bench started, with the router's admission and metrics (`live`)
+
+    @property
+    def live(self) -> bool:
+        """Whether the router predicts every request with the planner's online fit (`--overload`, disagg)."""
+        return self.stack is not None and self.stack.config.planner_port > 0
+
+    def router_metrics(self) -> str:
+        assert self.stack is not None
+        router = next(p for p in self.stack.procs if p.name == "router")
+        return f"http://{self.stack.config.host}:{router.metrics_port}/metrics"
 
 
 @contextmanager
@@ -89,14 +101,14 @@ def serving(cfg: BenchConfig, mode: str) -> Iterator[Served]:
         yield Served(mode, cfg.router, cfg.redis_url)
         return
     n = len(cfg.devices)
-    admission = bool(cfg.overload) and mode == "disagg"  # the router admits by SLO, from the planner's online fit
+    admission = bool(cfg.overload) and mode == "disagg"  # the router predicts from the planner's online fit
     stack = Stack(StackConfig(model=cfg.model, mode=mode, prefill=n // 2, decode=n - n // 2, devices=cfg.devices,
                               grpc_port=free_port(), http_port=0, **engine_fields(cfg), service_cores=cfg.service_cores,
                               log_level="WARNING", planner_port=free_port() if admission else 0,
-                              extra_env=ADMISSION_ENV if admission else {}))
+                              extra_env=admission_env(cfg.max_batch_tokens) if admission else {}))
     stack.start()
     try:
-        yield Served(mode, stack.router_address, stack.redis_url)
+        yield Served(mode, stack.router_address, stack.redis_url, stack if admission else None)
     finally:
         stack.stop()
 
@@ -259,17 +271,25 @@ class Bench:
                     out.append(result)
         return out
 
-    def overload(self, served: Served, workload: str, multiple: float, knee: float) -> list[OverloadPoint]:
-        """The load at `multiple` × the knee, run with admission off, then on (`overload.py`)."""
-        rate, slo, devices = multiple * knee, self.slos[workload], len(self.cfg.devices)
-        reqs = self.sample_at(workload)(rate).requests(rate, f"over-{uuid.uuid4().hex[:6]}")
-        out = []
+    def overload(self, served: Served, workload: str, knee: float) -> list[OverloadPoint]:
+        """The load at each `--overload` multiple of the knee, run with admission off, then (the router restarted
+        to refuse) on, with the SLO as metadata throughout (`overload.py`)."""
+        slo, devices = self.slos[workload], len(self.cfg.devices)
+        loads = [(m, m * knee, self.sample_at(workload)(m * knee).requests(m * knee, f"over-{uuid.uuid4().hex[:6]}"))
+                 for m in self.cfg.overload]
+        out: dict[tuple[float, bool], OverloadPoint] = {}
         for admission in (False, True):
-            again = [replace(r, request_id=f"{r.request_id}-{'on' if admission else 'off'}") for r in reqs]
-            label = f"{served.mode} {workload} {multiple:g}x knee, admission {'on' if admission else 'off'}"
-            results = run_requests(served, again, self.progress, label, slo_metadata(slo) if admission else ())
-            out.append(overload_point(multiple, rate, admission, results, slo, devices))
-        return out
+            if admission:
+                assert served.stack is not None
+                served.stack.restart_router(REFUSE_ENV)
+            for multiple, rate, reqs in loads:
+                again = [replace(r, request_id=f"{r.request_id}-{'on' if admission else 'off'}") for r in reqs]
+                label = f"{served.mode} {workload} {multiple:g}x knee, admission {'on' if admission else 'off'}"
+                before = scrape(served.router_metrics())
+                results = run_requests(served, again, self.progress, label, slo_metadata(slo))
+                point = overload_point(multiple, rate, admission, results, slo, devices)
+                out[multiple, admission] = replace(point, live=run_errors(before, scrape(served.router_metrics())))
+        return [out[m, a] for m in self.cfg.overload for a in (False, True)]
 
     def measure(self, served: Served, workload: str, predictors: dict[str, Predictor], fit_since: float,
                 joins: Counter[float]) -> ModeResult:
@@ -294,15 +314,21 @@ class Bench:
             label = f"{served.mode} {workload} {rate:.3g} req/s"
             handed: Counter[float] = Counter()  # this point's hand-offs
 
+            live: list[dict] = []  # the router's live model errors of each run
+
             def run_once(i: int) -> list[RequestResult]:
                 again = [replace(r, request_id=f"{r.request_id}-r{i}") for r in reqs] if i else reqs
-                results = run_requests(served, again, self.progress, label + (f" (run {i + 1})" if i else ""))
+                before = scrape(served.router_metrics()) if served.live else None
+                results = run_requests(served, again, self.progress, label + (f" (run {i + 1})" if i else ""),
+                                       slo_metadata(slo) if served.live else ())
+                if before is not None:
+                    live.append(run_errors(before, scrape(served.router_metrics())))
                 handed.update(joins_of(results))
                 return results
 
             point, runs = pooled_runs(run_once, lambda results: summarize(rate, results, slo, 0.0), slo.target,
                                       self.cfg.repeats, self.cfg.repeat_within)
-            point.runs, point.wall_s = runs, time.monotonic() - wall
+            point.runs, point.wall_s, point.live = runs, time.monotonic() - wall, live
             for kind, predictor in predictors.items():
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
             if "fitted" in predictors:  # the simulator on the point's own served step costs (a diagnostic)
@@ -327,7 +353,7 @@ class Bench:
                             sorted(points, key=lambda p: p.rate), sample.stats())
         if self.cfg.overload and served.mode == "disagg":
             knee = goodput or self.cfg.rate or self.start_rates[workload]  # no goodput: the rate tried
-            result.overload = [asdict(p) for m in self.cfg.overload for p in self.overload(served, workload, m, knee)]
+            result.overload = [asdict(p) for p in self.overload(served, workload, knee)]
         for kind, predictor in predictors.items():
             per_device = predictor.goodput(sample_at, slo, self.start_rates[workload]) / devices
             setattr(result, f"{kind}_goodput_per_device", per_device)

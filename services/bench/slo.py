@@ -63,3 +63,13 @@ def tightest_scale(ttft: np.ndarray, tpot: np.ndarray, ok: np.ndarray, slo: SLO)
     need = np.where(ok, np.maximum(ttft / slo.ttft, tpot / slo.tpot), np.inf)
     k = math.ceil(slo.target * len(need) - 1e-9)
     return float(np.sort(need)[k - 1]) if k >= 1 else 0.0
+
+
+def wilson_interval(share: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a binomial share over n trials (95% at z = 1.96); unlike share ± z·SE it
+    stays within [0, 1] and keeps its coverage near 0 and 1, where attainment below the knee lies."""
+    if n <= 0:
+        return 0.0, 1.0
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)

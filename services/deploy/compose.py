@@ -15,7 +15,8 @@ from pathlib import Path
 import yaml
 
 from services.common import defaults
-from services.deploy.compose_secrets import RUN, secrets_section, with_credentials
+from services.common.redis_auth import USER as REDIS_USER
+from services.deploy.compose_secrets import REDIS_ACL, RUN, TLS, secrets_section, with_credentials
 from services.planner.actuator import InstanceSpec, specs_of
 from services.planner.placement import Placement, Stage
 
@@ -78,12 +79,29 @@ def _healthy(*names: str) -> dict:
     return {name: {"condition": "service_healthy"} for name in names}
 
 
-def _head_services(address: str, redis_url: str) -> dict:
-    redis = {"image": REDIS_IMAGE, "network_mode": "host", "restart": "unless-stopped",
-             "command": ["redis-server", "--bind", address, "--port", str(REDIS_PORT), "--appendonly", "yes"],
-             "volumes": ["redis-data:/data"],
-             "healthcheck": {"test": ["CMD", "redis-cli", "-h", address, "-p", str(REDIS_PORT), "ping"],
-                             "interval": "5s", "timeout": "3s", "retries": 10}}
+def _redis(address: str, tls: bool) -> dict:
+    """Redis admits only the deployment's ACL user (its --aclfile, `distserve redis-acl`); across hosts it speaks
+    TLS only, to clients whose certificate the deployment's CA signed. The health check logs in as that user,
+    the password read from the ACL file into redis-cli's stdin (never onto a command line)."""
+    acl = f"{RUN}/{REDIS_ACL}"
+    ca, cert, key = (f"{RUN}/{TLS[field]}" for field in ("ca", "cert", "key"))
+    listen = (["--port", "0", "--tls-port", str(REDIS_PORT), "--tls-cert-file", cert, "--tls-key-file", key,
+               "--tls-ca-cert-file", ca, "--tls-auth-clients", "yes"] if tls else ["--port", str(REDIS_PORT)])
+    cli = f"redis-cli --user {REDIS_USER} --askpass -h {address} -p {REDIS_PORT}"
+    cli += f" --tls --cacert {ca} --cert {cert} --key {key}" if tls else ""
+    check = f"sed -n 's/.*>\\([^ ]*\\) .*/\\1/p' {acl} | {cli} ping | grep -q PONG"
+    return {"image": REDIS_IMAGE, "network_mode": "host", "restart": "unless-stopped",
+            "command": ["redis-server", "--bind", address, *listen, "--appendonly", "yes", "--aclfile", acl],
+            "volumes": ["redis-data:/data"], "secrets": [REDIS_ACL, *(TLS.values() if tls else ())],
+            "healthcheck": {"test": ["CMD-SHELL", check], "interval": "5s", "timeout": "3s", "retries": 10}}
+
+
+def _redis_url(address: str, tls: bool) -> str:
+    """The URL every service dials: the deployment's user (the password filled in by each), TLS across hosts."""
+    return f"{'rediss' if tls else 'redis'}://{REDIS_USER}@{address}:{REDIS_PORT}/0"
+
+
+def _head_services(address: str, redis_url: str, tls: bool) -> dict:
     router = _service(["distserve", "router", "--model", "/model", "--host", "0.0.0.0", "--grpc-port",
                        str(ROUTER_GRPC_PORT), "--http-port", str(ROUTER_HTTP_PORT), "--metrics-port",
                        str(ROUTER_METRICS_PORT), "--api-key-file", f"{RUN}/distserve_api_keys"],
@@ -94,7 +112,7 @@ def _head_services(address: str, redis_url: str) -> dict:
     planner = _service(["distserve", "planner", "--host", address, "--port", str(PLANNER_PORT), "--redis-url",
                         redis_url, "--admin-key-file", f"{RUN}/distserve_admin_keys"], f"http://{address}:{PLANNER_PORT}/docs")
     planner.update(depends_on=_healthy("redis"))
-    return {"redis": redis, "router": router, "planner": planner}
+    return {"redis": _redis(address, tls), "router": router, "planner": planner}
 
 
 def _kvxfer(address: str, node: int) -> dict:
@@ -160,18 +178,18 @@ def compose_files(instances: Mapping[str, InstanceSpec], addresses: tuple[str, .
         nodes = sorted({stage.node for stage in spec.stages})
         if nodes[-1] >= len(addresses):
             raise ValueError(f"compose: {name} is on node {nodes[-1]}, but there are {len(addresses)} node addresses")
-    redis_url = f"redis://{addresses[0]}:{REDIS_PORT}/0"
+    tls = len(addresses) > 1  # internal traffic crosses hosts: mutual TLS, Redis over TLS
+    url = _redis_url(addresses[0], tls)
     files = {}
-    tls = len(addresses) > 1  # internal traffic crosses hosts: mutual TLS
     extra = {"router": ("distserve_api_keys",), "planner": ("distserve_admin_keys",)}
     for node, address in enumerate(addresses):
-        services = _head_services(address, redis_url) if node == 0 else {}
+        services = _head_services(address, url, tls) if node == 0 else {}
         services["kvxfer"] = _kvxfer(address, node)
         here = sorted((gpu, rank, name) for name, spec in instances.items()
                       for rank, (n, gpu) in enumerate(rank_gpus(spec)) if n == node)
         services.update({(f"{name}-rank{rank}" if rank else name):
                          (_rank(instances[name], rank, addresses) if rank
-                          else _instance(name, instances[name], addresses, redis_url)) for _, rank, name in here})
+                          else _instance(name, instances[name], addresses, url)) for _, rank, name in here})
         services = {name: with_credentials(s, tls, *extra.get(name, ())) if s["image"] == IMAGE else s
                     for name, s in services.items()}
         doc = {"name": "distserve", "services": services, "secrets": secrets_section(tls)}

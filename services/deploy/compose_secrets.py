@@ -1,8 +1,8 @@
 """The credentials of a compose deployment, mounted as compose secrets (read-only files under /run/secrets).
 
 Every distserve service gets the deployment secret (internal tokens, kvxfer owners, Redis's password); the
-router its client API keys, the planner its admin keys. Where internal traffic crosses hosts (more than one
-node), every service also gets the deployment's CA and a certificate and key for mutual TLS.
+router its client API keys, the planner its admin keys, Redis its ACL file. Where internal traffic crosses hosts (more than one
+node), every service, Redis included, also gets the deployment's CA and a certificate and key for mutual TLS.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ FILES = {  # secret → its file on the host where compose runs (a compose varia
     "distserve_secret": "${DISTSERVE_SECRET_FILE:-./secrets/deployment-secret}",
     "distserve_api_keys": "${DISTSERVE_API_KEY_FILE:-./secrets/api-keys}",
     "distserve_admin_keys": "${DISTSERVE_ADMIN_KEY_FILE:-./secrets/planner-admin-keys}",
+    "distserve_redis_acl": "${DISTSERVE_REDIS_ACL_FILE:-./secrets/redis.acl}",
     "distserve_tls_ca": "${DISTSERVE_TLS_DIR:-./secrets/tls}/ca.pem",
     "distserve_tls_cert": "${DISTSERVE_TLS_DIR:-./secrets/tls}/node.pem",
     "distserve_tls_key": "${DISTSERVE_TLS_DIR:-./secrets/tls}/node.key",
 }
 TLS = {"ca": "distserve_tls_ca", "cert": "distserve_tls_cert", "key": "distserve_tls_key"}
+REDIS_ACL = "distserve_redis_acl"  # Redis's users and password (`distserve redis-acl`), mounted by Redis only
 
 
 def with_credentials(service: dict, tls: bool, *extra: str) -> dict:

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from services.common.errors import EngineFailed, RequestFailed
 from services.common.sampling import SamplingParams
-from services.engine.engine import LLMEngine, StepOutput
+from services.engine.engine import LLMEngine, StepOutput, fork_id
 from services.engine.step_log import EngineStats
 from services.engine.worker import EngineWorker
 
@@ -52,27 +52,31 @@ class AsyncEngine:
     def failed(self) -> bool:
         return self.worker.error is not None
 
-    async def _stream(self, request_id: str, admit: Callable[[LLMEngine], None]) -> AsyncIterator[StepOutput]:
+    async def _stream(self, request_ids: list[str], admit: Callable[[LLMEngine], object]) -> AsyncIterator[StepOutput]:
+        """The outputs of `request_ids` (a request's choices) until each one ended."""
         queue: asyncio.Queue[StepOutput | BaseException] = asyncio.Queue()
-        self._streams[request_id] = queue
-        done = False
+        self._streams.update(dict.fromkeys(request_ids, queue))
+        running = set(request_ids)
         try:
             await self.call(admit)
-            while not done:
+            while running:
                 out = await queue.get()
                 if isinstance(out, BaseException):
                     raise EngineFailed(f"engine failed: {out!r}") from out
                 if out.error:
-                    done = True  # the engine dropped it already
+                    running.discard(out.request_id)  # the engine dropped it already
                     raise RequestFailed(out.error)
-                done = out.finished or out.prefilled
+                if out.finished or out.prefilled:
+                    running.discard(out.request_id)
                 yield out
         finally:
-            self._streams.pop(request_id, None)
-            if not done:
+            for request_id in request_ids:
+                self._streams.pop(request_id, None)
+            if running:
                 # Fire and forget: the abort is queued to the engine thread even if this task is cancelled; the
                 # blocks it frees then go to the requests waiting for some.
-                self.worker.call(lambda e: e.abort(request_id)).add_done_callback(
+                left = sorted(running)
+                self.worker.call(lambda e: [e.abort(r) for r in left]).add_done_callback(
                     lambda _: self._loop.call_soon_threadsafe(self._grant_blocks))
 
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
@@ -83,14 +87,17 @@ class AsyncEngine:
         """A snapshot of the engine between steps (see LLMEngine.stats)."""
         return await self.call(lambda e: e.stats(self.worker.steps, steps_since))
 
-    def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[StepOutput]:
-        """Streams a new request's outputs (prefill policy: one output, with the K/V held)."""
-        return self._stream(request_id, lambda e: e.add_request(request_id, prompt_ids, params))
+    def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                 n: int = 1) -> AsyncIterator[StepOutput]:
+        """Streams a new request's outputs (prefill policy: one output, with the K/V held); n > 1: those of its
+        choices, which share one prefill (`LLMEngine.add_request`), told apart by request id (`fork_id`)."""
+        ids = [request_id, *(fork_id(request_id, i) for i in range(1, n))]
+        return self._stream(ids, lambda e: e.add_request(request_id, prompt_ids, params, n))
 
     def continue_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
                            block_ids: list[int]) -> AsyncIterator[StepOutput]:
         """Decode: streams a request whose prompt K/V already sits in `block_ids`."""
-        return self._stream(request_id, lambda e: e.add_prefilled(request_id, prompt_ids, first_token, params, block_ids))
+        return self._stream([request_id], lambda e: e.add_prefilled(request_id, prompt_ids, first_token, params, block_ids))
 
     async def reserve_blocks(self, num_tokens: int) -> list[int]:
         """Waits (FCFS) until the pool can hold `num_tokens` tokens and returns the reserved blocks. The allocator

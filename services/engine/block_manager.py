@@ -1,5 +1,8 @@
 """Hands out KV blocks of a fixed-size pool: plain integers, no tensors.
 
+A block may be shared (the n samples of one prompt hold its K/V once): it counts its holders and goes back to
+the pool when the last one frees it.
+
 Thread-safe: the engine thread grows and frees sequences' blocks while a decode instance's event loop reserves
 blocks for pulls without waiting for the step to end.
 """
@@ -15,7 +18,7 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self._free: deque[int] = deque(range(num_blocks))
-        self._used: set[int] = set()
+        self._refs: dict[int, int] = {}  # allocated block → its holders
         self._lock = threading.Lock()
 
     @property
@@ -24,7 +27,7 @@ class BlockManager:
 
     @property
     def num_used(self) -> int:
-        return len(self._used)
+        return len(self._refs)
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -35,7 +38,7 @@ class BlockManager:
             if num_blocks > len(self._free):
                 return None
             blocks = [self._free.popleft() for _ in range(num_blocks)]
-            self._used.update(blocks)
+            self._refs.update(dict.fromkeys(blocks, 1))
             return blocks
 
     def allocate(self, num_blocks: int) -> list[int]:
@@ -45,11 +48,24 @@ class BlockManager:
             raise MemoryError(f"need {num_blocks} KV blocks, {len(self._free)} free")
         return blocks
 
-    def free(self, blocks: list[int]) -> None:
-        """Returns blocks to the pool; frees none if any of them is not allocated."""
+    def share(self, blocks: list[int]) -> None:
+        """One more holder of each of these allocated blocks (a fork of a sequence)."""
         with self._lock:
-            stray = [b for b in blocks if b not in self._used]
-            if stray:
-                raise ValueError(f"block {stray[0]} is not allocated")
-            self._used.difference_update(blocks)
-            self._free.extend(blocks)
+            self._check(blocks)
+            for b in blocks:
+                self._refs[b] += 1
+
+    def free(self, blocks: list[int]) -> None:
+        """Drops one holder of each block; a block without holders goes back. Frees none if any is not allocated."""
+        with self._lock:
+            self._check(blocks)
+            for b in blocks:
+                self._refs[b] -= 1
+                if not self._refs[b]:
+                    del self._refs[b]
+                    self._free.append(b)
+
+    def _check(self, blocks: list[int]) -> None:
+        stray = [b for b in blocks if b not in self._refs]
+        if stray:
+            raise ValueError(f"block {stray[0]} is not allocated")

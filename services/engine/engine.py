@@ -17,7 +17,7 @@ from services.common.engine_settings import EngineSettings
 from services.common.errors import EngineInputError
 from services.common.kv_layout import KVLayout
 from services.common.model_config import ModelConfig
-from services.common.sampling import FinishReason, SamplingParams, TokenLogprobs
+from services.common.sampling import MAX_N, FinishReason, SamplingParams, TokenLogprobs, choice_seed
 from services.common.step_journal import StepJournal
 from services.common.validation import validate_request
 from services.engine.block_manager import BlockManager
@@ -55,6 +55,7 @@ class StepOutput:
     step_start: float = 0.0  # unix seconds: the step that produced this output
     step_end: float = 0.0
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # of new_token_ids, when the request asked
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # with the first token, when asked: of prompt tokens 1..
     error: str = ""  # the step failed for this request alone: it ends here (finish_reason ABORT)
 
     @property
@@ -68,6 +69,11 @@ class Prefilled:
 
     seq: Sequence
     block_ids: list[int] = field(default_factory=list)
+
+
+def fork_id(request_id: str, index: int) -> str:
+    """The engine's id of choice `index` > 0 of an n > 1 request (choice 0 keeps the request's id)."""
+    return f"{request_id}/{index}"
 
 
 class LLMEngine:
@@ -100,6 +106,8 @@ class LLMEngine:
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served."""
         validate_request(self.model_config, prompt_ids, params)
+        if params.prompt_logprobs is not None and self.config.tp * self.config.pp > 1:
+            raise EngineInputError("logprobs", "prompt logprobs (echo with logprobs) need a single-rank instance")
         needed = self.blocks.blocks_for(len(prompt_ids) + params.max_tokens)
         if needed > self.blocks.num_blocks:
             raise EngineInputError(
@@ -114,8 +122,21 @@ class LLMEngine:
         self._ids.add(request_id)
         return Sequence(request_id, list(prompt_ids), params)
 
-    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
-        self.scheduler.add(self._new_sequence(request_id, prompt_ids, params))
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[str]:
+        """Queues a request; returns its choices' ids. n > 1 (colocated, chunked): the n choices share one prefill.
+        Choice i > 0 (`fork_id`, seeded `choice_seed(seed, i)`) forks from choice 0 once the prompt is computed."""
+        if n != 1 and (self.config.policy not in ("colocated", "chunked") or not 1 <= n <= MAX_N):
+            raise EngineInputError("n", f"must be 1 on a {self.config.policy} instance, else in [1, {MAX_N}]")
+        taken = [fork_id(request_id, i) for i in range(1, n) if fork_id(request_id, i) in self._ids]
+        if taken:
+            raise EngineInputError("request_id", f"{taken[0]!r} is already in the engine")
+        seq = self._new_sequence(request_id, prompt_ids, params)
+        for i in range(1, n):
+            seq.forks.append(Sequence(fork_id(request_id, i), list(prompt_ids),
+                                      replace(seq.params, seed=choice_seed(seq.params.seed or 0, i))))
+            self._ids.add(seq.forks[-1].request_id)
+        self.scheduler.add(seq)
+        return [f.request_id for f in seq.all_forks()]
 
     def reserve_blocks(self, num_tokens: int) -> list[int] | None:
         """Decode: blocks for a pulled prompt's K/V, or None when the pool cannot hold it now (any thread)."""
@@ -153,9 +174,19 @@ class LLMEngine:
         if request_id in self.prefilled:
             self.release_prefilled(request_id)
             return True
-        seq = self.scheduler.abort(request_id)
+        seq = self.scheduler.abort(request_id) or self._drop_fork(request_id)
+        self._ids.difference_update(f.request_id for f in (seq.all_forks() if seq else ()))
         self._ids.discard(request_id)
         return seq is not None
+
+    def _drop_fork(self, request_id: str) -> Sequence | None:
+        """Takes a choice that waits to fork out of its parent's list."""
+        for parent in [*self.scheduler.waiting, *self.scheduler.running]:
+            for child in parent.forks:
+                if child.request_id == request_id:
+                    parent.forks.remove(child)
+                    return child
+        return None
 
     # ---- the step ----------------------------------------------------------------------------------
 
@@ -172,6 +203,9 @@ class LLMEngine:
         step_end = time.time()
         self.last_step = StepRecord.of(ran.batch, step_start, step_end - step_start) if ran.batch.items else None
         outputs = [self._fail(item.seq, exc) for item, exc in ran.failed]
+        for it in ran.batch.items:
+            if it.samples and it.seq.forks:  # before update: a choice that ends at its first token frees its blocks
+                self._fork(it.seq)
         for adv in self.scheduler.update(ran.batch, ran.sampled, self.finish_rule):
             outputs.append(self._output(adv, step_start, step_end))
         return outputs
@@ -193,17 +227,40 @@ class LLMEngine:
     def _output(self, adv: Advanced, step_start: float, step_end: float) -> StepOutput:
         seq = adv.seq
         out = StepOutput(seq.request_id, [adv.token], adv.finish_reason, num_prompt_tokens=len(seq.prompt_ids),
-                         step_start=step_start, step_end=step_end, logprobs=[adv.logprobs] if adv.logprobs else [])
+                         step_start=step_start, step_end=step_end, logprobs=[adv.logprobs] if adv.logprobs else [],
+                         prompt_logprobs=seq.prompt_logprobs if len(seq.output_ids) == 1 else [])
         if adv.finish_reason is not None:
             self._ids.discard(seq.request_id)
         elif seq.status is SeqStatus.PREFILLED:
             out.held_blocks, out.prefilled = self._hold(seq), True
         return out
 
+    def _fork(self, parent: Sequence) -> None:
+        """The parent's prompt K/V is computed: its choices share the blocks before the last prompt position and
+        each gets a copy of the block holding it; each recomputes that position in a decode step, which samples
+        its first token with its own seed (as a decode instance does for choices sharing a disaggregated prefill)."""
+        last = len(parent.prompt_ids) - 1
+        whole, partial = divmod(last, self.blocks.block_size)
+        copies = isinstance(self.runner, ModelRunner)  # a TP/PP runner's ranks hold their own pools: recompute
+        for child in parent.forks:
+            child.prompt_logprobs = parent.prompt_logprobs  # one list: this step's entries join it in the update
+            copy = self.blocks.try_allocate(1) if partial and copies else []
+            if copy is None:  # no block for the copy now: this choice computes its prompt itself
+                self.scheduler.add(child)
+                continue
+            child.block_table = parent.block_table[:whole]
+            self.blocks.share(child.block_table)
+            if copy:
+                self.runner.copy_block(parent.block_table[whole], copy[0])
+                child.block_table = [*child.block_table, *copy]
+            child.num_computed = last if copies else whole * self.blocks.block_size
+            self.scheduler.add_running(child)
+        parent.forks = []
+
     def _fail(self, seq: Sequence, exc: BaseException) -> StepOutput:
         """Ends a request whose step failed alone; its blocks go back and the engine serves on."""
         self.scheduler.abort(seq.request_id)
-        self._ids.discard(seq.request_id)
+        self._ids.difference_update(f.request_id for f in seq.all_forks())
         return StepOutput(seq.request_id, [], FinishReason.ABORT, num_prompt_tokens=len(seq.prompt_ids),
                           error=f"the engine's step failed for this request ({type(exc).__name__})")
 
@@ -220,7 +277,7 @@ class LLMEngine:
         used = self.blocks.num_used
         return EngineStats(
             blocks_total=self.blocks.num_blocks, blocks_used=used,
-            blocks_reserved=used - held - sum(len(s.block_table) for s in seqs), blocks_held=held,
+            blocks_reserved=used - held - len({b for s in seqs for b in s.block_table}), blocks_held=held,
             waiting=len(self.scheduler.waiting), running=len(self.scheduler.running), held=len(self.prefilled),
             steps=steps, step_log=self.step_log.since(steps_since) if steps_since else [])
 

@@ -5,20 +5,32 @@ Makes no scheduling decision: it builds the flattened batch tensors, runs the mo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from services.common.kv_layout import KVLayout
 from services.common.model_config import ModelConfig
+from services.common.sampling import TokenLogprobs
 from services.engine.attention import AttentionMetadata
 from services.engine.device import keep_freed_memory
 from services.engine.kv_pool import KVPool
 from services.engine.models import materialize
 from services.engine.models.linear import use_small_gemm
-from services.engine.sampler import Sampled, sample
+from services.engine.sampler import Sampled, sample, token_logprobs
 from services.engine.scheduler import SchedulerOutput
+from services.engine.sequence import Sequence
 from services.engine.weights import load_weights
+
+
+@dataclass(frozen=True, slots=True)
+class PromptPositions:
+    """A step's positions [first, last) of a sequence whose next prompt tokens' logprobs are asked."""
+
+    seq: Sequence
+    first: int
+    last: int
 
 
 class ModelRunner:
@@ -71,10 +83,32 @@ class ModelRunner:
         hidden = self.model(input_ids, positions, self.pool.tensor, meta)  # [T, hidden]
         ends = torch.tensor(meta.q_lens, device=self.device).cumsum(0) - 1
         sampling = [i for i, it in enumerate(batch.items) if it.samples]
-        if not sampling:
-            return Sampled()
-        logits = self.model.compute_logits(hidden[ends[sampling]])  # [B, V]
-        return sample(logits, [batch.items[i].seq for i in sampling], self.config.eos_token_ids)
+        sampled = sample(self.model.compute_logits(hidden[ends[sampling]]), [batch.items[i].seq for i in sampling],
+                         self.config.eos_token_ids) if sampling else Sampled()
+        sampled.prompt_logprobs = self._prompt_logprobs(batch, hidden)
+        return sampled
+
+    def _prompt_logprobs(self, batch: SchedulerOutput, hidden: torch.Tensor) -> dict[str, list[TokenLogprobs]]:
+        """The logprobs of the prompt tokens that this step's positions predict, for the requests that ask: the
+        logits of those rows only (none when no request asks), each prompt token once (chunks, recomputes)."""
+        rows: list[int] = []
+        wanted: list[PromptPositions] = []
+        offset = 0
+        for it in batch.items:
+            seq = it.seq
+            if seq.params.prompt_logprobs is not None:
+                first = max(seq.num_computed, len(seq.prompt_logprobs))
+                last = min(seq.num_computed + it.num_new, len(seq.prompt_ids) - 1)  # position p predicts token p + 1
+                if first < last:
+                    rows.extend(range(offset + first - seq.num_computed, offset + last - seq.num_computed))
+                    wanted.append(PromptPositions(seq, first, last))
+            offset += it.num_new
+        if not rows:
+            return {}
+        logits = self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])  # [R, V]
+        items = iter(token_logprobs(logits, [t for w in wanted for t in w.seq.prompt_ids[w.first + 1 : w.last + 1]],
+                                   [w.seq.params.prompt_logprobs for w in wanted for _ in range(w.first, w.last)]))
+        return {w.seq.request_id: [next(items) for _ in range(w.first, w.last)] for w in wanted}
 
     @torch.inference_mode()
     def full_logits(self, input_ids: list[int], block_table: list[int]) -> torch.Tensor:
@@ -86,6 +120,10 @@ class ModelRunner:
                                  torch.arange(n, device=self.device) % bs)
         hidden = self.model(torch.tensor(input_ids, device=self.device), torch.arange(n, device=self.device), self.pool.tensor, meta)
         return self.model.compute_logits(hidden)
+
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copies one KV block (all layers): a choice's own copy of the block holding its shared prompt's end."""
+        self.pool.tensor[dst].copy_(self.pool.tensor[src])
 
     def lost_rank(self) -> str | None:
         """One process, no rank to lose (a TP/PP runner says which rank exited)."""

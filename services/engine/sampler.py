@@ -19,6 +19,12 @@ from services.engine.sequence import Sequence
 class Sampled:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprobs | None] = field(default_factory=list)  # per token: None when not asked
+    prompt_logprobs: dict[str, list[TokenLogprobs]] = field(default_factory=dict)  # request id → this step's
+
+    def extend(self, other: Sampled) -> None:
+        self.tokens.extend(other.tokens)
+        self.logprobs.extend(other.logprobs)
+        self.prompt_logprobs.update(other.prompt_logprobs)
 
 
 def _generator(seed: int, step: int) -> torch.Generator:
@@ -57,15 +63,18 @@ def _logprobs(logits: torch.Tensor, seqs: list[Sequence], tokens: list[int]) -> 
     """One log-softmax and one top-k over the rows that asked, whatever their number."""
     out: list[TokenLogprobs | None] = [None] * len(seqs)
     rows = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
-    if not rows:
-        return out
-    index = torch.tensor(rows, device=logits.device)
-    logp = torch.log_softmax(logits.index_select(0, index).float(), dim=-1)
-    chosen = logp.gather(1, torch.tensor([[tokens[i]] for i in rows], device=logits.device)).squeeze(1).tolist()
-    k = max(seqs[i].params.logprobs or 0 for i in rows)
-    top_values, top_ids = logp.topk(k, dim=-1) if k else (logp[:, :0], logp[:, :0].long())
-    top_values, top_ids = top_values.tolist(), top_ids.tolist()
-    for j, i in enumerate(rows):
-        n = seqs[i].params.logprobs or 0
-        out[i] = TokenLogprobs(tokens[i], chosen[j], tuple(zip(top_ids[j][:n], top_values[j][:n])))
+    if rows:
+        picked = logits.index_select(0, torch.tensor(rows, device=logits.device))
+        for i, item in zip(rows, token_logprobs(picked, [tokens[i] for i in rows], [seqs[i].params.logprobs for i in rows])):
+            out[i] = item
     return out
+
+
+def token_logprobs(logits: torch.Tensor, chosen: list[int], ks: list[int | None]) -> list[TokenLogprobs]:
+    """logits [R, V] (the model's own) → per row: the log-probability of its chosen token and its top ks[r]."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    picked = logp.gather(1, torch.tensor(chosen, device=logits.device).unsqueeze(1)).squeeze(1).tolist()
+    k = max(k or 0 for k in ks)
+    top_values, top_ids = logp.topk(k, dim=-1) if k else (logp[:, :0], logp[:, :0].long())
+    return [TokenLogprobs(token, value, tuple(zip(ids[: n or 0], values[: n or 0])))
+            for token, value, ids, values, n in zip(chosen, picked, top_ids.tolist(), top_values.tolist(), ks)]

@@ -152,6 +152,7 @@ class Scheduler:
         for it in batch.items:
             seq, samples = it.seq, it.samples  # before the advance, which changes it
             seq.num_computed += it.num_new
+            seq.prompt_logprobs.extend(sampled.prompt_logprobs.get(seq.request_id, ()))
             if not samples:
                 continue
             token, logprobs = next(drawn)

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
-from services.common.sampling import FinishReason, SamplingParams
+from services.common.sampling import FinishReason, SamplingParams, TokenLogprobs
 
 
 class SeqStatus(Enum):
@@ -27,6 +27,8 @@ class Sequence:
     status: SeqStatus = SeqStatus.WAITING
     finish_reason: FinishReason | None = None
     arrival: float = field(default_factory=time.time)
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # asked: of prompt tokens 1.. computed so far
+    forks: list[Sequence] = field(default_factory=list)  # choices that take this prompt's K/V once it is computed
 
     @property
     def num_tokens(self) -> int:
@@ -35,6 +37,10 @@ class Sequence:
     @property
     def num_uncomputed(self) -> int:
         return self.num_tokens - self.num_computed
+
+    def all_forks(self) -> list[Sequence]:
+        """This sequence and the choices still waiting to fork from it."""
+        return [self, *self.forks]
 
     def token_slice(self, start: int, stop: int) -> list[int]:
         prompt_len = len(self.prompt_ids)

@@ -60,8 +60,7 @@ class StepGuard:
         for item in batch.items:
             try:
                 alone_sampled = execute(SchedulerOutput([item]))
-                step.sampled.tokens.extend(alone_sampled.tokens)
-                step.sampled.logprobs.extend(alone_sampled.logprobs)
+                step.sampled.extend(alone_sampled)
             except Exception as alone:
                 log.warning("step failed for request %s: %r", item.seq.request_id, alone)
                 step.failed.append((item, alone))

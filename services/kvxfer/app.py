@@ -20,7 +20,7 @@ from services.kvxfer.metrics import XferMetrics
 from services.kvxfer.peers import GrpcPeers
 from services.kvxfer.pools import blocks_kernel, copy_kernel
 from services.kvxfer.server import KVXferServicer
-from services.kvxfer.ucx_env import apply_ucx_env
+from services.kvxfer.ucx_env import apply_ucx_env, keep_ucx_on_loopback
 
 log = logging.getLogger(__name__)
 SERVICE = "distserve.v1.KVXfer"
@@ -29,6 +29,7 @@ SERVICE = "distserve.v1.KVXfer"
 async def serve(config: KVXferConfig) -> None:
     """Serve until SIGTERM or SIGINT."""
     apply_ucx_env(config)
+    keep_ucx_on_loopback(config.host)
     from services.kvxfer.transport import UcxPuller, UcxServer  # after the UCX environment is set
     from services.kvxfer.ucx_loop import UcxLoop
 

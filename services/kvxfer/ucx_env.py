@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from services.kvxfer.config import KVXferConfig
@@ -15,3 +16,16 @@ def apply_ucx_env(config: KVXferConfig) -> None:
                         ("UCX_TCP_RX_SEG_SIZE", config.ucx_tcp_seg_size), ("UCX_TLS", config.ucx_tls)):
         if value:
             os.environ.setdefault(name, value)
+
+
+def keep_ucx_on_loopback(host: str) -> None:
+    """A kvxfer serving on loopback has only peers on this host: its UCX network transports then open their
+    sockets on the loopback device only (UCX_NET_DEVICES=lo, unless set). UCX's connection listener is not
+    covered: ucxx's create_listener takes a port, no address, and binds every interface; the hello token is
+    what keeps other peers out of it (transport.py)."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: its addresses are not loopback ones
+        loopback = False
+    if loopback:
+        os.environ.setdefault("UCX_NET_DEVICES", "lo")

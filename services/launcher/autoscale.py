@@ -13,7 +13,7 @@ import threading
 
 import redis
 
-from services.common.redis_auth import resolve_url
+from services.common.redis_auth import client
 from services.launcher.actuator import StackActuator
 from services.launcher.stack import Stack
 from services.planner.replan import Replanner
@@ -24,7 +24,7 @@ def start_autoscaler(stack: Stack, profile: str, slo: SLOBody, interval_s: float
                      stop: threading.Event) -> threading.Thread:
     request = ReplanRequest(model=stack.config.model, hardware=profile, slo=slo,
                             cluster=ClusterBody(nodes=1, gpus_per_node=len(stack.devices())))
-    replanner = Replanner(redis.Redis.from_url(resolve_url(stack.redis_url)), request, StackActuator(stack), workers=1)
+    replanner = Replanner(client(redis.Redis, stack.redis_url), request, StackActuator(stack), workers=1)
 
     async def loop() -> None:
         done = asyncio.Event()

@@ -27,7 +27,10 @@ def _up(args: argparse.Namespace) -> int:
         grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
         redis_url=args.redis_url or "", **engine_fields(args),
         log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s,
-        api_key_file=args.api_key_file, allow_unauthenticated=args.allow_unauthenticated, supervised=True)
+        api_key_file=args.api_key_file, allow_unauthenticated=args.allow_unauthenticated,
+        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca, supervised=True)
+    if bool(config.tls_cert) != bool(config.tls_key):
+        raise SystemExit("distserve up: --tls-cert and --tls-key go together")
     taken = [p for p in (config.grpc_port, config.http_port, config.planner_port) if p and not bindable(config.host, p)]
     if taken:  # say so now rather than have clients reach whatever holds them
         raise SystemExit(f"distserve up: port(s) {', '.join(map(str, taken))} on {config.host} already in use")
@@ -47,7 +50,8 @@ def _up(args: argparse.Namespace) -> int:
         print(f"distserve up ({config.mode}, model {config.model})", flush=True)
         print(f"  gRPC   {stack.router_address}  (distserve.v1.Router/Generate)", flush=True)
         if config.http_port:
-            print(f"  HTTP   http://{config.host}:{config.http_port}/v1  (OpenAI-compatible)", flush=True)
+            scheme = "https" if config.tls_cert else "http"
+            print(f"  HTTP   {scheme}://{config.host}:{config.http_port}/v1  (OpenAI-compatible)", flush=True)
         if config.planner_port:
             print(f"  planner http://{config.host}:{config.planner_port}/docs  (admin key in {planner_admin_keys()[1]})",
                   flush=True)
@@ -99,6 +103,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "none: the router serves loopback only")
     p.add_argument("--allow-unauthenticated", action="store_true", help="let the router and planner serve beyond "
                    "loopback without keys")
+    p.add_argument("--tls-cert", default="", help="PEM certificate: TLS on the router's gRPC and HTTP ports")
+    p.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
+    p.add_argument("--tls-ca", default="", help="the CA that signed --tls-cert, to check the router when it starts "
+                   "(default: --tls-cert itself, self-signed)")
     add_engine_arguments(p)
     p.add_argument("--service-cores", type=cores_argument, default="auto", help="CPU cores of the router, Redis and planner: "
                    "auto (disagg on CPU: the prefill instances' cores; else any), any, or e.g. 0,1")

@@ -29,9 +29,17 @@ def planner_admin_keys() -> tuple[Path, Path]:
 
 
 def router_access(config: StackConfig) -> list[str]:
-    """The router's flags for a StackConfig's API keys."""
+    """The router's flags for a StackConfig's API keys and client TLS."""
     flags = ["--api-key-file", config.api_key_file] if config.api_key_file else []
+    flags += ["--tls-cert", config.tls_cert, "--tls-key", config.tls_key] if config.tls_cert else []
     return flags + (["--allow-unauthenticated", "true"] if config.allow_unauthenticated else [])
+
+
+def router_ca(config: StackConfig) -> bytes | None:
+    """The root a client of this stack's router checks its certificate against; None: plaintext."""
+    if not config.tls_cert:
+        return None
+    return Path(config.tls_ca or config.tls_cert).read_bytes()
 
 
 def planner_access(config: StackConfig) -> list[str]:

@@ -11,16 +11,17 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.links import blocking_channel
+from services.common.tls import client_port_channel
 
 
-def _channel(address: str, internal: bool) -> grpc.Channel:
-    """Internal servers speak mutual TLS where it is configured; the router's client port does not."""
-    return blocking_channel(address) if internal else grpc.insecure_channel(address)
+def _channel(address: str, internal: bool, client_ca: bytes | None) -> grpc.Channel:
+    """Internal servers speak mutual TLS where it is configured; the router's client port its own TLS, if any."""
+    return blocking_channel(address) if internal else client_port_channel(address, client_ca)
 
 
-def is_serving(address: str, timeout_s: float = 1.0, internal: bool = True) -> bool:
+def is_serving(address: str, timeout_s: float = 1.0, internal: bool = True, client_ca: bytes | None = None) -> bool:
     """Whether the server at `address` answers its health check with SERVING."""
-    with _channel(address, internal) as channel:
+    with _channel(address, internal, client_ca) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
         except grpc.RpcError:
@@ -29,10 +30,10 @@ def is_serving(address: str, timeout_s: float = 1.0, internal: bool = True) -> b
 
 
 def wait_serving(address: str, process: subprocess.Popen | None, timeout_s: float, name: str,
-                 internal: bool = True) -> None:
+                 internal: bool = True, client_ca: bytes | None = None) -> None:
     """Polls the health service of `address` until SERVING; raises if the process exits or time runs out."""
     deadline = time.monotonic() + timeout_s
-    with _channel(address, internal) as channel:
+    with _channel(address, internal, client_ca) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             if process is not None and process.poll() is not None:

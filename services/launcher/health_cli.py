@@ -9,6 +9,7 @@ import argparse
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from services.launcher.health import is_serving
 
@@ -25,7 +26,8 @@ def _health(args: argparse.Namespace) -> int:
     if args.address.startswith(("http://", "https://")):
         ok = _http_ok(args.address, args.timeout)
     else:
-        ok = is_serving(args.address, args.timeout, internal=not args.plaintext)
+        ca = Path(args.tls_ca).read_bytes() if args.tls_ca else None
+        ok = is_serving(args.address, args.timeout, internal=not (args.plaintext or ca), client_ca=ca)
     if not ok:
         print(f"{args.address}: not serving", file=sys.stderr)
     return 0 if ok else 1
@@ -37,4 +39,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer")
     p.add_argument("--plaintext", action="store_true", help="a client port (the router's): no mutual TLS even where "
                    "DISTSERVE_TLS_* is set")
+    p.add_argument("--tls-ca", default="", help="a client port over TLS (the router's with --tls-cert): check its "
+                   "certificate against this CA")
     p.set_defaults(func=_health)

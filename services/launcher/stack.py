@@ -22,7 +22,7 @@ from services.common.redis_server import EmbeddedRedis
 from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.common.step_journal import journal_path
 from services.launcher.cores import host_service_cores, pin_process
-from services.launcher.credentials import planner_access, router_access
+from services.launcher.credentials import planner_access, router_access, router_ca
 from services.launcher.health import wait_http_ok, wait_serving
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,9 @@ class StackConfig(EngineSettings):
     drain_grace_s: float = defaults.DRAIN_GRACE_S  # on SIGTERM, what every service gives in-flight requests
     api_key_file: str = ""  # the router's client keys; none: the router serves loopback only
     allow_unauthenticated: bool = False  # let the router serve beyond loopback without keys
+    tls_cert: str = ""  # TLS on the router's client ports: its certificate and key (PEM); empty: plaintext
+    tls_key: str = ""
+    tls_ca: str = ""    # what the launcher checks the router's certificate against; empty: tls_cert (self-signed)
     # A second host for the decode instances (disagg): its own kvxfer there, so every KV pull crosses hosts.
     decode_host: str = ""   # the address decode instances and their kvxfer listen on; empty: this host
     decode_netns: str = ""  # the network namespace that host is (`ip netns exec`); empty: this one
@@ -118,10 +121,10 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def _popen(self, cmd: list[str]) -> subprocess.Popen:
+    def _popen(self, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         grace = str(self.config.drain_grace_s)
         env = {**os.environ, "DISTSERVE_DRAIN_GRACE_S": grace, "DISTSERVE_ROUTER_DRAIN_GRACE_S": grace,
-               **child_env(), SECRET_ENV: self.secret_file, **self.config.extra_env}
+               **child_env(), SECRET_ENV: self.secret_file, **self.config.extra_env, **(env or {})}
         return subprocess.Popen(cmd, env=env, start_new_session=True)
 
     def respawn(self, proc: Proc) -> None:
@@ -129,6 +132,15 @@ class Stack:
         if proc.role:
             remove_pool_files(proc.name)
         proc.process = self._popen(proc.cmd)
+
+    def restart_router(self, env: dict[str, str]) -> None:
+        """Stops the router and starts it again as it was, with `env` added (a setting it reads at start-up, such
+        as its admission policy, changed on a running stack); returns once it serves."""
+        proc = next(p for p in self.procs if p.name == "router")
+        self._terminate(proc, self.config.drain_grace_s + 10)
+        proc.stopping = False
+        proc.process = self._popen(proc.cmd, env)
+        wait_serving(proc.address, proc.process, self.config.ready_timeout_s, "router", internal=False)
 
     def _free_port(self, host: str) -> int:
         """A free port of host; the decode host's namespace runs nothing else, so any port there is free."""
@@ -180,7 +192,8 @@ class Stack:
                 "router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(c.grpc_port),
                 "--http-port", str(c.http_port), "--redis-url", self.redis_url, *router_access(c)],
                 self.router_address, cores=self.service_cores)
-            wait_serving(router.address, router.process, c.ready_timeout_s, "router", internal=False)
+            wait_serving(router.address, router.process, c.ready_timeout_s, "router", internal=False,
+                         client_ca=router_ca(c))
             if c.planner_port:
                 planner = self._spawn("planner", ["planner", "--host", c.host, "--port", str(c.planner_port),
                                                   "--redis-url", self.redis_url, *planner_access(c)],
@@ -224,25 +237,39 @@ class Stack:
 
     @staticmethod
     def _terminate(proc: Proc, timeout_s: float) -> None:
+        Stack._signal_stop(proc)
+        Stack._await_stop(proc, timeout_s)
+
+    @staticmethod
+    def _signal_stop(proc: Proc) -> None:
         proc.stopping = True
         if proc.process.poll() is None:
             proc.process.send_signal(signal.SIGTERM)
-            try:
-                proc.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in %.0f s; killing it", proc.name, timeout_s)
-                proc.process.kill()
-                proc.process.wait()
+
+    @staticmethod
+    def _await_stop(proc: Proc, timeout_s: float) -> None:
+        """Waits for a signalled process (killing it after `timeout_s`); removes the pool files it left."""
+        try:
+            proc.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop in %.0f s; killing it", proc.name, timeout_s)
+            proc.process.kill()
+            proc.process.wait()
         if proc.role:  # an instance: it owns a pool file (and maybe a step journal)
             journal_path(proc.name).unlink(missing_ok=True)
             for path in remove_pool_files(proc.name):  # left by an instance that was killed
                 log.warning("%s left its KV pool file %s; removed it", proc.name, path)
 
     def stop(self) -> None:
-        """Router first (no new work), then instances, then kvxfer, then Redis."""
-        order = sorted(self.procs, key=lambda p: {"router": 0, "planner": 0, "kvxfer": 2, "kvxfer-decode": 2}.get(p.name, 1))
-        for proc in order:
-            self._terminate(proc, self.config.drain_grace_s + 10)
+        """Router first (no new work), then instances, then kvxfer, then Redis; the processes of one tier stop
+        together (each drains on its own, so waiting for one before signalling the next only adds up)."""
+        tier = {"router": 0, "planner": 0, "kvxfer": 2, "kvxfer-decode": 2}
+        for level in sorted({tier.get(p.name, 1) for p in self.procs}):
+            procs = [p for p in self.procs if tier.get(p.name, 1) == level]
+            for proc in procs:
+                self._signal_stop(proc)
+            for proc in procs:
+                self._await_stop(proc, self.config.drain_grace_s + 10)
         self.procs.clear()
         if self.redis is not None:
             self.redis.stop()

@@ -22,7 +22,7 @@ from prometheus_client import (
 
 from services.common.api_keys import ApiKeys
 from services.common.front_door import BodyLimit
-from services.common.redis_auth import resolve_url
+from services.common.redis_auth import client as redis_client
 from services.planner.actuator import Actuator
 from services.planner.config import PlannerSettings
 from services.planner.online_fit import OnlineFit
@@ -38,7 +38,7 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
     """The app; `client` (or settings.redis_url) gives request records, plan storage and the replanning loop;
     `actuator` (e.g. `distserve up`'s launcher) applies what the loop and `/v1/replan` plan."""
     if client is None and settings.redis_url:
-        client = redis.Redis.from_url(resolve_url(settings.redis_url))
+        client = redis_client(redis.Redis, settings.redis_url)
     state: dict = {"plan": None}
     registry = CollectorRegistry()
     plans = Counter("distserve_planner_plans", "Plans made", ["source"], registry=registry)

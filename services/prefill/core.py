@@ -26,6 +26,7 @@ class PrefillResult:
     handle: kv_pb2.KVHandle | None = None
     stamps: Lifetime = field(default_factory=Lifetime)
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # of the first token, when asked
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # of prompt tokens 1.., when asked
 
 
 class PrefillCore:
@@ -61,7 +62,8 @@ class PrefillCore:
                 last = out
         stamps.prefill_start, stamps.prefill_end = last.step_start, last.step_end
         if last.finished:
-            return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps, last.logprobs)
+            return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps, last.logprobs,
+                                 last.prompt_logprobs)
         self._holder[last.held_blocks[0]] = request_id
         try:
             handle = await self.leases.create_lease(last.held_blocks, len(prompt_ids), self.lease_ttl_s, pulls)
@@ -72,4 +74,4 @@ class PrefillCore:
                 raise Unavailable(f"KV transfer service: {exc.code().name}") from exc
             raise
         handle.shards.extend(self.shards)
-        return PrefillResult(last.new_token_ids[0], "", handle, stamps, last.logprobs)
+        return PrefillResult(last.new_token_ids[0], "", handle, stamps, last.logprobs, last.prompt_logprobs)

@@ -32,7 +32,8 @@ class PrefillServicer(InstanceServicer, worker_pb2_grpc.PrefillServicer):
             await abort_with(context, exc)
         return worker_pb2.PrefillResponse(first_token=result.first_token, finish_reason=result.finish_reason,
                                           kv=result.handle, stamps=result.stamps.to_proto(),
-                                          logprobs=logprobs_to_proto(result.logprobs))
+                                          logprobs=logprobs_to_proto(result.logprobs),
+                                          prompt_logprobs=logprobs_to_proto(result.prompt_logprobs))
 
 
 async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,

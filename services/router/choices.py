@@ -1,4 +1,5 @@
-"""A request's n choices: their seeds, one prefill shared by their decodes, and their streams merged."""
+"""A request's n choices: one prefill shared by their decodes (disagg), one colocated call shared by them, and
+their streams merged."""
 
 from __future__ import annotations
 
@@ -10,14 +11,6 @@ from typing import TypeVar
 from distserve.v1 import kv_pb2, worker_pb2
 
 T = TypeVar("T")
-_GOLDEN = 0x9E3779B97F4A7C15  # spreads the choices' seeds over the whole range
-
-
-def choice_seed(seed: int, index: int) -> int:
-    """Choice 0 keeps the request's seed (n=1 is unchanged); the others get distinct seeds derived from it."""
-    if index == 0:
-        return seed
-    return (seed + index * _GOLDEN + 2**63) % 2**64 - 2**63  # stays an int64
 
 
 class SharedPrefill:
@@ -49,6 +42,46 @@ class SharedPrefill:
             return  # no prefill, no lease
         if not response.finish_reason:
             await self._release(response.kv)
+
+
+class SharedStream:
+    """One colocated call that streams the n choices' chunks (TokenChunk.index); each choice reads its own.
+
+    The first choice to read opens it; it is closed (the instance aborts what still runs) once every choice is
+    done reading, and a failure of the call ends every choice that still reads."""
+
+    def __init__(self, n: int, open_call: Callable[[], AsyncIterator[worker_pb2.TokenChunk]]) -> None:
+        self._open = open_call
+        self._queues: list[asyncio.Queue[worker_pb2.TokenChunk | BaseException | None]] = [asyncio.Queue() for _ in range(n)]
+        self._readers = n
+        self._task: asyncio.Task | None = None
+
+    async def _pump(self) -> None:
+        try:
+            async with aclosing(self._open()) as call:
+                async for chunk in call:
+                    self._queues[chunk.index].put_nowait(chunk)
+        except Exception as exc:
+            for queue in self._queues:
+                queue.put_nowait(exc)
+        for queue in self._queues:
+            queue.put_nowait(None)  # the call ended: a choice that did not end with it ends now
+
+    async def choice(self, index: int) -> AsyncIterator[worker_pb2.TokenChunk]:
+        if self._task is None:
+            self._task = asyncio.create_task(self._pump())
+        try:
+            while (chunk := await self._queues[index].get()) is not None:
+                if isinstance(chunk, BaseException):
+                    raise chunk
+                yield chunk
+                if chunk.finish_reason:
+                    return
+        finally:
+            self._readers -= 1
+            if not self._readers:
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
 
 
 async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[T]:

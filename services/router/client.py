@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.sampling import SamplingParams
+from services.common.tls import client_port_channel
 
 
 def request_of(prompt: str, params: SamplingParams) -> router_pb2.GenerateRequest:
@@ -20,12 +22,13 @@ def request_of(prompt: str, params: SamplingParams) -> router_pb2.GenerateReques
 
 
 def generate_remote(address: str, prompt: str, params: SamplingParams, stream: bool = True, timeout_s: float = 600,
-                    api_key: str = "") -> dict:
-    """Streams the text to stdout when `stream`; returns {token_ids, text, finish_reason, request_id}."""
+                    api_key: str = "", tls_ca: str = "") -> dict:
+    """Streams the text to stdout when `stream`; returns {token_ids, text, finish_reason, request_id}. Over TLS
+    when `tls_ca` (the CA file the router's certificate is checked against) is given."""
     token_ids: list[int] = []
     parts: list[str] = []
     finish_reason, request_id = "", ""
-    with grpc.insecure_channel(address) as channel:
+    with client_port_channel(address, Path(tls_ca).read_bytes() if tls_ca else None) as channel:
         stub = router_pb2_grpc.RouterStub(channel)
         try:
             metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.common import defaults
@@ -36,6 +36,9 @@ class RouterSettings(BaseSettings):
     api_key_file: str = Field("", description="file of hashed API keys (`distserve api-key add`); clients send one")
     allow_unauthenticated: bool = Field(False, description="serve beyond loopback without API keys")
     close_reflection: bool = Field(False, description="gRPC reflection needs an API key too")
+    tls_cert: str = Field("", description="PEM certificate (chain) for TLS on the client ports (gRPC and HTTP); "
+                                          "none: plaintext")
+    tls_key: str = Field("", description="PEM private key of --tls-cert")
     max_body_bytes: int = Field(4 << 20, description="largest HTTP request body accepted (413 above)")
     metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")
     drain_grace_s: float = Field(defaults.DRAIN_GRACE_S, description="on SIGTERM: seconds in-flight requests get to finish")
@@ -47,3 +50,9 @@ class RouterSettings(BaseSettings):
     model_refresh_s: float = Field(1.0, gt=0, description="how often the planner's fitted model (ds:model) is re-read")
     prefill_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, ge=1,
                                       description="the prefill instances' batch bound in tokens, for the prediction")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> RouterSettings:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("tls_cert and tls_key go together: TLS needs both, plaintext neither")
+        return self

@@ -19,7 +19,7 @@ from services.common.errors import CrashedInstance, Overloaded
 from services.common.registry import Registry
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.tokenizer import Tokenizer
-from services.router.choices import SharedPrefill, merge
+from services.router.choices import SharedPrefill, SharedStream, merge
 from services.router.cleanup import Cleanups
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
 from services.router.gate import SloGate
@@ -38,6 +38,7 @@ class Chunk:
     finish_reason: str = ""
     index: int = 0  # the choice
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # one per token, when asked
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # a choice's first chunk: of prompt tokens 1..
 
 
 def _instance_gone(exc: BaseException) -> bool:
@@ -104,27 +105,29 @@ class RouterCore:
 
     def _choices(self, req: RouterRequest) -> list[AsyncIterator[Chunk]]:
         if req.n == 1:
-            return [self._choice(req)]
-        shared = None
-        if self.mode == "disagg":
-            # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
-            params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
-            shared = SharedPrefill(req.n, lambda: self._with_retries(
-                req, "prefill", len(req.prompt_ids), lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n)),
-                self.release_lease)
-        return [self._choice(req.choice(i, shared)) for i in range(req.n)]
+            return [self._choice(req, self._disagg(req) if self.mode == "disagg" else self._colocated(req))]
+        if self.mode != "disagg":  # one instance call for the n choices, which share the prompt's K/V there
+            stream = SharedStream(req.n, lambda: self._colocated(req))
+            return [self._choice(req.choice(i, None), stream.choice(i)) for i in range(req.n)]
+        # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
+        params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
+        shared = SharedPrefill(req.n, lambda: self._with_retries(
+            req, "prefill", len(req.prompt_ids), lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n)),
+            self.release_lease)
+        choices = [req.choice(i, shared) for i in range(req.n)]
+        return [self._choice(choice, self._disagg(choice)) for choice in choices]
 
-    async def _choice(self, req: RouterRequest) -> AsyncIterator[Chunk]:
+    async def _choice(self, req: RouterRequest, source: AsyncIterator[worker_pb2.TokenChunk]) -> AsyncIterator[Chunk]:
         """One choice's text: detokenized, ended at a stop string (which closes the source: the downstream
-        calls are cancelled and the K/V freed)."""
+        calls are cancelled and the K/V freed; a choice of a shared colocated call just stops reading it)."""
         text = OutputText(self.tokenizer, req.params.stop)
-        source = self._disagg(req) if self.mode == "disagg" else self._colocated(req)
         async with aclosing(source):
             async for tokens in source:
                 reason = tokens.finish_reason
                 delta = text.push(list(tokens.token_ids), final=bool(reason))
                 logprobs = logprobs_from_proto(tokens.logprobs[: len(delta.token_ids)])
-                yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index, logprobs)
+                yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index, logprobs,
+                            logprobs_from_proto(tokens.prompt_logprobs))
                 if delta.stopped:
                     return
 
@@ -136,7 +139,9 @@ class RouterCore:
         produced: list[int] = []
         for attempt in range(self.retries + 1):
             req.attempt = attempt
-            rest = replace(req.params, max_tokens=req.params.max_tokens - len(produced))
+            # the prompt's logprobs came with the first token: a re-prefill of prompt + output does not ask again
+            rest = replace(req.params, max_tokens=req.params.max_tokens - len(produced),
+                           prompt_logprobs=None if produced else req.params.prompt_logprobs)
             try:
                 async for tokens in self._disagg_once(req, req.prompt_ids + produced, rest):
                     produced.extend(tokens.token_ids)
@@ -160,7 +165,7 @@ class RouterCore:
         streamed = False
         try:
             yield worker_pb2.TokenChunk(token_ids=[prefilled.first_token], finish_reason=prefilled.finish_reason,
-                                        logprobs=prefilled.logprobs)
+                                        logprobs=prefilled.logprobs, prompt_logprobs=prefilled.prompt_logprobs)
             if prefilled.finish_reason:
                 return
             load = len(prompt_ids) + params.max_tokens
@@ -203,7 +208,11 @@ class RouterCore:
                 self.dispatcher.acquire("decode", len(req.prompt_ids) + params.max_tokens), self.dispatcher.release)
             req.decode_instance = assignment.info.id
             try:
+                first = True
                 async for chunk in self._decode(req, req.prompt_ids, params, prefilled, assignment, sample_first=True):
+                    if first:  # every choice gets the prompt's logprobs, computed once by the shared prefill
+                        chunk.prompt_logprobs.extend(prefilled.prompt_logprobs)
+                        first = False
                     yield chunk
             except Exception as exc:
                 if _instance_gone(exc):
@@ -259,7 +268,7 @@ class RouterCore:
         call = stub.Decode(worker_pb2.DecodeRequest(
             request_id=req.downstream_id, prompt_token_ids=prompt_ids,
             first_token=None if sample_first else prefilled.first_token,
-            sampling=sampling_to_proto(params), kv=prefilled.kv), timeout=req.remaining())
+            sampling=sampling_to_proto(replace(params, prompt_logprobs=None)), kv=prefilled.kv), timeout=req.remaining())
         async for chunk in self._relay(req, call, assignment):
             yield chunk
 
@@ -282,8 +291,8 @@ class RouterCore:
         req.prefill_instance = req.decode_instance = assignment.info.id
         stub = worker_pb2_grpc.ColocatedStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Generate(worker_pb2.ColocatedRequest(
-            request_id=req.downstream_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params)),
-            timeout=req.remaining())
+            request_id=req.downstream_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params),
+            n=req.n), timeout=req.remaining())
         async for chunk in self._relay(req, call, assignment):
             yield chunk
 
@@ -299,10 +308,7 @@ class RouterCore:
             metrics.STAGE.labels(stage).observe(seconds)
 
     async def _record(self, req: RouterRequest, n_tokens: int) -> None:
-        record = {"request_id": req.request_id, "label": req.label, "prompt_tokens": len(req.prompt_ids), "output_tokens": n_tokens,
-                  "prefill_instance": req.prefill_instance, "decode_instance": req.decode_instance,
-                  "mode": self.mode, "seed": req.params.seed, **req.lifetime.to_record()}
         try:
-            await self.registry.record_request(record)
+            await self.registry.record_request(req.record(n_tokens, self.mode))
         except Exception as exc:
             log.warning("could not record request: %s", exc, extra={"request_id": req.request_id})

@@ -52,6 +52,14 @@ def _status_of(exc: Exception) -> JSONResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class Echo:
+    """A completion's prompt written before its choices' text: its text, and its first token (no logprob)."""
+
+    text: str
+    first_token: int
+
+
+@dataclass(frozen=True, slots=True)
 class Shape:
     """How one request's answer is written."""
 
@@ -59,15 +67,20 @@ class Shape:
     model: str
     tokenizer: Tokenizer
     logprobs: bool
-    echo: tuple[str, ...] = ()  # completions with echo: each prompt's text, before its choices' text
+    echo: tuple[Echo, ...] = ()  # completions with echo: one per prompt
 
-    def choice(self, chunks: list[Chunk], index: int, delta: bool, offset: int = 0) -> dict:
+    def choice(self, chunks: list[Chunk], index: int, delta: bool, offset: int = 0, echo: Echo | None = None) -> dict:
+        """`echo`: the chunks begin the choice, so its prompt comes first (with its logprobs, when asked)."""
         text = "".join(c.text for c in chunks)
         reason = next((c.finish_reason for c in chunks if c.finish_reason), None)
         items = [lp for c in chunks for lp in c.logprobs]
         if not self.chat:
-            logprobs = completion_logprobs(self.tokenizer, items, offset) if self.logprobs else None
-            return {"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}
+            logprobs = None
+            if self.logprobs:
+                prompt = [lp for c in chunks for lp in c.prompt_logprobs] if echo else []
+                logprobs = completion_logprobs(self.tokenizer, prompt + items, offset, echo.first_token if echo else None)
+            return {"index": index, "text": (echo.text if echo else "") + text, "finish_reason": reason,
+                    "logprobs": logprobs}
         out = {"index": index, "delta" if delta else "message": {"role": "assistant", "content": text},
                "finish_reason": reason}
         if self.logprobs:
@@ -84,10 +97,10 @@ def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max
         if body.top_logprobs is not None and not body.logprobs:
             raise EngineInputError("top_logprobs", "needs logprobs: true")
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
+        prompt_logprobs = None
     else:
-        if body.echo and body.logprobs is not None:
-            raise EngineInputError("echo", "echo with logprobs (prompt logprobs) is not supported")
         logprobs = body.logprobs
+        prompt_logprobs = logprobs if body.echo else None
     if _samples(body) > body.n and logprobs is None:
         logprobs = 0  # ranking needs each token's logprob; not returned
     return SamplingParams(max_tokens=default_max_tokens if max_tokens is None else max_tokens,
@@ -96,7 +109,7 @@ def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max
                           stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()), logprobs=logprobs,
                           presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
                           repetition_penalty=body.repetition_penalty, min_tokens=body.min_tokens,
-                          logit_bias=tuple(sorted((body.logit_bias or {}).items())))
+                          logit_bias=tuple(sorted((body.logit_bias or {}).items())), prompt_logprobs=prompt_logprobs)
 
 
 def _samples(body: CompletionBody | ChatBody) -> int:
@@ -174,7 +187,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
                 await stream.aclose()
             return _status_of(exc)
         echo = () if chat or not getattr(body, "echo", False) else tuple(
-            p if isinstance(p, str) else builder.tokenizer.decode(p) for p in prompts)
+            Echo(p if isinstance(p, str) else builder.tokenizer.decode(p), r.prompt_ids[0]) for p, r in zip(prompts, reqs))
         shape = Shape(chat, builder.model_name, builder.tokenizer, _asked_logprobs(body), echo)
         chunks = merge([_numbered(i * _samples(body), first, s) for i, (first, s) in enumerate(zip(firsts, streams))])
         if body.stream:
@@ -231,10 +244,7 @@ def _final(batch: Batch, chunks: list[Chunk], shape: Shape) -> dict:
     choices = []
     for index in range(len(batch.reqs) * batch.n):
         mine = [c for c in chunks if c.index == index]
-        echo = shape.echo[index // batch.n] if shape.echo else ""
-        choice = shape.choice(mine, index, delta=False, offset=len(echo))
-        if echo:
-            choice["text"] = echo + choice["text"]
+        choice = shape.choice(mine, index, delta=False, echo=shape.echo[index // batch.n] if shape.echo else None)
         choice["token_ids"] = [t for c in mine for t in c.token_ids]
         choices.append(choice)
     return {
@@ -250,7 +260,8 @@ async def _sse(batch: Batch, chunks: AsyncIterator[Chunk], shape: Shape, usage: 
     kind = "chat.completion.chunk" if shape.chat else "text_completion"
     created = int(time.time())
     total = len(batch.reqs) * batch.n
-    offsets = [len(shape.echo[i // batch.n]) if shape.echo else 0 for i in range(total)]  # for text_offset
+    offsets = [0] * total  # for text_offset
+    begun = [False] * total
     completion = 0
 
     def event(choices: list[dict], **extra) -> str:
@@ -259,12 +270,13 @@ async def _sse(batch: Batch, chunks: AsyncIterator[Chunk], shape: Shape, usage: 
         return f"data: {json.dumps(body)}\n\n"
 
     async with aclosing(chunks):
-        for index in range(total) if shape.echo else ():
-            yield event([{"index": index, "text": shape.echo[index // batch.n], "finish_reason": None, "logprobs": None}])
         try:
             async for chunk in chunks:
-                choice = shape.choice([chunk], chunk.index, delta=True, offset=offsets[chunk.index])
-                offsets[chunk.index] += len(chunk.text)
+                i = chunk.index
+                echo = shape.echo[i // batch.n] if shape.echo and not begun[i] else None  # with the choice's first chunk
+                choice = shape.choice([chunk], i, delta=True, offset=offsets[i], echo=echo)
+                offsets[i] += len(chunk.text) + (len(echo.text) if echo else 0)
+                begun[i] = True
                 completion += len(chunk.token_ids)
                 yield event([choice], token_ids=chunk.token_ids, **({"usage": None} if usage else {}))
         except Exception as exc:  # the status is already sent: the failure goes in an error event

@@ -35,6 +35,13 @@ from services.router.slo import default_slo
 log = logging.getLogger(__name__)
 
 
+def _client_tls(settings: RouterSettings) -> grpc.ServerCredentials | None:
+    """TLS for the client ports when configured: clients check the router, present nothing (API keys say who)."""
+    if not settings.tls_cert:
+        return None
+    return grpc.ssl_server_credentials([(Path(settings.tls_key).read_bytes(), Path(settings.tls_cert).read_bytes())])
+
+
 async def serve_router(settings: RouterSettings) -> None:
     keys = ApiKeys(settings.api_key_file, (settings.api_key,))
     check_exposure(settings.host, keys, settings.allow_unauthenticated, "router")
@@ -60,7 +67,7 @@ async def serve_router(settings: RouterSettings) -> None:
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (router_pb2.DESCRIPTOR.services_by_name["Router"].full_name, reflection.SERVICE_NAME, health.SERVICE_NAME)
     reflection.enable_server_reflection(names, server)
-    bind_port(server, settings.host, settings.grpc_port)
+    bind_port(server, settings.host, settings.grpc_port, _client_tls(settings))
     await server.start()
     serve_metrics(settings.metrics_port, settings.host)
 
@@ -69,7 +76,9 @@ async def serve_router(settings: RouterSettings) -> None:
         app = build_app(core, builder, settings.default_max_tokens, keys,
                         missing=lambda: missing_roles(dispatcher, settings.mode), max_body_bytes=settings.max_body_bytes)
         http_server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.http_port,
-                                                    log_level="warning", lifespan="off"))
+                                                    log_level="warning", lifespan="off",
+                                                    ssl_certfile=settings.tls_cert or None,
+                                                    ssl_keyfile=settings.tls_key or None))
         http_task = asyncio.create_task(http_server.serve())
         while not http_server.started:  # fail now, not silently, when the HTTP port cannot be bound
             if http_task.done():
@@ -77,8 +86,8 @@ async def serve_router(settings: RouterSettings) -> None:
             await asyncio.sleep(0.05)
     health_task = asyncio.create_task(publish_health(dispatcher, settings.mode, health_servicer, ("", names[0]),
                                                      settings.refresh_s))
-    log.info("router (%s) serving gRPC on %s:%d, HTTP on %d, metrics on %d", settings.mode, settings.host,
-             settings.grpc_port, settings.http_port, settings.metrics_port)
+    log.info("router (%s) serving gRPC on %s:%d, HTTP on %d (%s), metrics on %d", settings.mode, settings.host,
+             settings.grpc_port, settings.http_port, "TLS" if settings.tls_cert else "plaintext", settings.metrics_port)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

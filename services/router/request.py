@@ -9,16 +9,15 @@ from dataclasses import dataclass, field, replace
 
 from services.common.errors import EngineInputError
 from services.common.model_config import ModelConfig
-from services.common.sampling import SamplingParams
+from services.common.sampling import MAX_N, SamplingParams, choice_seed
 from services.common.stamps import Lifetime
 from services.common.tokenizer import Tokenizer
 from services.common.validation import validate_request
 from services.router.admission import Prediction
-from services.router.choices import SharedPrefill, choice_seed
+from services.router.choices import SharedPrefill
 from services.router.slo import RequestSLO
 
 MAX_REQUEST_ID_CHARS = 128
-MAX_N = 16  # choices per request
 
 
 @dataclass(slots=True)
@@ -51,6 +50,13 @@ class RouterRequest:
         """Choice `index` of an n > 1 request: its own id downstream and seed; the same lifetime."""
         params = replace(self.params, seed=choice_seed(self.params.seed or 0, index))
         return replace(self, request_id=f"{self.request_id}-{index}", params=params, n=1, index=index, shared=shared)
+
+    def record(self, n_tokens: int, mode: str) -> dict[str, str | int | float]:
+        """Its entry in the request stream (`ds:requests`): the client's id is `label`, ours `request_id`."""
+        return {"request_id": self.request_id, "label": self.label, "prompt_tokens": len(self.prompt_ids),
+                "output_tokens": n_tokens, "prefill_instance": self.prefill_instance,
+                "decode_instance": self.decode_instance, "mode": mode, "seed": self.params.seed,
+                **self.lifetime.to_record()}
 
     def remaining(self) -> float | None:
         """Seconds left before the client's deadline (passed on to every downstream call)."""

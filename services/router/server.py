@@ -52,6 +52,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                         token_ids=chunk.token_ids, text=chunk.text, finish_reason=chunk.finish_reason,
                         request_id=req.public_id, prompt_tokens=len(req.prompt_ids) if last else 0,
                         completion_tokens=completion[chunk.index] if last else 0, index=chunk.index,
-                        logprobs=logprobs_to_proto(chunk.logprobs))
+                        logprobs=logprobs_to_proto(chunk.logprobs),
+                        prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs))
         except Exception as exc:
             await abort_with(context, exc)

@@ -9,10 +9,9 @@ import openai
 import pytest
 
 from services.common.model_config import ModelConfig
-from services.common.sampling import SamplingParams
+from services.common.sampling import SamplingParams, choice_seed
 from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
-from services.router.choices import choice_seed
 from tests.e2e.helpers import instance_stats, running_stack, wait_idle
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -183,7 +182,6 @@ def test_models_and_health(stack, client: openai.OpenAI) -> None:
     ({"prompt": "hi", "n": 1, "best_of": 2, "stream": True}, "best_of"),
     ({"prompt": "hi", "model": "nope"}, "model"),
     ({"prompt": "hi", "logprobs": 21}, "logprobs"),
-    ({"prompt": "hi", "echo": True, "logprobs": 1}, "echo"),
     ({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"prompt": "hi", "tools": [{"type": "function"}]}, "tools"),
     ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
+
 import grpc
+import httpx
+import openai
 import pytest
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.auth import PRINCIPAL_KEY, ROUTER, TOKEN_KEY, token
+from services.common.sampling import SamplingParams
+from services.router.client import generate_remote
 from tests.e2e.helpers import generate, instance_stats, running_stack
 from tests.e2e.test_serving import _reference
 from tests.tls_certs import Authority
@@ -53,3 +60,24 @@ async def test_the_stack_serves_the_reference_tokens_over_mutual_tls(tiny_llama_
         got = [[t for r in await generate(stack.router_address, prompt, max_tokens=m, temperature=0.0)
                 for t in r.token_ids] for prompt, m in workload]
     assert got == _reference(tiny_llama_dir, workload)
+
+
+def test_up_with_a_certificate_serves_clients_over_tls(tiny_llama_dir: str, redis_url: str, tmp_path) -> None:
+    """`distserve up --tls-cert/--tls-key`: the reference tokens over TLS on gRPC, the same text through the
+    official `openai` client over https; a plaintext gRPC client is refused."""
+    issued = Authority("router-ca").issue(tmp_path, "router")
+    ca = issued["DISTSERVE_TLS_CA"]
+    prompt, max_tokens = "the prefill phase is compute bound", 8
+    with running_stack(tiny_llama_dir, redis_url, tls_cert=issued["DISTSERVE_TLS_CERT"],
+                       tls_key=issued["DISTSERVE_TLS_KEY"], tls_ca=ca) as stack:
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+        served = generate_remote(stack.router_address, prompt, params, stream=False, tls_ca=ca)
+        with pytest.raises(SystemExit, match="UNAVAILABLE"):
+            generate_remote(stack.router_address, prompt, params, stream=False, timeout_s=10)
+        with openai.OpenAI(base_url=f"https://{stack.config.host}:{stack.config.http_port}/v1", api_key="none",
+                           max_retries=0, http_client=httpx.Client(verify=ssl.create_default_context(cafile=ca),
+                                                                   timeout=120)) as client:
+            completion = client.completions.create(model=Path(tiny_llama_dir).name, prompt=prompt,
+                                                   max_tokens=max_tokens, temperature=0.0)
+    assert served["token_ids"] == _reference(tiny_llama_dir, [(prompt, max_tokens)])[0]
+    assert completion.choices[0].text == served["text"]

@@ -70,7 +70,7 @@ async def test_concurrent_requests_equal_local_generation(stack, tiny_llama_dir:
 
 
 async def test_seeded_choices_with_penalties_equal_local_sampling(stack, tiny_llama_dir: str) -> None:
-    from services.router.choices import choice_seed
+    from services.common.sampling import choice_seed
 
     prompt, n = "the decode phase", 3
     penalties = {"presence_penalty": 0.7, "frequency_penalty": 0.4, "repetition_penalty": 1.3, "logit_bias": {65: 3.0}}

@@ -16,23 +16,25 @@ from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common import api_keys
 from services.common.api_keys import add_key, revoke_key
 from services.common.net import free_port
+from services.common.tls import client_port_channel
 from services.planner.api import create_app
 from services.planner.config import PlannerSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
-def _router(model: str, redis_url: str, *flags: str) -> tuple[subprocess.Popen, int, int]:
+def start_router(model: str, redis_url: str, *flags: str) -> tuple[subprocess.Popen, int, int]:
     grpc_port, http_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "services", "--log-level", "WARNING", "router", "--model", model, "--redis-url",
            redis_url, "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--max-body-bytes", "65536", *flags]
     return subprocess.Popen(cmd), grpc_port, http_port
 
 
-def _wait_answering(address: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    """Until the router's health service answers at all (it says NOT_SERVING while it has no instances)."""
+def wait_answering(address: str, proc: subprocess.Popen, timeout_s: float = 60, ca: bytes | None = None) -> None:
+    """Until the router's health service answers at all (it says NOT_SERVING while it has no instances); over
+    TLS checked against `ca` when given."""
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
+    with client_port_channel(address, ca) as channel:
         while True:
             assert proc.poll() is None, "router exited"
             try:
@@ -46,9 +48,9 @@ def _wait_answering(address: str, proc: subprocess.Popen, timeout_s: float = 60)
 def test_router_serves_only_callers_with_a_current_key(tmp_path, tiny_llama_dir: str, redis_url: str) -> None:
     path = tmp_path / "keys"
     key, other = add_key(path, "alice"), add_key(path, "bob")
-    proc, grpc_port, http_port = _router(tiny_llama_dir, redis_url, "--api-key-file", str(path))
+    proc, grpc_port, http_port = start_router(tiny_llama_dir, redis_url, "--api-key-file", str(path))
     try:
-        _wait_answering(f"127.0.0.1:{grpc_port}", proc)
+        wait_answering(f"127.0.0.1:{grpc_port}", proc)
         with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
             stub = router_pb2_grpc.RouterStub(channel)
 
@@ -83,7 +85,7 @@ def test_router_serves_only_callers_with_a_current_key(tmp_path, tiny_llama_dir:
 
 
 def test_router_without_keys_does_not_bind_beyond_loopback(tiny_llama_dir: str, redis_url: str) -> None:
-    proc, _, _ = _router(tiny_llama_dir, redis_url, "--host", "0.0.0.0")
+    proc, _, _ = start_router(tiny_llama_dir, redis_url, "--host", "0.0.0.0")
     assert proc.wait(timeout=60) != 0
 
 

@@ -78,3 +78,9 @@ def test_overload_runs_admission_off_and_on_past_the_knee(tiny_llama_dir, tmp_pa
     assert off["refused"] == 0 and off["requests"] == on["requests"] == 8
     assert on["refused"] > 0 and on["share_refused"] == on["refused"] / 8
     assert on["goodput"] == on["rate"] * on["attainment"] and on["goodput_per_device"] == on["goodput"] / 2
+    # the router predicted every admitted request: its live error metrics over the run, as the bench read them
+    assert off["live"]["ttft_error_s"]["count"] == 8 and off["live"]["ttft_error_s"]["p50"] is not None
+    assert off["live"]["attainment"]["ttft/measured"] == 0.0  # nothing meets a microsecond
+    assert all(len(p["live"]) == p["runs"] for p in result["points"])
+    (ratio,) = json.loads(run.stdout)["overload_ratios"]
+    assert ratio["multiple"] == 2.0 and ratio["share_refused_on"] == on["share_refused"]

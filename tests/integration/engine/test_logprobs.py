@@ -41,3 +41,32 @@ def test_logprobs_equal_transformers_log_softmax(tiny_llama_dir: str) -> None:
             assert [i for i, _ in item.top] == top_ids[pos].tolist()
             assert [v for _, v in item.top] == pytest.approx(top_values[pos].tolist(), abs=1e-4)
             assert item.logprob == pytest.approx(want[pos, item.token_id].item(), abs=1e-4)
+
+
+@pytest.mark.parametrize("policy, max_batch_tokens", [("colocated", 512), ("chunked", 8), ("prefill", 512)])
+def test_prompt_logprobs_equal_transformers_in_every_policy(tiny_llama_dir: str, policy: str,
+                                                            max_batch_tokens: int) -> None:
+    """Chunked with an 8-token budget: the 31-token prompt spans four chunks, batched with a request that asks
+    for none."""
+    engine = LLMEngine(EngineConfig(tiny_llama_dir, policy=policy, num_blocks=64, max_batch_tokens=max_batch_tokens))
+    engine.add_request("plain", PROMPTS[0], SamplingParams(max_tokens=2, ignore_eos=True))
+    engine.add_request("asks", PROMPTS[1], SamplingParams(max_tokens=2, ignore_eos=True, prompt_logprobs=K))
+    firsts = {}
+    while engine.has_work():
+        for out in engine.step():
+            firsts.setdefault(out.request_id, out)
+            if out.prefilled:
+                engine.release_prefilled(out.request_id)
+    engine.close()
+    assert firsts["plain"].prompt_logprobs == []
+    got = firsts["asks"].prompt_logprobs
+    prompt = PROMPTS[1]
+    assert [t.token_id for t in got] == prompt[1:]
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = torch.log_softmax(model(torch.tensor([prompt])).logits[0, :-1].float(), dim=-1)
+    top_values, top_ids = want.topk(K, dim=-1)
+    for pos, item in enumerate(got):
+        assert [i for i, _ in item.top] == top_ids[pos].tolist()
+        assert [v for _, v in item.top] == pytest.approx(top_values[pos].tolist(), abs=1e-4)
+        assert item.logprob == pytest.approx(want[pos, prompt[pos + 1]].item(), abs=1e-4)

@@ -1,11 +1,13 @@
 """Points summarise what the client saw; the document derives ratios, simulator errors and transfer shares."""
 
+import io
 import json
 
 import pytest
+from rich.console import Console
 
 from services.bench.loadgen import RequestResult
-from services.bench.report import document
+from services.bench.report import document, print_tables
 from services.bench.results import ModeResult, summarize
 from services.bench.slo import SLO
 
@@ -46,3 +48,28 @@ def test_the_document_is_json_with_ratios_errors_and_shares():
     assert doc["simulator_error"][0]["measured_se_points"] == 0.0  # one request, met: no spread
     assert doc["transfer_share"][0]["mode"] == "disagg" and doc["transfer_share"][0]["at_goodput"]
     assert {"mode", "workload", "devices", "goodput_per_device", "points"} <= set(doc["results"][0])
+
+
+def test_the_fitted_prediction_is_judged_against_the_95_percent_interval_up_to_the_knee():
+    slo = SLO(0.2, 0.02)
+    hits = [_result(i, 0.1, 0.01) for i in range(180)] + [_result(i, 0.5, 0.01) for i in range(20)]
+    low, high = summarize(2.0, hits, slo, 1.0), summarize(4.0, hits[:100], slo, 1.0)
+    assert low.attainment_ci == pytest.approx((0.8506, 0.9343), abs=1e-4)  # Wilson, 180 of 200
+    low.fitted_attainment, high.fitted_attainment = 0.92, 0.9  # high: all 100 met, [0.963, 1]
+    low.simulated_attainment = high.simulated_attainment = 0.5
+    doc = document([ModeResult("disagg", "chatbot", 2, slo.as_dict(), 2.0, 1.0, [low, high], {})], {}, 1.0)
+    assert [(e["up_to_knee"], e["fitted_within_ci"]) for e in doc["simulator_error"]] == [(True, True), (False, False)]
+
+
+def test_overload_ratios_set_admission_on_against_off():
+    slo, row = SLO(0.2, 0.02), {"rate": 9.0, "requests": 10, "attainment": 0.5, "live": {}}
+    result = ModeResult("disagg", "chatbot", 2, slo.as_dict(), 4.5, 2.25, [], {}, overload=[
+        {**row, "multiple": 2.0, "admission": False, "goodput_per_device": 1.0, "share_refused": 0.0,
+         "admitted_attainment": 0.2},
+        {**row, "multiple": 2.0, "admission": True, "goodput_per_device": 1.5, "share_refused": 0.4,
+         "admitted_attainment": 0.95}])
+    (ratio,) = document([result], {}, 1.0)["overload_ratios"]
+    assert ratio["ratio"] == 1.5 and ratio["admitted_attainment_on"] == 0.95 and ratio["share_refused_on"] == 0.4
+    console = Console(file=io.StringIO(), width=200)
+    print_tables([result], console)
+    assert "with admission / without = 1.50x; refused 40%, admitted attainment 95%" in console.file.getvalue()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from typing import get_args
 from urllib.parse import urlsplit
 
@@ -38,7 +39,8 @@ def parse(command: list[str]):
 def ports_of(service: dict) -> set[int]:
     command = service["command"]
     if command[0] == "redis-server":
-        return {int(command[command.index("--port") + 1])}
+        flag = "--tls-port" if "--tls-port" in command else "--port"
+        return {int(command[command.index(flag) + 1])}
     args = parse(command)
     return {getattr(args, flag) for flag in PORT_FLAGS if getattr(args, flag, None)}
 
@@ -106,8 +108,9 @@ def test_health_checks_ask_where_each_service_listens(host_doc: dict) -> None:
             assert service["command"][1] == "rank", name
             continue
         test = service["healthcheck"]["test"]
-        if test[1] == "redis-cli":
-            host, port = test[test.index("-h") + 1], int(test[test.index("-p") + 1])
+        if test[0] == "CMD-SHELL":  # Redis's: redis-cli logs in, its password piped in from the ACL file
+            cli = shlex.split(test[1].split(" | ")[1])
+            host, port = cli[cli.index("-h") + 1], int(cli[cli.index("-p") + 1])
             bound = service["command"][service["command"].index("--bind") + 1]
         else:
             target = urlsplit(test[3] if "://" in test[3] else f"grpc://{test[3]}")
@@ -139,9 +142,33 @@ def test_every_distserve_service_gets_the_deployment_secret_and_mtls_across_host
         assert planner.admin_key_file and planner.host != "0.0.0.0"
 
 
+def test_redis_admits_only_the_deployments_user_and_speaks_tls_across_hosts(host_doc: dict) -> None:
+    multi_host = parse(host_doc["services"]["kvxfer"]["command"]).host != "127.0.0.1"
+    urls = [url for s in distserve_services(host_doc).values() for key, url in s.get("environment", {}).items()
+            if key.endswith("REDIS_URL")]
+    urls += [parse(s["command"]).redis_url for s in distserve_services(host_doc).values()
+             if s["command"][1] == "planner"]
+    assert urls and {urlsplit(url).scheme for url in urls} == {"rediss" if multi_host else "redis"}
+    assert {urlsplit(url).username for url in urls} == {"distserve"} and all(urlsplit(u).password is None for u in urls)
+    redis = host_doc["services"].get("redis")
+    if redis is None:  # Redis runs on the first host only
+        return
+    command, check = redis["command"], redis["healthcheck"]["test"][1]
+    assert command[command.index("--aclfile") + 1] == "/run/secrets/distserve_redis_acl"
+    assert "distserve_redis_acl" in redis["secrets"] and "distserve_redis_acl" in host_doc["secrets"]
+    assert "--askpass" in check and "distserve_redis_acl" in check  # the check logs in, no password on its line
+    if multi_host:
+        assert command[command.index("--port") + 1] == "0" and command[command.index("--tls-auth-clients") + 1] == "yes"
+        assert {command[command.index(flag) + 1] for flag in ("--tls-cert-file", "--tls-key-file", "--tls-ca-cert-file")} \
+            == {f"/run/secrets/distserve_tls_{name}" for name in ("cert", "key", "ca")} <= {f"/run/secrets/{s}" for s in redis["secrets"]}
+        assert "--tls" in check.split()
+    else:
+        assert "--tls-port" not in command and command[command.index("--bind") + 1] == "127.0.0.1"
+
+
 def test_compose_variables_are_the_documented_ones_with_defaults(host_doc: dict) -> None:
     text = json.dumps(host_doc)
     assert set(re.findall(r"\$\{(\w+):-[^}]+\}", text)) <= {"DISTSERVE_IMAGE", "DISTSERVE_MODEL_DIR", "DISTSERVE_SECRET_FILE",
                                                           "DISTSERVE_API_KEY_FILE", "DISTSERVE_ADMIN_KEY_FILE",
-                                                          "DISTSERVE_TLS_DIR"}
+                                                          "DISTSERVE_TLS_DIR", "DISTSERVE_REDIS_ACL_FILE"}
     assert text.count("$") == len(re.findall(r"\$\{\w+:-[^}]+\}", text)), "a variable without a default"

@@ -36,7 +36,7 @@ def test_hosts_share_the_first_hosts_redis_and_their_own_kvxfer() -> None:
                    and s["command"][1] != "rank"]  # TP/PP ranks other than 0 only join their rank 0
         assert workers
         for worker in workers:
-            assert worker["environment"]["DISTSERVE_REDIS_URL"] == f"redis://{ADDRESSES[0]}:6379/0"
+            assert worker["environment"]["DISTSERVE_REDIS_URL"] == f"rediss://distserve@{ADDRESSES[0]}:6379/0"
             assert worker["environment"]["DISTSERVE_KVXFER"] == f"{address}:50061"
             assert worker["command"][worker["command"].index("--host") + 1] == address
 

@@ -30,7 +30,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
             return
         got = self.blocks.allocate(n)
         assert len(got) == n
-        assert not set(got) & {b for held in self.held for b in held}
+        assert not set(got) & {b for held in self.held for b in held}  # a shared block stays taken
         self.held.append(got)
 
     @precondition(lambda self: self.held)
@@ -39,20 +39,35 @@ class BlockManagerMachine(RuleBasedStateMachine):
         group = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
         free_before = self.blocks.num_free
         self.blocks.free(group)
-        assert self.blocks.num_free == free_before + len(group)
+        still_held = {b for other in self.held for b in other}
+        assert self.blocks.num_free == free_before + len(set(group) - still_held)
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def share(self, data: st.DataObject) -> None:
+        """A fork holds some of a group's blocks too: they stay out of the pool until both are freed."""
+        group = self.held[data.draw(st.integers(0, len(self.held) - 1))]
+        shared = group[: data.draw(st.integers(0, len(group)))]
+        used_before = self.blocks.num_used
+        self.blocks.share(shared)
+        assert self.blocks.num_used == used_before
+        self.held.append(list(shared))
 
     @precondition(lambda self: self.held and self.held[-1])
     @rule()
     def double_free_is_refused(self) -> None:
         group = self.held.pop()
         self.blocks.free(group)
+        if any(group[0] in other for other in self.held):
+            return  # still held by a fork
         with pytest.raises(ValueError):
             self.blocks.free(group[:1])
 
     @invariant()
     def accounting(self) -> None:
-        held = [b for group in self.held for b in group]
-        assert len(held) == len(set(held)) == self.blocks.num_used
+        held = {b for group in self.held for b in group}
+        assert all(len(set(group)) == len(group) for group in self.held)
+        assert len(held) == self.blocks.num_used
         assert self.blocks.num_free + self.blocks.num_used == NUM_BLOCKS
         assert all(0 <= b < NUM_BLOCKS for b in held)
 

@@ -1,4 +1,5 @@
-"""The n choices of a request: distinct int64 seeds, choice 0 unchanged; their streams merged and closed."""
+"""The n choices of a request: distinct int64 seeds, choice 0 unchanged; their streams merged and closed; one
+shared colocated call read per choice."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import asyncio
 
 import pytest
 
-from services.common.sampling import INT64_MAX, INT64_MIN
-from services.router.choices import choice_seed, merge
+from distserve.v1 import worker_pb2
+from services.common.sampling import INT64_MAX, INT64_MIN, choice_seed
+from services.router.choices import SharedStream, merge
 
 
 @pytest.mark.parametrize("seed", [0, 1, INT64_MIN, INT64_MAX])
@@ -37,3 +39,39 @@ async def test_merge_yields_every_item_and_closes_all_streams_on_error() -> None
             items.append(item)
     assert sorted(items) == [(i, k) for i in range(3) for k in range(3)]
     assert sorted(closed) == [0, 1, 2]
+
+
+async def test_a_shared_call_gives_each_choice_its_chunks_and_closes_when_all_are_done() -> None:
+    opened, closed = [], []
+
+    async def call():
+        opened.append(1)
+        try:
+            for k in range(3):
+                for i in range(2):
+                    yield worker_pb2.TokenChunk(token_ids=[10 * i + k], index=i, finish_reason="length" if k == 2 else "")
+            await asyncio.sleep(10)  # a call that stays open: the readers close it
+        finally:
+            closed.append(1)
+
+    shared = SharedStream(2, call)
+
+    async def read(i: int) -> list[int]:
+        return [c.token_ids[0] async for c in shared.choice(i)]
+
+    got = await asyncio.gather(read(0), read(1))
+    assert got == [[0, 1, 2], [10, 11, 12]] and opened == [1] and closed == [1]
+
+
+async def test_a_failed_shared_call_fails_every_choice() -> None:
+    async def call():
+        yield worker_pb2.TokenChunk(token_ids=[1], index=1)
+        raise ValueError("instance gone")
+
+    shared = SharedStream(2, call)
+
+    async def read(i: int) -> list[int]:
+        return [t async for c in shared.choice(i) for t in c.token_ids]
+
+    results = await asyncio.gather(read(0), read(1), return_exceptions=True)
+    assert all(isinstance(r, ValueError) for r in results)
