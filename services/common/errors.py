@@ -62,6 +62,10 @@ class RequestFailed(ServingError):
     grpc_code = grpc.StatusCode.INTERNAL
 
 
+class CrashedInstance(RequestFailed):
+    """The request was in the step that crashed its instance's process: it is not retried on another one."""
+
+
 class NoInstance(Unavailable):
     """No live instance of the role can take the request."""
 

@@ -16,6 +16,10 @@ from services.common.tls import channel_credentials, channel_options, server_cre
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 16 << 20  # the largest request a server reads: a KV layout or a long prompt fits
+# gRPC's own reconnect backoff grows to minutes: a peer restarted at the same address would stay unreachable
+# long after it is back. Internal peers are restarted by the launcher, so reconnect within a second.
+RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                     ("grpc.max_reconnect_backoff_ms", 1000)]
 
 
 def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
@@ -48,8 +52,9 @@ def internal_channel(address: str, principal: str, attach: bool = True) -> grpc.
     interceptors = attach_token(secret, principal) if secret is not None and attach else None
     tls = tls_files()
     if tls is None:
-        return grpc.aio.insecure_channel(address, interceptors=interceptors)
-    return grpc.aio.secure_channel(address, channel_credentials(tls), channel_options(tls), interceptors=interceptors)
+        return grpc.aio.insecure_channel(address, RECONNECT_OPTIONS, interceptors=interceptors)
+    return grpc.aio.secure_channel(address, channel_credentials(tls), [*channel_options(tls), *RECONNECT_OPTIONS],
+                                   interceptors=interceptors)
 
 
 def call_metadata(principal: str) -> tuple[tuple[str, str], ...]:

@@ -4,7 +4,10 @@
 - `ds:load:{role}`: sorted set of instance ids by load (pending prefill tokens; decode KV tokens).
   The router picks the least-loaded live instance and adds the request's load in one Lua call, so
   several routers do not herd onto the same instance.
+- `ds:booked:{router}`: what one router booked, so that another takes it off when that router's presence
+  (`ds:router:{router}`, a TTL its beat refreshes) lapses.
 - `ds:requests`: a capped stream of request records for the planner's workload profiler.
+- `ds:crash:{id}/{incarnation}`: the request ids in the step a dead instance process died in (common/step_journal.py).
 - `ds:model`: the latency model the planner fits online to the served steps (JSON; `services/planner/online_fit.py`).
 """
 
@@ -16,27 +19,51 @@ from dataclasses import asdict, dataclass
 
 import redis.asyncio as aioredis
 
-from services.common.redis_auth import client
+from services.common.redis_auth import resolve_url, tls_options
 
 INST_KEY = "ds:inst:{}"
 LOAD_KEY = "ds:load:{}"
 REQUESTS_STREAM = "ds:requests"
 EPOCH_KEY = "ds:epoch"
 ROUTER_KEY = "ds:router:{}"
+BOOKED_KEY = "ds:booked:{}"  # one router's own bookings: "role|id" → load
 REQUESTS_MAXLEN = 100_000
 MODEL_KEY = "ds:model"
+CRASH_KEY = "ds:crash:{}"  # InstanceInfo.key → JSON list of the request ids in the step its process died in
+CRASH_TTL_S = 60
 
-# KEYS[1] = load zset; ARGV[1] = load to add. Returns the chosen live id; drops dead ids on the way.
+# KEYS[1] = load zset, KEYS[2] = the booking router's own book; ARGV[1] = load to add, ARGV[2] = role.
+# Returns the chosen live id; drops dead ids on the way.
 _PICK = """
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 for _, id in ipairs(ids) do
   if redis.call('EXISTS', 'ds:inst:' .. id) == 1 then
     redis.call('ZINCRBY', KEYS[1], ARGV[1], id)
+    redis.call('HINCRBYFLOAT', KEYS[2], ARGV[2] .. '|' .. id, ARGV[1])
     return id
   end
   redis.call('ZREM', KEYS[1], id)
 end
 return false
+"""
+# KEYS[1] = load zset, KEYS[2] = the router's own book; ARGV[1] = load to add, ARGV[2] = role, ARGV[3] = id.
+_ADD = """
+redis.call('ZINCRBY', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HINCRBYFLOAT', KEYS[2], ARGV[2] .. '|' .. ARGV[3], ARGV[1])
+"""
+# KEYS[1] = a router's own book, KEYS[2] = its presence key; ARGV[1] = 1 to drop it even while present.
+# Takes what that router booked off the load book, once (a second caller finds the book gone).
+_RECLAIM = """
+if ARGV[1] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local kv = redis.call('HGETALL', KEYS[1])
+for i = 1, #kv, 2 do
+  local sep = string.find(kv[i], '|', 1, true)
+  local zset = 'ds:load:' .. string.sub(kv[i], 1, sep - 1)
+  local id = string.sub(kv[i], sep + 1)
+  if redis.call('ZSCORE', zset, id) then redis.call('ZINCRBY', zset, -tonumber(kv[i + 1]), id) end
+end
+redis.call('DEL', KEYS[1])
+return #kv / 2
 """
 
 
@@ -48,6 +75,13 @@ class InstanceInfo:
     host: str        # host name; instances on one host share a kvxfer
     device: str
     kvxfer: str = ""  # gRPC address of this host's kvxfer
+    incarnation: str = ""  # new at each process start: a restarted instance (same id) is not the one that failed
+    journaled: bool = False  # keeps a step journal that its supervisor publishes at CRASH_KEY when it dies
+
+    @property
+    def key(self) -> str:
+        """One process of this instance: what a failure marks."""
+        return f"{self.id}/{self.incarnation}"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -57,15 +91,28 @@ class InstanceInfo:
         return cls(**json.loads(raw))
 
 
+@dataclass(frozen=True, slots=True)
+class RouterBeat:
+    alone: bool  # no other router is present: this one's bookings are all there are
+    lapsed: bool  # this router's presence had lapsed (or it is new): another router may have taken its bookings off
+
+
 class Registry:
     def __init__(self, client: aioredis.Redis, ttl_s: float = 3.0) -> None:
         self.redis = client
         self.ttl_ms = int(ttl_s * 1000)
         self._pick = client.register_script(_PICK)
+        self._add = client.register_script(_ADD)
+        self._reclaim = client.register_script(_RECLAIM)
 
     @classmethod
-    def from_url(cls, url: str, ttl_s: float = 3.0) -> Registry:
-        return cls(client(aioredis.Redis, url, socket_timeout=2.0, socket_connect_timeout=2.0), ttl_s)
+    def from_url(cls, url: str, ttl_s: float = 3.0, max_connections: int = 64, pool_wait_s: float = 5.0) -> Registry:
+        """A client whose calls wait (up to `pool_wait_s`) for one of `max_connections` connections: a burst of
+        requests queues for a connection instead of failing (the default pool raises past its size)."""
+        pool = aioredis.BlockingConnectionPool.from_url(
+            resolve_url(url), **tls_options(url), max_connections=max_connections, timeout=pool_wait_s,
+            socket_timeout=2.0, socket_connect_timeout=2.0)
+        return cls(aioredis.Redis.from_pool(pool), ttl_s)
 
     async def register(self, info: InstanceInfo) -> None:
         """Announces an instance, with zero load when new; a restarted one keeps the load routers booked on it,
@@ -73,12 +120,12 @@ class Registry:
         await self.redis.set(INST_KEY.format(info.id), info.to_json(), px=self.ttl_ms)
         await self.redis.zadd(LOAD_KEY.format(info.role), {info.id: 0}, nx=True)
 
-    async def router_beat(self, router_id: str) -> bool:
-        """Renews a router's presence; True when no other router is present (then its bookings are all there are)."""
+    async def router_beat(self, router_id: str) -> RouterBeat:
+        """Renews a router's presence."""
         others = [k async for k in self.redis.scan_iter(match=ROUTER_KEY.format("*"), count=1000)
                   if k.decode() != ROUTER_KEY.format(router_id)]
-        await self.redis.set(ROUTER_KEY.format(router_id), "1", px=self.ttl_ms)
-        return not others
+        was = await self.redis.set(ROUTER_KEY.format(router_id), "1", px=self.ttl_ms, get=True)
+        return RouterBeat(alone=not others, lapsed=was is None)
 
     async def reset_load(self) -> None:
         """Every instance's booked load to zero (a sole router starting: no booking is in flight)."""
@@ -86,6 +133,20 @@ class Registry:
             members = await self.redis.zrange(key, 0, -1)
             if members:
                 await self.redis.zadd(key, {m: 0 for m in members}, xx=True)
+        async for key in self.redis.scan_iter(match=BOOKED_KEY.format("*"), count=1000):
+            await self.redis.delete(key)
+
+    async def reclaim(self, router_id: str, force: bool = False) -> int:
+        """Takes the load `router_id` booked off the book when its presence lapsed (a router that died), or
+        at once with `force` (the router itself, restarted: nothing of it is in flight). Returns the entries."""
+        return int(await self._reclaim(keys=[BOOKED_KEY.format(router_id), ROUTER_KEY.format(router_id)],
+                                       args=["1" if force else "0"]))
+
+    async def reclaim_dead_routers(self) -> int:
+        """Takes off the bookings of every router whose presence lapsed."""
+        prefix = BOOKED_KEY.format("")
+        found = [k.decode()[len(prefix):] async for k in self.redis.scan_iter(match=BOOKED_KEY.format("*"), count=1000)]
+        return sum([await self.reclaim(router_id) for router_id in found])
 
     async def heartbeat(self, info: InstanceInfo) -> None:
         """Renews the instance; puts it back in the load book (at zero) after Redis restarted empty."""
@@ -108,16 +169,22 @@ class Registry:
         values = await self.redis.mget(keys) if keys else []
         return [InstanceInfo.from_json(v) for v in values if v is not None]
 
-    async def pick(self, role: str, load: float) -> str | None:
-        """The least-loaded live instance of a role, with `load` added to it atomically."""
-        chosen = await self._pick(keys=[LOAD_KEY.format(role)], args=[load])
+    async def pick(self, role: str, load: float, router_id: str = "") -> str | None:
+        """The least-loaded live instance of a role, with `load` added to it (and to `router_id`'s own book)
+        atomically."""
+        chosen = await self._pick(keys=[LOAD_KEY.format(role), BOOKED_KEY.format(router_id)], args=[load, role])
         return chosen.decode() if chosen else None
 
-    async def add_load(self, role: str, instance_id: str, load: float) -> None:
-        await self.redis.zincrby(LOAD_KEY.format(role), load, instance_id)
+    async def add_load(self, role: str, instance_id: str, load: float, router_id: str = "") -> None:
+        await self._add(keys=[LOAD_KEY.format(role), BOOKED_KEY.format(router_id)], args=[load, role, instance_id])
 
     async def loads(self, role: str) -> dict[str, float]:
         return {k.decode(): v for k, v in await self.redis.zrange(LOAD_KEY.format(role), 0, -1, withscores=True)}
+
+    async def fatal_step(self, key: str) -> list[str] | None:
+        """The request ids in the step that process `key` (InstanceInfo.key) died in; None until published."""
+        raw = await self.redis.get(CRASH_KEY.format(key))
+        return None if raw is None else json.loads(raw)
 
     async def record_request(self, record: dict[str, str | int | float]) -> None:
         await self.redis.xadd(REQUESTS_STREAM, {k: str(v) for k, v in record.items()},

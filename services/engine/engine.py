@@ -5,6 +5,7 @@ Single-threaded by design; services drive it from one worker thread (services/en
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -17,11 +18,13 @@ from services.common.errors import EngineInputError
 from services.common.kv_layout import KVLayout
 from services.common.model_config import ModelConfig
 from services.common.sampling import MAX_N, FinishReason, SamplingParams, TokenLogprobs, choice_seed
+from services.common.step_journal import StepJournal
 from services.common.validation import validate_request
 from services.engine.block_manager import BlockManager
 from services.engine.finish import FinishRule
 from services.engine.model_runner import ModelRunner
-from services.engine.scheduler import SCHEDULERS, Advanced, Policy, SchedulerConfig
+from services.engine.sampler import Sampled
+from services.engine.scheduler import SCHEDULERS, Advanced, Policy, SchedulerConfig, SchedulerOutput
 from services.engine.sequence import SeqStatus, Sequence
 from services.engine.step_guard import StepGuard
 from services.engine.step_log import EngineStats, StepLog, StepRecord
@@ -38,6 +41,7 @@ class EngineConfig(EngineSettings):
     pp: int = 1  # pipeline stages
     devices: tuple[str, ...] = ()  # one per rank (TP x PP > 1); default: consecutive from `device`
     rendezvous: str = ""  # host:port where rank 0 waits for ranks started elsewhere; empty: it starts them
+    crash_tokens: tuple[int, ...] = ()  # tests only: a step with a prompt containing these ids aborts the process
 
 
 @dataclass(slots=True)
@@ -95,6 +99,7 @@ class LLMEngine:
         self.step_log = StepLog()  # served steps, with their periods (EngineWorker writes it)
         self.guard = StepGuard()
         self.finish_rule = FinishRule(frozenset(mc.eos_token_ids), mc.max_position)
+        self.journal: StepJournal | None = None  # set by an instance whose supervisor reads it after a crash
 
     # ---- admission -------------------------------------------------------------------------------
 
@@ -194,7 +199,7 @@ class LLMEngine:
             self.last_step = None
             return []
         step_start = time.time()
-        ran = self.guard.run(self.runner.execute, batch, self.runner.lost_rank)
+        ran = self.guard.run(self._execute, batch, self.runner.lost_rank)
         step_end = time.time()
         self.last_step = StepRecord.of(ran.batch, step_start, step_end - step_start) if ran.batch.items else None
         outputs = [self._fail(item.seq, exc) for item, exc in ran.failed]
@@ -204,6 +209,20 @@ class LLMEngine:
         for adv in self.scheduler.update(ran.batch, ran.sampled, self.finish_rule):
             outputs.append(self._output(adv, step_start, step_end))
         return outputs
+
+    def _execute(self, batch: SchedulerOutput) -> Sampled:
+        """Runs a batch (or, when the guard isolates a failure, one sequence of it), journaled first: a pass
+        that crashes the process is blamed on the requests in it."""
+        if self.journal is not None:
+            self.journal.begin([it.seq.request_id for it in batch.items])
+        try:
+            if self.config.crash_tokens and any(_contains(it.seq.prompt_ids, self.config.crash_tokens)
+                                                for it in batch.items):
+                os.abort()
+            return self.runner.execute(batch)
+        finally:
+            if self.journal is not None:
+                self.journal.clear()
 
     def _output(self, adv: Advanced, step_start: float, step_end: float) -> StepOutput:
         seq = adv.seq
@@ -280,3 +299,8 @@ class LLMEngine:
     def close(self) -> None:
         self.runner.close()
 
+
+
+def _contains(ids: list[int], part: tuple[int, ...]) -> bool:
+    n = len(part)
+    return any(tuple(ids[i:i + n]) == part for i in range(len(ids) - n + 1))

@@ -39,3 +39,7 @@ class InstanceSettings(EngineSettingsFields):
     heartbeat_s: float = Field(1.0, description="registry heartbeat period (the TTL is 3 periods)")
     drain_grace_s: float = Field(defaults.DRAIN_GRACE_S, description="on SIGTERM: seconds in-flight requests get to finish")
     metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")
+    step_journal: bool = Field(False, description="write each step's request ids to a journal that the supervisor "
+                                                  "reads after a crash (`distserve up` sets it)")
+    test_crash_tokens: str = Field("", description="tests only: comma-separated token ids; a step with a prompt "
+                                                   "containing them aborts the process")

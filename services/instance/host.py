@@ -18,6 +18,7 @@ from services.common.links import add_port, internal_server
 from services.common.metrics import KV_TOTAL, serve_metrics
 from services.common.pool_files import shm_path
 from services.common.registry import InstanceInfo, Registry
+from services.common.step_journal import StepJournal
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
@@ -45,7 +46,11 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     engine = LLMEngine(EngineConfig(
         model=settings.model, policy=settings.role, device=settings.device, **engine_fields(settings),
         pool_path=pool_path, tp=settings.tp, pp=settings.pp,
-        devices=tuple(d for d in settings.devices.split(",") if d), rendezvous=settings.rendezvous), device)
+        devices=tuple(d for d in settings.devices.split(",") if d), rendezvous=settings.rendezvous,
+        crash_tokens=tuple(int(t) for t in settings.test_crash_tokens.split(",") if t)), device)
+    incarnation = uuid.uuid4().hex[:8]
+    if settings.step_journal:
+        engine.journal = StepJournal(instance_id, incarnation)
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
     kv = KVXferClient(settings.kvxfer, instance_principal(instance_id)) if uses_kvxfer else None
@@ -67,7 +72,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     serve_metrics(settings.metrics_port, settings.host)
 
     registry = Registry.from_url(settings.redis_url, ttl_s=3 * settings.heartbeat_s)
-    info = InstanceInfo(instance_id, settings.role, f"{settings.host}:{port}", settings.node, settings.device, settings.kvxfer)
+    info = InstanceInfo(instance_id, settings.role, f"{settings.host}:{port}", settings.node, settings.device,
+                        settings.kvxfer, incarnation, journaled=settings.step_journal)
     await registry.register(info)
     await health_servicer.set("", SERVING)
     log.info("%s %s serving on %s:%d (device %s)", settings.role, instance_id, settings.host, port, settings.device)
@@ -110,6 +116,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         await kv.close()
     async_engine.stop()
     engine.close()
+    if engine.journal is not None:
+        engine.journal.close()
     await registry.close()
     if async_engine.failed or lost:
         raise SystemExit(70)

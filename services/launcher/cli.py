@@ -28,7 +28,7 @@ def _up(args: argparse.Namespace) -> int:
         redis_url=args.redis_url or "", **engine_fields(args),
         log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s,
         api_key_file=args.api_key_file, allow_unauthenticated=args.allow_unauthenticated,
-        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca)
+        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca, supervised=True)
     if bool(config.tls_cert) != bool(config.tls_key):
         raise SystemExit("distserve up: --tls-cert and --tls-key go together")
     taken = [p for p in (config.grpc_port, config.http_port, config.planner_port) if p and not bindable(config.host, p)]

@@ -20,6 +20,7 @@ from services.common.pool_files import remove_pool_files
 from services.common.redis_auth import redis_password
 from services.common.redis_server import EmbeddedRedis
 from services.common.secret import SECRET_ENV, ensure_secret, read_secret
+from services.common.step_journal import journal_path
 from services.launcher.cores import host_service_cores, pin_process
 from services.launcher.credentials import planner_access, router_access, router_ca
 from services.launcher.health import wait_http_ok, wait_serving
@@ -58,6 +59,7 @@ class StackConfig(EngineSettings):
     # A second host for the decode instances (disagg): its own kvxfer there, so every KV pull crosses hosts.
     decode_host: str = ""   # the address decode instances and their kvxfer listen on; empty: this host
     decode_netns: str = ""  # the network namespace that host is (`ip netns exec`); empty: this one
+    supervised: bool = False  # a Supervisor watches the stack: instances journal their steps for it
 
     def parallel(self, role: str) -> tuple[int, int]:
         """(TP, PP) of an instance of `role`."""
@@ -215,6 +217,8 @@ class Stack:
                 "--lease-ttl-s", str(c.lease_ttl_s)]
         if self.kvxfer_address:
             args += ["--kvxfer", self.decode_kvxfer_address if remote else self.kvxfer_address]
+        if c.supervised:
+            args += ["--step-journal", "true"]
         tp, pp = parallel or c.parallel(role)
         if tp * pp > 1:
             rank_devices = rank_devices or (device,) * (tp * pp)
@@ -251,7 +255,8 @@ class Stack:
             log.warning("%s did not stop in %.0f s; killing it", proc.name, timeout_s)
             proc.process.kill()
             proc.process.wait()
-        if proc.role:  # an instance: it owns a pool file
+        if proc.role:  # an instance: it owns a pool file (and maybe a step journal)
+            journal_path(proc.name).unlink(missing_ok=True)
             for path in remove_pool_files(proc.name):  # left by an instance that was killed
                 log.warning("%s left its KV pool file %s; removed it", proc.name, path)
 

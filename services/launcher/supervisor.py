@@ -8,20 +8,28 @@ Redis that came back empty (router/dispatch.py).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from services.launcher.stack import Stack
+import redis
+from redis.exceptions import RedisError
+
+from services.common.redis_auth import resolve_url
+from services.common.registry import CRASH_KEY, CRASH_TTL_S
+from services.common.step_journal import read_fatal_step
+from services.launcher.stack import Proc, Stack
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class RestartPolicy:
-    first_backoff_s: float = 0.5  # wait before the first restart; doubles with each restart in the window
+    first_backoff_s: float = 0.5  # wait before the second restart in the window; doubles with each one after
+    # The first death in the window restarts at once: a lone instance's clients are waiting for it.
     max_backoff_s: float = 8.0
     budget: int = 5  # restarts of one process within `window_s`; past it the supervisor gives up
     window_s: float = 60.0
@@ -60,7 +68,25 @@ class Supervisor:
                 self._maybe_restart("redis", lambda r=redis: (r.stop(), r.start()))
             for proc in list(self.stack.procs):
                 if not proc.stopping and proc.process.poll() is not None:
+                    if proc.role and self._history.get(proc.name, _History()).died_at is None:
+                        self._publish_fatal_step(proc)  # once per death, before the restart
                     self._maybe_restart(proc.name, lambda p=proc: self.stack.respawn(p))
+
+    def _publish_fatal_step(self, proc: Proc) -> None:
+        """Tells the routers which requests were in the step a dead instance died in (none when it was killed
+        from outside), so that they fail those rather than crash another instance with them."""
+        fatal = read_fatal_step(proc.name, proc.process.returncode)
+        if fatal is None:
+            return
+        incarnation, ids = fatal
+        if ids:
+            log.error("%s died (code %d) in a step of %d request(s): failing them, not retrying", proc.name,
+                      proc.process.returncode, len(ids))
+        try:
+            with redis.Redis.from_url(resolve_url(self.stack.redis_url), socket_timeout=1.0) as book:
+                book.set(CRASH_KEY.format(f"{proc.name}/{incarnation}"), json.dumps(ids), ex=CRASH_TTL_S)
+        except (RedisError, OSError) as exc:  # the routers then retry these requests, as without a journal
+            log.warning("could not publish %s's fatal step: %s", proc.name, exc)
 
     def _maybe_restart(self, name: str, restart) -> None:
         now = time.monotonic()
@@ -76,7 +102,8 @@ class Supervisor:
                           self.policy.window_s)
                 self.gave_up.set()
             return
-        backoff = min(self.policy.max_backoff_s, self.policy.first_backoff_s * 2 ** len(history.restarts))
+        n = len(history.restarts)
+        backoff = min(self.policy.max_backoff_s, self.policy.first_backoff_s * 2 ** (n - 1)) if n else 0.0
         if now - history.died_at < backoff:
             return
         try:

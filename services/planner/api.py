@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import asdict
 
 import redis
@@ -30,6 +31,7 @@ from services.planner.replan import Replanner
 from services.planner.schemas import PlanRequest, ReplanRequest, SimulateRequest
 from services.planner.service import online_fit_of, run_plan, run_simulate
 
+log = logging.getLogger(__name__)
 
 def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
                actuator: Actuator | None = None) -> FastAPI:
@@ -85,6 +87,14 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
             return JSONResponse(status_code=401, content={"detail": "missing or wrong admin key"})
         return await call_next(request)
 
+    @app.exception_handler(redis.exceptions.ConnectionError)
+    @app.exception_handler(redis.exceptions.TimeoutError)
+    async def redis_away(request: Request, exc: redis.exceptions.RedisError) -> JSONResponse:
+        """Redis away is capacity missing for a while (it is restarted), not a fault of the planner's."""
+        log.warning("redis unreachable: %s", exc)
+        return JSONResponse(status_code=503, content={"detail": "redis: unreachable now; retry"},
+                            headers={"Retry-After": "1"})
+
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError) -> JSONResponse:
         return JSONResponse(status_code=400, content={"detail": str(exc)})
@@ -98,7 +108,10 @@ def create_app(settings: PlannerSettings, client: redis.Redis | None = None,
         """The current plan, stored; the replanning loop keeps planning with this request's parameters."""
         adopt(plan, "plan")
         if client is not None:
-            save_plan(client, plan)
+            try:
+                save_plan(client, plan)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:  # still answered
+                log.warning("could not store the plan: %s", exc)
         if replanner is not None:
             replanner.request = ReplanRequest(**req.model_dump(exclude={"workload", "rate"}))
 

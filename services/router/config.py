@@ -28,6 +28,10 @@ class RouterSettings(BaseSettings):
     max_prompt_chars: int = Field(1 << 20, description="longest prompt text accepted")
     retries: int = Field(2, description="times a request is retried on another instance after an instance failure")
     refresh_s: float = Field(0.5, description="how often the instance list is re-read from Redis")
+    wait_instance_s: float = Field(10.0, ge=0, description="how long a request waits for an instance of a role "
+                                   "when none is usable (a lone instance restarting) before UNAVAILABLE / 503")
+    crash_wait_s: float = Field(2.0, ge=0, description="after an instance's process died, how long to wait for its "
+                                "supervisor to say which requests were in the fatal step (those are not retried)")
     api_key: str = Field("", description="when set, clients must send it (gRPC metadata / HTTP bearer)")
     api_key_file: str = Field("", description="file of hashed API keys (`distserve api-key add`); clients send one")
     allow_unauthenticated: bool = Field(False, description="serve beyond loopback without API keys")

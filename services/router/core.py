@@ -15,7 +15,7 @@ import grpc
 from distserve.v1 import kv_pb2, worker_pb2, worker_pb2_grpc
 from services.common import defaults, metrics
 from services.common.convert import logprobs_from_proto, sampling_to_proto
-from services.common.errors import Overloaded
+from services.common.errors import CrashedInstance, Overloaded
 from services.common.registry import Registry
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.tokenizer import Tokenizer
@@ -112,7 +112,7 @@ class RouterCore:
         # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
         params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
         shared = SharedPrefill(req.n, lambda: self._with_retries(
-            "prefill", len(req.prompt_ids), lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n)),
+            req, "prefill", len(req.prompt_ids), lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n)),
             self.release_lease)
         choices = [req.choice(i, shared) for i in range(req.n)]
         return [self._choice(choice, self._disagg(choice)) for choice in choices]
@@ -160,7 +160,7 @@ class RouterCore:
                 yield chunk
             return
         prefilled = await self.cleanups.claim(
-            self._with_retries("prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a)),
+            self._with_retries(req, "prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a)),
             self._end_lease)
         streamed = False
         try:
@@ -182,12 +182,13 @@ class RouterCore:
                 except Exception as exc:
                     if not _instance_gone(exc):
                         raise  # bad input, or the K/V is gone (the caller re-prefills)
-                    self.dispatcher.mark_failed(assignment.info.id)
+                    self.dispatcher.mark_failed(assignment.info)
+                    await self._blame(req, assignment, exc)
                     # Before the first decoded token the K/V may still be leased at the source: try elsewhere.
                     if streamed or attempt == self.retries:
                         raise
                     log.warning("decode on %s failed (%s); retrying", assignment.info.id, exc, extra={"request_id": req.request_id})
-                    failed.add(assignment.info.id)
+                    failed.add(assignment.info.key)
         finally:
             # Closed before decode streamed anything (cancelled, even at the first token): end the lease now
             # rather than leave the prefill's blocks held until it expires.
@@ -215,23 +216,36 @@ class RouterCore:
                     yield chunk
             except Exception as exc:
                 if _instance_gone(exc):
-                    self.dispatcher.mark_failed(assignment.info.id)
+                    self.dispatcher.mark_failed(assignment.info)
+                    await self._blame(req, assignment, exc)
                 raise
         finally:
             await shared.done()
 
-    async def _with_retries(self, role: str, load: float, call):
+    async def _blame(self, req: RouterRequest, assignment: Assignment, exc: Exception) -> None:
+        """Raises CrashedInstance when the request was in the step that killed the instance's process:
+        retried, it would kill another one."""
+        if isinstance(exc, grpc.aio.AioRpcError) and await self.dispatcher.killed_by(assignment.info,
+                                                                                     req.downstream_id):
+            log.error("%s crashed in a step with this request; not retrying it", assignment.info.id,
+                      extra={"request_id": req.request_id})
+            raise CrashedInstance("the instance crashed while serving this request; it is not retried") from exc
+
+    async def _with_retries(self, req: RouterRequest, role: str, load: float, call):
         failed: set[str] = set()
         for attempt in range(self.retries + 1):
             assignment = await self.dispatcher.acquire(role, load, frozenset(failed))
             try:
                 return await call(assignment)
             except Exception as exc:
-                if attempt == self.retries or not _instance_gone(exc):
+                if not _instance_gone(exc):
+                    raise
+                self.dispatcher.mark_failed(assignment.info)
+                await self._blame(req, assignment, exc)
+                if attempt == self.retries:
                     raise
                 log.warning("%s on %s failed (%s); retrying", role, assignment.info.id, exc)
-                failed.add(assignment.info.id)
-                self.dispatcher.mark_failed(assignment.info.id)
+                failed.add(assignment.info.key)
             finally:
                 await self.cleanups.run(self.dispatcher.release(assignment))
 

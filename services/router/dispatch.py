@@ -18,6 +18,7 @@ from services.common.links import internal_channel
 from services.common.registry import InstanceInfo, Registry
 
 log = logging.getLogger(__name__)
+_WAIT_POLL_S = 0.1  # how often a waiting request looks at the instance list (refreshed every refresh_s)
 
 
 @dataclass(slots=True)
@@ -29,20 +30,25 @@ class Assignment:
 
 
 class Dispatcher:
-    def __init__(self, registry: Registry, refresh_s: float = 0.5, router_id: str = "") -> None:
+    def __init__(self, registry: Registry, refresh_s: float = 0.5, router_id: str = "",
+                 wait_instance_s: float = 0.0, crash_wait_s: float = 0.0) -> None:
         self.registry = registry
+        self.crash_wait_s = crash_wait_s  # how long to wait for the supervisor's word on a dead process
+        self.wait_instance_s = wait_instance_s  # how long a request waits for an instance when none is usable
         self.router_id = router_id  # stable across restarts (its address): a restarted router is not "another"
         self.refresh_s = refresh_s
         self.instances: dict[str, InstanceInfo] = {}
         self.local_load: dict[str, float] = defaultdict(float)
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._suspects: dict[str, float] = {}  # instance id → monotonic time until which it is avoided
+        self._closing: set[asyncio.Future] = set()  # channels of dead processes being closed
+        self._suspects: dict[str, float] = {}  # InstanceInfo.key → monotonic time until which it is avoided
         self.redis_load: dict[tuple[str, str], float] = defaultdict(float)  # (role, id) → load booked in Redis
         self._epoch = ""
 
-    def mark_failed(self, instance_id: str, for_s: float = 5.0) -> None:
-        """Avoid an instance that just failed until its heartbeat has had time to lapse."""
-        self._suspects[instance_id] = time.monotonic() + for_s
+    def mark_failed(self, info: InstanceInfo, for_s: float = 5.0) -> None:
+        """Avoid an instance's process that just failed until its heartbeat has had time to lapse (a restarted
+        process of the instance is not avoided)."""
+        self._suspects[info.key] = time.monotonic() + for_s
 
     def _avoided(self) -> frozenset[str]:
         now = time.monotonic()
@@ -55,22 +61,32 @@ class Dispatcher:
         except (RedisError, OSError) as exc:
             log.warning("registry unreachable, routing on cached instances: %s", exc)
             return
+        for info in found:
+            old = self.instances.get(info.id)
+            if old is not None and old.incarnation != info.incarnation:
+                self._forget_channel(old.address)  # the dead process's channel may sit in reconnect backoff
         self.instances = {info.id: info for info in found}
 
     async def keep_book(self) -> None:
-        """Keeps the load book true: stale bookings go when a sole router starts; when Redis restarted empty,
-        this router books again what it has in flight."""
+        """Keeps the load book true: a router starting drops its own stale bookings (a sole one all of them),
+        any router takes off those of a router whose presence lapsed; when Redis restarted empty, this router
+        books again what it has in flight."""
         try:
-            alone = await self.registry.router_beat(self.router_id)
-            if not self._epoch and alone:  # starting, and no other router books: what the book holds is stale
+            beat = await self.registry.router_beat(self.router_id)
+            starting = not self._epoch
+            if starting or beat.lapsed:  # what is left of this router's own bookings is stale or half taken off
+                await self.registry.reclaim(self.router_id, force=True)
+            if starting and beat.alone:  # no other router books: all the book holds is stale
                 await self.registry.reset_load()
             epoch = await self.registry.epoch()
-            if self._epoch and epoch != self._epoch:
+            if not starting and (beat.lapsed or epoch != self._epoch):
                 booked = {key: load for key, load in self.redis_load.items() if load}
                 for (role, instance_id), load in booked.items():
-                    await self.registry.add_load(role, instance_id, load)
-                log.warning("Redis restarted empty: booked the load of %d instances again", len(booked))
+                    await self.registry.add_load(role, instance_id, load, self.router_id)
+                log.warning("Redis restarted empty, or this router was away: booked the load of %d instances again",
+                            len(booked))
             self._epoch = epoch
+            await self.registry.reclaim_dead_routers()
         except (RedisError, OSError) as exc:
             log.warning("could not check the load book: %s", exc)
 
@@ -83,16 +99,52 @@ class Dispatcher:
     def live(self, role: str) -> list[InstanceInfo]:
         return [info for info in self.instances.values() if info.role == role]
 
+    async def _usable(self, role: str, exclude: frozenset[str]) -> frozenset[str]:
+        """Waits (up to `wait_instance_s`) for an instance of `role` whose key is neither in `exclude` nor failed
+        a moment ago (a lone instance being restarted); returns the ids to pass over."""
+        deadline = time.monotonic() + self.wait_instance_s
+        while True:
+            avoided = exclude | self._avoided()
+            live = self.live(role)
+            if any(i.key not in avoided for i in live):
+                return frozenset(i.id for i in live if i.key in avoided)
+            # Wait only for what may change: a process that is gone (its restart registers a new key), not
+            # instances that answered with an error (a dependency of theirs is away).
+            gone = not live or any(not self._connected(i) for i in live)
+            if not gone or time.monotonic() >= deadline:
+                # better an instance that failed a moment ago than none at all
+                return frozenset(i.id for i in live if i.key in exclude)
+            await asyncio.sleep(_WAIT_POLL_S)
+
+    def _connected(self, info: InstanceInfo) -> bool:
+        channel = self._channels.get(info.address)
+        return channel is not None and channel.get_state() == grpc.ChannelConnectivity.READY
+
+    async def killed_by(self, info: InstanceInfo, request_id: str) -> bool:
+        """Whether `request_id` was in the step that killed `info`'s process (common/step_journal.py); waits
+        up to crash_wait_s for the supervisor's word; False without it (the process may live, or keep no
+        journal)."""
+        deadline = time.monotonic() + self.crash_wait_s
+        while info.journaled:
+            try:
+                ids = await self.registry.fatal_step(info.key)
+            except (RedisError, OSError):
+                return False
+            if ids is not None:
+                return request_id in ids
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_WAIT_POLL_S)
+        return False
+
     async def acquire(self, role: str, load: float, exclude: frozenset[str] = frozenset()) -> Assignment:
-        """The least-loaded live instance of `role` (not in `exclude`), with `load` booked on it."""
+        """The least-loaded live instance of `role` whose key (InstanceInfo.key) is not in `exclude`, with `load`
+        booked on it; waits a bounded time for one when none is usable."""
         chosen, in_redis = None, False
-        avoided = self._avoided()
-        if not any(i.id not in exclude | avoided for i in self.live(role)):
-            avoided = frozenset()  # better an instance that failed a moment ago than none at all
-        exclude = exclude | avoided
+        exclude = await self._usable(role, exclude)
         if not exclude:
             try:
-                chosen, in_redis = await self.registry.pick(role, load), True
+                chosen, in_redis = await self.registry.pick(role, load, self.router_id), True
             except (RedisError, OSError) as exc:
                 log.warning("registry unreachable, choosing by local counts: %s", exc)
             if chosen is not None and chosen not in self.instances:
@@ -118,9 +170,16 @@ class Dispatcher:
 
     async def _unbook(self, role: str, instance_id: str, load: float) -> None:
         try:
-            await self.registry.add_load(role, instance_id, -load)
+            await self.registry.add_load(role, instance_id, -load, self.router_id)
         except (RedisError, OSError) as exc:
             log.warning("could not take load off %s: %s", instance_id, exc)
+
+    def _forget_channel(self, address: str) -> None:
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            task = asyncio.ensure_future(channel.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def channel(self, address: str) -> grpc.aio.Channel:
         if address not in self._channels:

@@ -49,7 +49,8 @@ async def serve_router(settings: RouterSettings) -> None:
     model_name = settings.model_name or Path(settings.model).name
     builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars)
     registry = Registry.from_url(settings.redis_url)
-    dispatcher = Dispatcher(registry, settings.refresh_s, router_id=f"{settings.host}:{settings.grpc_port}")
+    dispatcher = Dispatcher(registry, settings.refresh_s, router_id=f"{settings.host}:{settings.grpc_port}",
+                            wait_instance_s=settings.wait_instance_s, crash_wait_s=settings.crash_wait_s)
     await dispatcher.keep_book()
     await dispatcher.refresh()
     gate = SloGate(registry, dispatcher, settings.admission, default_slo(settings.slo_ttft_ms, settings.slo_tpot_ms),

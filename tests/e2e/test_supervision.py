@@ -22,10 +22,12 @@ import psutil
 import pytest
 
 from distserve.v1 import router_pb2, router_pb2_grpc
+from services.common.links import RECONNECT_OPTIONS
 from services.common.net import free_port
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
+from services.launcher.health import is_serving
 from services.launcher.stack import Stack, StackConfig
 from services.launcher.supervisor import Supervisor
 from tests.e2e.fault_checks import all_alive, seconds_until_nothing_allocated
@@ -33,7 +35,7 @@ from tests.e2e.fault_checks import all_alive, seconds_until_nothing_allocated
 pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(900)]
 PROMPTS = [f"stream {i} of a steady load" for i in range(6)]
 MAX_TOKENS = 40
-RECOVERY_BOUND_S = 60.0  # goal 10 s; a lone instance's restart is a process start (torch import, model load): 25-45 s on a busy 2-core host
+RECOVERY_BOUND_S = 30.0  # goal 10 s (met on the 2-core host at load 8-9); slack for a host shared with other work
 RETRYABLE = {"UNAVAILABLE", "RESOURCE_EXHAUSTED"}
 
 
@@ -47,11 +49,12 @@ def reference(tiny_llama_dir: str) -> dict[str, list[int]]:
 
 
 @contextmanager
-def supervised(model: str, prefill: int) -> Iterator[tuple[Stack, Supervisor]]:
+def supervised(model: str, prefill: int, extra_env: dict[str, str] | None = None) -> Iterator[tuple[Stack, Supervisor]]:
     devices = ("cpu:0",) * prefill + ("cpu:1",)
     stack = Stack(StackConfig(model=model, mode="disagg", prefill=prefill, decode=1, devices=devices,
                               grpc_port=free_port(), http_port=free_port(), num_blocks=256, max_batch_tokens=128,
-                              lease_ttl_s=120.0, log_level="WARNING", drain_grace_s=5.0))
+                              lease_ttl_s=120.0, log_level="WARNING", drain_grace_s=5.0, supervised=True,
+                              extra_env=extra_env or {}))
     stack.start()
     supervisor = Supervisor(stack).start()
     try:
@@ -130,7 +133,7 @@ class Load:
 
 async def _first_served(address: str, reference: dict[str, list[int]], after: float) -> float:
     """Monotonic time at which a request sent after `after` first came back exact."""
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with grpc.aio.insecure_channel(address, RECONNECT_OPTIONS) as channel:  # a client retrying each 0.1 s
         stub = router_pb2_grpc.RouterStub(channel)
         while time.monotonic() - after < 120:
             try:
@@ -147,8 +150,18 @@ async def _first_served(address: str, reference: dict[str, list[int]], after: fl
 
 def _victim(stack: Stack, kind: str):
     if kind == "redis":
-        return stack.redis.process
-    return next(p for p in stack.procs if kind in (p.role, p.name)).process
+        return stack.redis.process, ""
+    proc = next(p for p in stack.procs if kind in (p.role, p.name))
+    return proc.process, proc.address
+
+
+async def _serving_again(address: str, after: float) -> float:
+    """Monotonic time at which the server at `address` answered SERVING again (a restarted process's own start)."""
+    while time.monotonic() - after < 120:
+        if await asyncio.to_thread(is_serving, address, 0.5):
+            return time.monotonic()
+        await asyncio.sleep(0.05)
+    return float("nan")
 
 
 async def _kill_each(stack: Stack, supervisor: Supervisor, reference, kinds: list[str]) -> list[dict]:
@@ -159,17 +172,23 @@ async def _kill_each(stack: Stack, supervisor: Supervisor, reference, kinds: lis
         for kind in kinds:
             await asyncio.sleep(3.0)  # streams in flight at the kill
             before = len(load.outcomes)
-            victim = _victim(stack, kind)
+            victim, address = _victim(stack, kind)
             killed = time.monotonic()
             victim.kill()
+            await asyncio.to_thread(victim.wait)
+            serving = asyncio.create_task(_serving_again(address, killed)) if address else None
             served = await _first_served(stack.router_address, reference, killed)
             await asyncio.sleep(2.0)
-            assert any(name == kind or kind in name for name, at in supervisor.restarted if at >= killed) or kind == "redis"
+            restarts = [at for name, at in supervisor.restarted if at >= killed and (name == kind or kind in name)]
+            assert restarts or kind == "redis"
+            # Where the time goes: the restart's backoff, the process's own start, then the router finding it.
+            breakdown = {"restart_s": round(restarts[0] - killed, 2) if restarts else None,
+                         "serving_s": round(await serving - killed, 2) if serving else None}
             window = [o for o in load.outcomes[before:] if o[0] < killed + 1.0]
             rows.append({"fault": f"SIGKILL {kind}", "sent": len(window),
                          "exact": sum(o[2] == "exact" for o in window),
                          "failed": dict(Counter(o[2] for o in window if o[2] != "exact")),
-                         "recovery_s": round(served - killed, 2)})
+                         "recovery_s": round(served - killed, 2), **breakdown})
             print(rows[-1], flush=True)
     finally:
         load.stop()
@@ -192,6 +211,46 @@ async def test_each_kind_of_child_killed_comes_back_with_two_prefills(tiny_llama
 async def test_the_only_prefill_killed_comes_back(tiny_llama_dir, reference) -> None:
     with supervised(tiny_llama_dir, prefill=1) as (stack, supervisor):
         await _kill_each(stack, supervisor, reference, ["prefill"])
+
+
+CRASH_TOKENS = [7, 7, 7, 42, 42, 42]  # a prompt holding these makes an instance abort (DISTSERVE_TEST_CRASH_TOKENS)
+
+
+async def test_a_request_that_crashes_its_instance_is_not_retried_on_another(tiny_llama_dir, reference) -> None:
+    env = {"DISTSERVE_TEST_CRASH_TOKENS": ",".join(map(str, CRASH_TOKENS))}
+    with supervised(tiny_llama_dir, prefill=2, extra_env=env) as (stack, supervisor):
+        pids = {p.name: p.process.pid for p in stack.procs}
+        load = Load(stack.router_address, reference, http=f"http://{stack.config.host}:{stack.config.http_port}")
+        running = asyncio.create_task(load.run())
+        try:
+            await asyncio.sleep(3.0)
+            async with grpc.aio.insecure_channel(stack.router_address) as channel:
+                with pytest.raises(grpc.aio.AioRpcError) as crashed:
+                    await router_pb2_grpc.RouterStub(channel).Generate(router_pb2.GenerateRequest(
+                        prompt_token_ids=[1, *CRASH_TOKENS, 5], max_tokens=8, temperature=0.0), timeout=60).read()
+            assert crashed.value.code() == grpc.StatusCode.INTERNAL, crashed.value
+            killed = time.monotonic()
+            await _first_served(stack.router_address, reference, killed)
+            while not supervisor.restarted and time.monotonic() - killed < 10:
+                await asyncio.sleep(0.1)
+            crashed_proc = next(p for p in stack.procs if supervisor.restarted and p.name == supervisor.restarted[0][0])
+            await _serving_again(crashed_proc.address, killed)  # its restart, before counting what is left
+            await asyncio.sleep(2.0)
+        finally:
+            load.stop()
+            await running
+        # One prefill died, the one the request was sent to; the other one and every other process lived on.
+        assert len(supervisor.restarted) == 1 and supervisor.restarted[0][0].startswith("prefill"), supervisor.restarted
+        survivors = {p.name: p.process.pid for p in stack.procs if p.name != supervisor.restarted[0][0]}
+        assert survivors == {name: pid for name, pid in pids.items() if name in survivors}
+        outcomes = Counter(o[2] for o in load.outcomes)
+        print({"fault": "a request that aborts its prefill", "load": dict(outcomes), "sse": dict(Counter(load.sse))},
+              flush=True)
+        # Streams batched in the fatal step fail with it (INTERNAL); the others are exact or were told to retry.
+        assert set(outcomes) <= {"exact", "INTERNAL"} | RETRYABLE and outcomes["exact"] > 0, outcomes
+        seconds, left = await seconds_until_nothing_allocated(stack, bound_s=30.0)
+        assert left.nothing, left
+        assert all_alive(stack) and not supervisor.gave_up.is_set()
 
 
 def test_nothing_survives_a_killed_launcher(tiny_llama_dir, tmp_path) -> None:

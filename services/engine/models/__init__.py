@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
+from torch.nn import init
 
 from services.common.model_config import ModelConfig
 
@@ -18,11 +22,29 @@ def build_model(config: ModelConfig) -> nn.Module:
     return LlamaForCausalLM(config)
 
 
+_INITS = ("normal_", "uniform_", "kaiming_uniform_", "xavier_uniform_", "trunc_normal_", "zeros_", "ones_")
+
+
+@contextmanager
+def _no_random_init() -> Iterator[None]:
+    """Modules built here keep their parameters as allocated (the weights are loaded next). Building on the
+    meta device instead would pull in torch's symbolic-shape machinery (sympy) at each process start: seconds
+    of a restarted instance's recovery."""
+    saved = {name: getattr(init, name) for name in _INITS}
+    for name in _INITS:
+        setattr(init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(init, name, fn)
+
+
 def materialize(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> nn.Module:
     """The model with uninitialised parameters on `device` (weights are loaded next), skipping random init."""
-    with torch.device("meta"):
+    with torch.device(device), _no_random_init():
         model = build_model(config)
-    model = model.to_empty(device=device).to(dtype)
+    model = model.to(dtype)
     model.tie_weights()
     if config.arch == "llama":
         from services.engine.models.rope import inverse_frequencies
