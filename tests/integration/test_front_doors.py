@@ -24,9 +24,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def start_router(model: str, redis_url: str, *flags: str) -> tuple[subprocess.Popen, int, int]:
+    """A router without instances: a request past its doors gets UNAVAILABLE at once (no wait for one to come)."""
     grpc_port, http_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "services", "--log-level", "WARNING", "router", "--model", model, "--redis-url",
-           redis_url, "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--max-body-bytes", "65536", *flags]
+           redis_url, "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--max-body-bytes", "65536",
+           "--wait-instance-s", "0", *flags]
     return subprocess.Popen(cmd), grpc_port, http_port
 
 
