@@ -180,3 +180,17 @@ class InstanceStatsResponse(_message.Message):
     steps: int
     step_log: _containers.RepeatedCompositeFieldContainer[StepStat]
     def __init__(self, instance_id: _Optional[str] = ..., role: _Optional[str] = ..., blocks_total: _Optional[int] = ..., blocks_used: _Optional[int] = ..., waiting: _Optional[int] = ..., running: _Optional[int] = ..., held: _Optional[int] = ..., steps: _Optional[int] = ..., step_log: _Optional[_Iterable[_Union[StepStat, _Mapping]]] = ...) -> None: ...
+
+class EndChoiceRequest(_message.Message):
+    __slots__ = ("request_id", "index")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    index: int
+    def __init__(self, request_id: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+
+class EndChoiceResponse(_message.Message):
+    __slots__ = ("ended",)
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    ended: bool
+    def __init__(self, ended: _Optional[bool] = ...) -> None: ...

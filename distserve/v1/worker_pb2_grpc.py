@@ -276,6 +276,11 @@ class ColocatedStub:
                 request_serializer=distserve_dot_v1_dot_worker__pb2.ColocatedRequest.SerializeToString,
                 response_deserializer=distserve_dot_v1_dot_worker__pb2.TokenChunk.FromString,
                 _registered_method=True)
+        self.EndChoice = channel.unary_unary(
+                '/distserve.v1.Colocated/EndChoice',
+                request_serializer=distserve_dot_v1_dot_worker__pb2.EndChoiceRequest.SerializeToString,
+                response_deserializer=distserve_dot_v1_dot_worker__pb2.EndChoiceResponse.FromString,
+                _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/distserve.v1.Colocated/Stats',
                 request_serializer=distserve_dot_v1_dot_worker__pb2.InstanceStatsRequest.SerializeToString,
@@ -293,6 +298,13 @@ class ColocatedServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndChoice(self, request, context):
+        """Ends one choice of a running Generate early (the router's client has its text: a stop string).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Stats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -306,6 +318,11 @@ def add_ColocatedServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=distserve_dot_v1_dot_worker__pb2.ColocatedRequest.FromString,
                     response_serializer=distserve_dot_v1_dot_worker__pb2.TokenChunk.SerializeToString,
+            ),
+            'EndChoice': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndChoice,
+                    request_deserializer=distserve_dot_v1_dot_worker__pb2.EndChoiceRequest.FromString,
+                    response_serializer=distserve_dot_v1_dot_worker__pb2.EndChoiceResponse.SerializeToString,
             ),
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
@@ -341,6 +358,33 @@ class Colocated:
             '/distserve.v1.Colocated/Generate',
             distserve_dot_v1_dot_worker__pb2.ColocatedRequest.SerializeToString,
             distserve_dot_v1_dot_worker__pb2.TokenChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndChoice(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/distserve.v1.Colocated/EndChoice',
+            distserve_dot_v1_dot_worker__pb2.EndChoiceRequest.SerializeToString,
+            distserve_dot_v1_dot_worker__pb2.EndChoiceResponse.FromString,
             options,
             channel_credentials,
             insecure,

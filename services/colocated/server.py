@@ -49,6 +49,11 @@ class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):
         except Exception as exc:
             await abort_with(context, exc)
 
+    async def EndChoice(self, request: worker_pb2.EndChoiceRequest,
+                        context: grpc.aio.ServicerContext) -> worker_pb2.EndChoiceResponse:
+        choice = fork_id(request.request_id, request.index) if request.index else request.request_id
+        return worker_pb2.EndChoiceResponse(ended=await self.engine.end(choice))
+
 
 async def add_colocated(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
                         kv: KVXferClient | None):

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 from services.common.errors import EngineFailed, RequestFailed
-from services.common.sampling import SamplingParams
+from services.common.sampling import FinishReason, SamplingParams
 from services.engine.engine import LLMEngine, StepOutput, fork_id
 from services.engine.step_log import EngineStats
 from services.engine.worker import EngineWorker
@@ -78,6 +78,15 @@ class AsyncEngine:
                 left = sorted(running)
                 self.worker.call(lambda e: [e.abort(r) for r in left]).add_done_callback(
                     lambda _: self._loop.call_soon_threadsafe(self._grant_blocks))
+
+    async def end(self, request_id: str) -> bool:
+        """Ends one choice of a running stream early (its client has its text); its blocks go back and its stream
+        gets an ABORT output. False if the engine does not hold it."""
+        ended = await self.call(lambda e: e.abort(request_id))
+        if ended and (queue := self._streams.get(request_id)) is not None:
+            queue.put_nowait(StepOutput(request_id, [], FinishReason.ABORT))
+            self._grant_blocks()
+        return ended
 
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served (reads only the config)."""

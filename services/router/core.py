@@ -107,7 +107,7 @@ class RouterCore:
         if req.n == 1:
             return [self._choice(req, self._disagg(req) if self.mode == "disagg" else self._colocated(req))]
         if self.mode != "disagg":  # one instance call for the n choices, which share the prompt's K/V there
-            stream = SharedStream(req.n, lambda: self._colocated(req))
+            stream = SharedStream(req.n, lambda: self._colocated(req), lambda i: self._end_choice(req, i))
             return [self._choice(req.choice(i, None), stream.choice(i)) for i in range(req.n)]
         # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
         params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
@@ -295,6 +295,17 @@ class RouterCore:
             n=req.n), timeout=req.remaining())
         async for chunk in self._relay(req, call, assignment):
             yield chunk
+
+    async def _end_choice(self, req: RouterRequest, index: int) -> None:
+        """A choice of a shared colocated call ended at a stop string: its instance stops generating it."""
+        info = next((i for i in self.dispatcher.live(self.mode) if i.id == req.prefill_instance), None)
+        if info is None:
+            return
+        stub = worker_pb2_grpc.ColocatedStub(self.dispatcher.channel(info.address))
+        try:
+            await stub.EndChoice(worker_pb2.EndChoiceRequest(request_id=req.downstream_id, index=index), timeout=5)
+        except grpc.RpcError as exc:  # it ends with the call anyway
+            log.info("could not end choice %d early: %s", index, exc.code(), extra={"request_id": req.request_id})
 
     # ---- bookkeeping -------------------------------------------------------------------------------
 

@@ -108,3 +108,21 @@ async def test_n_choices_share_one_prompt_step_and_free_every_block(
     stream.close()
     stats = await wait_idle(stack)
     assert all(s.blocks_used == 0 for s in stats) and all(s.running == 0 for s in stats)
+
+
+async def test_a_choice_ended_by_a_stop_string_stops_computing(stack, client: openai.OpenAI,
+                                                              prompt_ids: list[int]) -> None:
+    """n = 2, one choice stopped early by a stop string: the instances compute its tokens only up to about
+    there, not to max_tokens, while the other choice runs on."""
+    body = dict(model="", prompt=PROMPT, n=2, max_tokens=200, temperature=1.0, seed=5, extra_body={"ignore_eos": True})
+    full = [c.text for c in client.completions.create(**body).choices]
+    k, stop = next((k, full[0][k:k + 4]) for k in range(1, 40)
+                   if full[0].find(full[0][k:k + 4]) == k and full[0][k:k + 4] not in full[1])
+    await wait_idle(stack)
+    since = time.time()
+    result = client.completions.create(**body, stop=[stop])
+    assert [c.text for c in result.choices] == [full[0][:k], full[1]]
+    assert [c.finish_reason for c in result.choices] == ["stop", "length"]
+    await wait_idle(stack)
+    computed = sum(step.tokens for s in instance_stats(stack, since) for step in s.step_log) - len(prompt_ids)
+    assert computed < 200 + 100, f"{computed} tokens computed: the stopped choice ran on"

@@ -62,6 +62,7 @@ async def test_the_stack_serves_the_reference_tokens_over_mutual_tls(tiny_llama_
     assert got == _reference(tiny_llama_dir, workload)
 
 
+@pytest.mark.long  # a whole `distserve up`; the router's client TLS is tested in tests/integration/test_router_tls.py
 def test_up_with_a_certificate_serves_clients_over_tls(tiny_llama_dir: str, redis_url: str, tmp_path) -> None:
     """`distserve up --tls-cert/--tls-key`: the reference tokens over TLS on gRPC, the same text through the
     official `openai` client over https; a plaintext gRPC client is refused."""

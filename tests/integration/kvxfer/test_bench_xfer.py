@@ -14,6 +14,7 @@ from services.kvxfer.local import ROOT
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
+@pytest.mark.long  # a whole bench-xfer run; the pulls themselves are tested in test_pulls/test_range_pulls
 def test_quick_bench_prints_a_measured_row_per_path_layout_and_size() -> None:
     done = subprocess.run([sys.executable, "-m", "services", "bench-xfer", "--quick", "--json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=200, check=False)

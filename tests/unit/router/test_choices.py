@@ -4,6 +4,7 @@ shared colocated call read per choice."""
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 
 import pytest
 
@@ -54,13 +55,42 @@ async def test_a_shared_call_gives_each_choice_its_chunks_and_closes_when_all_ar
         finally:
             closed.append(1)
 
-    shared = SharedStream(2, call)
+    ended: list[int] = []
+    shared = SharedStream(2, call, _record(ended))
 
     async def read(i: int) -> list[int]:
         return [c.token_ids[0] async for c in shared.choice(i)]
 
     got = await asyncio.gather(read(0), read(1))
-    assert got == [[0, 1, 2], [10, 11, 12]] and opened == [1] and closed == [1]
+    assert got == [[0, 1, 2], [10, 11, 12]] and opened == [1] and closed == [1] and ended == []
+
+
+def _record(ended: list[int]):
+    async def end(index: int) -> None:
+        ended.append(index)
+    return end
+
+
+async def test_a_choice_that_stops_reading_early_is_ended_on_the_instance() -> None:
+    async def call():
+        for k in range(3):
+            for i in range(2):
+                yield worker_pb2.TokenChunk(token_ids=[10 * i + k], index=i, finish_reason="length" if k == 2 else "")
+
+    ended: list[int] = []
+    shared = SharedStream(2, call, _record(ended))
+
+    async def read(i: int, stop_after: int) -> list[int]:
+        got = []
+        async with aclosing(shared.choice(i)) as chunks:
+            async for c in chunks:
+                got.append(c.token_ids[0])
+                if len(got) == stop_after:
+                    break  # the router found a stop string
+        return got
+
+    assert await asyncio.gather(read(0, 1), read(1, 3)) == [[0], [10, 11, 12]]
+    assert ended == [0]  # choice 0 alone; the last reader closes the call instead
 
 
 async def test_a_failed_shared_call_fails_every_choice() -> None:
@@ -68,7 +98,7 @@ async def test_a_failed_shared_call_fails_every_choice() -> None:
         yield worker_pb2.TokenChunk(token_ids=[1], index=1)
         raise ValueError("instance gone")
 
-    shared = SharedStream(2, call)
+    shared = SharedStream(2, call, _record([]))
 
     async def read(i: int) -> list[int]:
         return [t async for c in shared.choice(i) for t in c.token_ids]
