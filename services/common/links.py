@@ -62,9 +62,9 @@ def call_metadata(principal: str) -> tuple[tuple[str, str], ...]:
     return token_metadata(client_secret(), principal)
 
 
-def blocking_channel(address: str) -> grpc.Channel:
+def blocking_channel(address: str, options: Sequence[tuple[str, int]] = ()) -> grpc.Channel:
     """A blocking channel to an internal server, for checks (health, stats); over mutual TLS when configured."""
     tls = tls_files()
     if tls is None:
-        return grpc.insecure_channel(address)
-    return grpc.secure_channel(address, channel_credentials(tls), channel_options(tls))
+        return grpc.insecure_channel(address, list(options))
+    return grpc.secure_channel(address, channel_credentials(tls), [*channel_options(tls), *options])

@@ -9,6 +9,7 @@ instead of the dialed host (one certificate for a whole deployment). None set: p
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,12 +48,13 @@ def channel_credentials(tls: TlsFiles) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=tls.ca, private_key=tls.key, certificate_chain=tls.cert)
 
 
-def client_port_channel(address: str, ca: bytes | None = None) -> grpc.Channel:
+def client_port_channel(address: str, ca: bytes | None = None,
+                        options: Sequence[tuple[str, int]] = ()) -> grpc.Channel:
     """A blocking channel to a client port (the router's): TLS checked against the CA `ca` when given (the
     router's own --tls-cert, not the deployment's internal mTLS), else plaintext."""
     if ca is None:
-        return grpc.insecure_channel(address)
-    return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca))
+        return grpc.insecure_channel(address, list(options))
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca), list(options))
 
 
 def channel_options(tls: TlsFiles) -> list[tuple[str, str]]:

@@ -13,10 +13,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.common.links import blocking_channel
 from services.common.tls import client_port_channel
 
+# A channel refused once backs off before it dials again (gRPC's default: a second, growing 1.6-fold), so a
+# server that came up while a wait's channel backed off went unnoticed for seconds: dial as often as it polls.
+POLL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 100))
+
 
 def _channel(address: str, internal: bool, client_ca: bytes | None) -> grpc.Channel:
     """Internal servers speak mutual TLS where it is configured; the router's client port its own TLS, if any."""
-    return blocking_channel(address) if internal else client_port_channel(address, client_ca)
+    if internal:
+        return blocking_channel(address, POLL_OPTIONS)
+    return client_port_channel(address, client_ca, POLL_OPTIONS)
 
 
 def is_serving(address: str, timeout_s: float = 1.0, internal: bool = True, client_ca: bytes | None = None) -> bool:

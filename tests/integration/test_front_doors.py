@@ -17,6 +17,7 @@ from services.common import api_keys
 from services.common.api_keys import add_key, revoke_key
 from services.common.net import free_port
 from services.common.tls import client_port_channel
+from services.launcher.health import POLL_OPTIONS
 from services.planner.api import create_app
 from services.planner.config import PlannerSettings
 
@@ -36,7 +37,7 @@ def wait_answering(address: str, proc: subprocess.Popen, timeout_s: float = 60, 
     """Until the router's health service answers at all (it says NOT_SERVING while it has no instances); over
     TLS checked against `ca` when given."""
     deadline = time.monotonic() + timeout_s
-    with client_port_channel(address, ca) as channel:
+    with client_port_channel(address, ca, POLL_OPTIONS) as channel:
         while True:
             assert proc.poll() is None, "router exited"
             try:

@@ -12,8 +12,7 @@ from services.common.pool_files import shm_path
 from services.engine.kv_pool import KVPool
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.local import LocalKVXfer, start_local_kvxfer
-
-LAYOUT = KVLayout(num_blocks=64, num_layers=2, block_size=16, num_kv_heads=2, head_dim=64)  # 32 KB blocks
+from tests.integration.kvxfer.layout import LAYOUT
 
 
 @pytest.fixture

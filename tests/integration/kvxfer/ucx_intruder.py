@@ -16,7 +16,7 @@ from services.kvxfer.orders import PullOrder
 from services.kvxfer.pools import MappedPool
 from services.kvxfer.ranges import block_ranges
 from services.kvxfer.ucx_env import apply_ucx_env
-from tests.integration.kvxfer.conftest import LAYOUT
+from tests.integration.kvxfer.layout import LAYOUT
 
 
 async def intrude(host: str, port: int, lease_id: str, instance_id: str, token: str) -> str:
