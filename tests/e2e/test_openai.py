@@ -12,16 +12,11 @@ from services.common.model_config import ModelConfig
 from services.common.sampling import SamplingParams, choice_seed
 from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
-from tests.e2e.helpers import instance_stats, running_stack, wait_idle
+from tests.e2e.helpers import instance_stats, wait_idle
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# the disaggregated stack of conftest.py, shared with other modules
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.parametrize("stack", ["disagg"], indirect=True)]
 PROMPTS = ["user: hello\nassistant:", "the decode phase", "a b c d e f g"]
-
-
-@pytest.fixture(scope="module")
-def stack(tiny_llama_dir: str, redis_url: str):
-    with running_stack(tiny_llama_dir, redis_url, mode="disagg") as stack:
-        yield stack
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import torch
 from services.common.sampling import SamplingParams, choice_seed
 from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
-from tests.e2e.helpers import generate, instance_stats, running_stack, wait_idle
+from tests.e2e.helpers import generate, instance_stats, wait_idle
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -20,23 +20,18 @@ PROMPT = "the prefill phase is compute bound"
 K = 3
 
 
-@pytest.fixture(scope="module", params=["disagg", "colocated", "chunked"])
-def stack(request, tiny_llama_dir: str, redis_url: str):
-    with running_stack(tiny_llama_dir, redis_url, mode=request.param) as stack:
-        yield stack
-
-
 @pytest.fixture(scope="module")
 def client(stack) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"http://{stack.config.host}:{stack.config.http_port}/v1", api_key="unused", max_retries=0)
 
 
-@pytest.fixture(scope="module")
+# session-scoped: pytest groups this module's tests by conftest's stack, between other modules' tests
+@pytest.fixture(scope="session")
 def prompt_ids(tiny_llama_dir: str) -> list[int]:
     return load_tokenizer(tiny_llama_dir).encode(PROMPT)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def want_prompt_logprobs(tiny_llama_dir: str, prompt_ids: list[int]) -> torch.Tensor:
     """log-softmax of `transformers` at each prompt position but the last: [L - 1, V]."""
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()

@@ -17,7 +17,7 @@ import pytest
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import load_tokenizer
 from services.engine.engine import EngineConfig, LLMEngine
-from tests.e2e.helpers import generate, recorded_requests, running_stack, wait_idle
+from tests.e2e.helpers import generate, recorded_requests, wait_idle
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -39,17 +39,19 @@ def _reference(model: str, workload: list[tuple[str, int]]) -> list[list[int]]:
         engine.close()
 
 
-@pytest.fixture(scope="module", params=["disagg", "colocated", "chunked"])
-def stack(request, tiny_llama_dir: str, redis_url: str):
-    with running_stack(tiny_llama_dir, redis_url, mode=request.param) as stack:
-        yield stack
-
-
-async def test_concurrent_requests_equal_local_generation(stack, tiny_llama_dir: str) -> None:
+# The local outputs below do not depend on the stack: made once for the three modes (whose tests pytest groups
+# by mode, across the modules sharing conftest's stacks).
+@pytest.fixture(scope="session")
+def workload32(tiny_llama_dir: str) -> tuple[list[tuple[str, int]], list[list[int]]]:
+    """32 requests and their greedy tokens from a local engine."""
     workload = _workload(32)
+    return workload, _reference(tiny_llama_dir, workload)
+
+
+async def test_concurrent_requests_equal_local_generation(stack, workload32) -> None:
+    workload, expected = workload32
     results = await asyncio.gather(*(generate(stack.router_address, prompt, max_tokens=m, temperature=0.0)
                                      for prompt, m in workload))
-    expected = _reference(tiny_llama_dir, workload)
     for responses, want, (_, max_tokens) in zip(results, expected, workload):
         got = [t for r in responses for t in r.token_ids]
         assert got == want
@@ -69,35 +71,50 @@ async def test_concurrent_requests_equal_local_generation(stack, tiny_llama_dir:
                     <= float(r["xfer_start"]) <= float(r["xfer_end"]) <= float(r["decode_start"]) <= float(r["finish"]))
 
 
-async def test_seeded_choices_with_penalties_equal_local_sampling(stack, tiny_llama_dir: str) -> None:
+SEEDED_PROMPT, SEEDED_N = "the decode phase", 3
+
+
+@pytest.fixture(scope="session")
+def seeded_want(tiny_llama_dir: str) -> list[list[int]]:
+    """The local engine's choices of SEEDED_PROMPT, each seeded as the router seeds choice i of seed 5."""
     from services.common.sampling import choice_seed
 
-    prompt, n = "the decode phase", 3
+    engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64))
+    try:
+        return engine.generate([load_tokenizer(tiny_llama_dir).encode(SEEDED_PROMPT)] * SEEDED_N, [
+            SamplingParams(max_tokens=8, temperature=1.0, seed=choice_seed(5, i), ignore_eos=True, presence_penalty=0.7,
+                           frequency_penalty=0.4, repetition_penalty=1.3, logit_bias=((65, 3.0),))
+            for i in range(SEEDED_N)])
+    finally:
+        engine.close()
+
+
+async def test_seeded_choices_with_penalties_equal_local_sampling(stack, seeded_want: list[list[int]]) -> None:
+    prompt, n = SEEDED_PROMPT, SEEDED_N
     penalties = {"presence_penalty": 0.7, "frequency_penalty": 0.4, "repetition_penalty": 1.3, "logit_bias": {65: 3.0}}
     responses = await generate(stack.router_address, prompt, max_tokens=8, temperature=1.0, seed=5, n=n, ignore_eos=True,
                                **penalties)
     got = [[t for r in responses if r.index == i for t in r.token_ids] for i in range(n)]
-    engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64))
-    try:
-        want = engine.generate([load_tokenizer(tiny_llama_dir).encode(prompt)] * n, [
-            SamplingParams(max_tokens=8, temperature=1.0, seed=choice_seed(5, i), ignore_eos=True, presence_penalty=0.7,
-                           frequency_penalty=0.4, repetition_penalty=1.3, logit_bias=((65, 3.0),)) for i in range(n)])
-    finally:
-        engine.close()
-    assert got == want
+    assert got == seeded_want
     assert sorted((r.index, r.completion_tokens) for r in responses if r.finish_reason) == [(i, 8) for i in range(n)]
     stats = await wait_idle(stack)
     assert all(s.blocks_used == 0 for s in stats)
 
 
-def test_cli_generate_matches_local(stack, tiny_llama_dir: str) -> None:
-    prompt = "the decode phase streams tokens"
-    def run(*extra: str) -> dict:
-        out = subprocess.run([sys.executable, "-m", "services", "generate", "--json", "--max-tokens", "12", *extra, prompt],
-                             capture_output=True, text=True, timeout=120, check=True)
-        return json.loads(out.stdout)
-    remote = run("--router", stack.router_address)
-    local = run("--local", "--model", tiny_llama_dir)
+def _cli_generate(*extra: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "services", "generate", "--json", "--max-tokens", "12", *extra,
+                          "the decode phase streams tokens"], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="session")
+def cli_local(tiny_llama_dir: str) -> dict:
+    """`distserve generate --local`'s answer."""
+    return _cli_generate("--local", "--model", tiny_llama_dir)
+
+
+def test_cli_generate_matches_local(stack, cli_local: dict) -> None:
+    remote, local = _cli_generate("--router", stack.router_address), cli_local
     assert remote["token_ids"] == local["token_ids"] and len(local["token_ids"]) > 0
     assert remote["text"] == local["text"]
 
