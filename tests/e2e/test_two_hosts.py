@@ -98,7 +98,7 @@ def test_tokens_decoded_from_kv_that_crossed_hosts_equal_local_generation(veth_p
         assert served["decode_host"]["pulls_ok"] >= 2 * decoded  # a local and a cross-host pull per request
         if veth_pair is not None:  # from B's own /dev/shm, out of A's sight
             shm = served["decode_shm"]
-            assert any(f.endswith(".rank1") for f in shm["files"]) and shm["seen_here"] == []
+            assert any(f.endswith(".rank1") for f in shm["files"]) and shm["seen_here"] == [], shm
     if veth_pair is not None:  # and the bytes went over the veth pair (stage 0's half of the layers, when split)
         crossed = served["decode_host"]["bytes_pulled"] // (2 if split else 1)
         assert tx_bytes(veth_pair.a) - sent_before >= crossed

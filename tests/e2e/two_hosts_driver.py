@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -55,7 +54,8 @@ def main(spec: dict) -> dict:
     try:
         served = asyncio.run(serve(stack, [tuple(w) for w in spec["workload"]]))
         if spec.get("decode_shm"):  # the pool files of host B, and which of them host A (this process) sees
-            files = sorted(os.listdir(spec["decode_shm"]))
+            root = Path(spec["decode_shm"])
+            files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
             served["decode_shm"] = {"files": files, "seen_here": [f for f in files if Path("/dev/shm", f).exists()]}
         return served
     finally:
