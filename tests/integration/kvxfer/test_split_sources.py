@@ -5,6 +5,8 @@ host's pools as local ranges and the other host's by a cross-host range order, b
 from __future__ import annotations
 
 import asyncio
+import subprocess
+from functools import partial
 
 import pytest
 import torch
@@ -22,6 +24,8 @@ from services.instance.kv_shards import (
     shards_to_pb,
     with_site_leases,
 )
+from services.instance.pool_keeper import PoolKeeper
+from services.kvxfer.local import ROOT
 from tests.integration.kvxfer.conftest import LAYOUT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -67,3 +71,24 @@ async def test_stages_on_two_hosts_are_pulled_from_each_hosts_kvxfer_under_its_l
     async with asyncio.timeout(5):  # A's lease ends at B's ack, B's at its copy
         while (await a.stats()).live_leases + (await b.stats()).live_leases:
             await asyncio.sleep(0.01)
+
+
+async def test_a_sites_pools_are_registered_again_when_its_kvxfer_restarts(start_kvxfer, make_pool, clients) -> None:
+    host_b = await start_kvxfer()
+    b = clients(host_b.address)
+    stage = make_pool("pk0.r1", STAGE)
+    pools = [RankPool(0, Span(0, 1), Span(0, 2), STAGE, None, torch.device("cpu")),
+             RankPool(1, Span(1, 1), Span(0, 2), STAGE, stage.path, torch.device("cpu"), kvxfer=host_b.address)]
+    site = pool_sites("pk0", pools)[1]
+    keeper = PoolKeeper(b, site.anchor, partial(register_site, b, "pk0", site))
+    await keeper.register()
+    assert await keeper.check()
+
+    host_b.kill()
+    assert not await keeper.check()
+    host_b.proc = subprocess.Popen(host_b.proc.args, cwd=ROOT)  # the same port: a restart on that host
+    await b.wait_ready()
+
+    assert await keeper.check()
+    assert (await b.stats()).pools == 1
+    assert list((await b.create_lease("pk0.r1", [1], num_tokens=16)).block_ids) == [1]  # leasable under its anchor
