@@ -28,13 +28,18 @@ def pool_dir() -> Path:
 def shm_path(instance_id: str) -> str:
     """A fresh file name for one worker's pool, in this user's pool directory (made 0700 if missing)."""
     pool_dir().mkdir(mode=0o700, exist_ok=True)
-    os.close(_open_pool_dir())  # refuse a directory another user could swap files in, now rather than at mapping
+    check_pool_dir()  # refuse a directory another user could swap files in, now rather than at mapping
     return str(pool_dir() / f"{PREFIX}{instance_id}-{uuid.uuid4().hex[:8]}")
 
 
 def create_pool_file(path: str) -> None:
     """Creates the pool file 0600 if missing, not following a link (the engine then sizes and maps it)."""
     os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+
+
+def check_pool_dir() -> None:
+    """ValueError unless the pool directory is a directory (not a link) of this user, mode 0700."""
+    os.close(_open_pool_dir())
 
 
 def _open_pool_dir() -> int:

@@ -10,8 +10,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from distserve.v1 import kvxfer_pb2_grpc
+from services.common import local_socket
 from services.common.auth import KVXFER, token
-from services.common.links import add_port, internal_server
+from services.common.links import add_local_port, add_port, internal_server
 from services.common.secret import deployment_secret
 from services.kvxfer.config import KVXferConfig
 from services.kvxfer.core import KVXferCore
@@ -37,13 +38,15 @@ async def serve(config: KVXferConfig) -> None:
     iov = helper() is not None
     server = internal_server(64 << 20)
     port = add_port(server, config.host, config.port)
+    address = f"{config.host}:{port}"
+    add_local_port(server, address)  # this host's instances: no TLS on bytes that never leave the host
     metrics = XferMetrics()
     peers = GrpcPeers(config.connect_timeout_s)
     ucx_loop = UcxLoop()
     secret = deployment_secret()
     ucx_token = token(secret, KVXFER) if secret is not None else ""
     puller = UcxPuller(ucx_loop, config.connect_timeout_s, ucx_token)
-    core = KVXferCore(f"{config.host}:{port}", peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
+    core = KVXferCore(address, peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
     ucx = UcxServer(ucx_loop, core, ucx_token)
     ucx_port = ucx.start(config.ucx_port)
     kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port,
@@ -53,6 +56,7 @@ async def serve(config: KVXferConfig) -> None:
     if config.metrics_port:
         start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
     await server.start()
+    local_socket.restrict(address)
     expiry = asyncio.create_task(core.run_expiry(config.expiry_interval_s))
     for name in ("", SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -67,6 +71,7 @@ async def serve(config: KVXferConfig) -> None:
     log.info("kvxfer stopping")
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=2.0)
+    local_socket.remove(address)
     expiry.cancel()
     puller.close()
     ucx.close()
