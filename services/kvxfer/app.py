@@ -15,6 +15,8 @@ from services.common.auth import KVXFER, token
 from services.common.links import add_local_port, add_port, internal_server
 from services.common.secret import deployment_secret
 from services.kvxfer.config import KVXferConfig
+from services.kvxfer.conn_filter import helper as conn_helper
+from services.kvxfer.conn_filter import peer_filter
 from services.kvxfer.core import KVXferCore
 from services.kvxfer.iov import helper
 from services.kvxfer.metrics import XferMetrics
@@ -47,7 +49,7 @@ async def serve(config: KVXferConfig) -> None:
     ucx_token = token(secret, KVXFER) if secret is not None else ""
     puller = UcxPuller(ucx_loop, config.connect_timeout_s, ucx_token)
     core = KVXferCore(address, peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
-    ucx = UcxServer(ucx_loop, core, ucx_token)
+    ucx = UcxServer(ucx_loop, core, ucx_token, _admission(config))
     ucx_port = ucx.start(config.ucx_port)
     kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port,
                                                                  check_owners=secret is not None), server)
@@ -77,6 +79,23 @@ async def serve(config: KVXferConfig) -> None:
     ucx.close()
     ucx_loop.close()
     await peers.close()
+
+
+def _admission(config: KVXferConfig):
+    """The UCX listener's peer check (conn_filter.py), or None: anyone may connect (the hello decides)."""
+    try:
+        screen = peer_filter(config.ucx_allow, config.host)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    if screen is None:
+        return None
+    if conn_helper() is None:
+        if config.ucx_allow:
+            raise SystemExit("--ucx-allow needs the UCX connection helper (ucp_conn.c), which could not be built")
+        log.warning("UCX connection helper not built: the UCX listener accepts connections from any address "
+                    "(its transports stay on loopback; the hello token still decides)")
+        return None
+    return screen.admits
 
 
 def _on(built: bool) -> str:
