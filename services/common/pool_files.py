@@ -26,9 +26,9 @@ def pool_dir() -> Path:
 
 
 def ensure_pool_dir() -> None:
-    """This user's pool directory, made 0700 if missing."""
+    """This user's pool directory, made 0700 if missing; ValueError where another user could swap files in it."""
     pool_dir().mkdir(mode=0o700, exist_ok=True)
-    os.close(_open_pool_dir())  # refuse a directory another user could swap files in, now rather than at mapping
+    check_pool_dir()  # refuse such a directory now rather than at mapping
 
 
 def shm_path(instance_id: str) -> str:
@@ -43,6 +43,11 @@ def create_pool_file(path: str) -> None:
     if Path(path).parent == pool_dir():
         ensure_pool_dir()
     os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+
+
+def check_pool_dir() -> None:
+    """ValueError unless the pool directory is a directory (not a link) of this user, mode 0700."""
+    os.close(_open_pool_dir())
 
 
 def _open_pool_dir() -> int:
