@@ -45,6 +45,34 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
+class Mix:
+    """The mean request lately admitted: what a booked load is taken to be made of."""
+
+    prompt: float
+    max_tokens: float
+
+
+@dataclass(slots=True)
+class RecentMix:
+    """Exponentially weighted means of the admitted requests' prompt and output lengths (the first ones: plain
+    means), so that the booked loads are read as counts of requests of the mix actually served."""
+
+    weight: float = 1 / 64
+    prompt: float = 0.0
+    max_tokens: float = 0.0
+    seen: int = 0
+
+    def add(self, prompt: int, max_tokens: int) -> None:
+        self.seen += 1
+        w = max(self.weight, 1 / self.seen)
+        self.prompt += w * (prompt - self.prompt)
+        self.max_tokens += w * (max_tokens - self.max_tokens)
+
+    def mix(self) -> Mix | None:
+        return Mix(self.prompt, self.max_tokens) if self.seen else None
+
+
+@dataclass(frozen=True, slots=True)
 class Prediction:
     ttft_s: float | None  # None: no model for the instance it would join
     tpot_s: float | None
@@ -61,31 +89,36 @@ class Decision:
     retry_after_s: float = 0.0
 
 
-def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: int) -> float:
+def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: int, mix: Mix | None = None) -> float:
     """Prefill queue drain then this prompt: FCFS batches of up to `batch_tokens` tokens. The queued prompts'
-    lengths are unknown; they are taken as this one's for the quadratic term."""
+    lengths are unknown; for the quadratic term they are taken as the mix's mean prompt (without one, as this
+    one's)."""
     tokens = queued + prompt
     batches = max(1, math.ceil(tokens / batch_tokens))
-    return line.seconds(tokens, tokens * prompt) + (batches - 1) * line.c0
+    queued_prompt = mix.prompt if mix else prompt
+    return line.seconds(tokens, queued * queued_prompt + prompt * prompt) + (batches - 1) * line.c0
 
 
-def predict_tpot(line: DecodeCoeffs, booked: float, prompt: int, max_tokens: int) -> float:
-    """A decode step with this request joined: the booked tokens are taken as requests of this one's size, each
-    halfway through its output."""
-    size = prompt + max_tokens
-    batch = booked / size + 1
-    return line.seconds(batch * (prompt + max_tokens / 2), batch)
+def predict_tpot(line: DecodeCoeffs, booked: float, prompt: int, max_tokens: int, mix: Mix | None = None) -> float:
+    """A decode step with this request joined: the booked tokens (prompt + max_tokens per request) are taken as
+    requests of the mix (without one, of this one's size), each halfway through its output. Read as requests of
+    this one's size, a short request would see a batch many times the real one, and a long one a fraction."""
+    mix = mix or Mix(prompt, max_tokens)
+    others = booked / (mix.prompt + mix.max_tokens)
+    context = others * (mix.prompt + mix.max_tokens / 2) + prompt + max_tokens / 2
+    return line.seconds(context, others + 1)
 
 
 def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate], prompt: int, max_tokens: int,
-            batch_tokens: int) -> Prediction:
-    """The figures on the instances the dispatcher would choose: the least-loaded of each role."""
+            batch_tokens: int, mix: Mix | None = None) -> Prediction:
+    """The figures on the instances the dispatcher would choose: the least-loaded of each role; `mix`: what the
+    queued and booked requests are taken to be."""
     p = min(prefill, key=lambda c: c.load, default=None)
     d = min(decode, key=lambda c: c.load, default=None)
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
-    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens) + model.ttft_hops if pl else None,
-                      predict_tpot(dl, d.load, prompt, max_tokens) if dl and max_tokens > 1 else None,
+    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens, mix) + model.ttft_hops if pl else None,
+                      predict_tpot(dl, d.load, prompt, max_tokens, mix) if dl and max_tokens > 1 else None,
                       p.id if p else "", d.id if d else "")
 
 

@@ -6,9 +6,12 @@ import time
 import pytest
 
 from services.common.errors import EngineInputError, SloUnmet, status_of
+from services.common.step_model import PrefillCoeffs
 from services.router.admission import (
     Candidate,
     FittedModel,
+    Mix,
+    RecentMix,
     decide,
     predict,
     predict_tpot,
@@ -34,6 +37,33 @@ def test_ttft_is_the_queue_drained_in_batches_then_the_prompt():
     assert predict_ttft(line, 1000, 100, 512) == pytest.approx(3 * 0.01 + 1100 * 1e-4)  # 3 batches of ≤ 512
     # booked tokens as requests of this size (200 each), halfway through their outputs, plus this one
     assert predict_tpot(MODEL.decode["decode@cpu:1"], 400, 100, 100) == pytest.approx(0.004 + 3 * 150 * 1e-6 + 3e-3)
+
+
+def test_the_booked_loads_are_read_as_requests_of_the_recent_mix():
+    line = MODEL.decode["decode@cpu:1"]
+    mix = Mix(prompt=200, max_tokens=100)  # 300 tokens booked per request
+    # 1200 booked tokens: 4 requests of the mix, halfway (250 context each), and this short one (52 context).
+    assert predict_tpot(line, 1200, 50, 4, mix) == pytest.approx(0.004 + (4 * 250 + 52) * 1e-6 + 5e-3)
+    # Read as requests of its own size (54 tokens), the short one would see 23 requests in the step.
+    assert predict_tpot(line, 1200, 50, 4) == pytest.approx(0.004 + 1200 / 54 * 52 * 1e-6 + 1200 / 54 * 1e-3 + 1e-3 + 52e-6)
+    assert decide(_prediction(0, 1200, prompt=50, max_tokens=4), RequestSLO(tpot_s=0.02), "refuse").admit is False
+    mixed = predict(MODEL, [], [Candidate("d0", "decode@cpu:1", 1200)], 50, 4, 512, mix)
+    assert decide(mixed, RequestSLO(tpot_s=0.02), "refuse").admit
+    # the queued prompts' quadratic term: the mix's mean prompt, this one's own
+    prefill = PrefillCoeffs(0.01, 1e-4, 1e-6)
+    assert predict_ttft(prefill, 400, 100, 512, mix) == pytest.approx(0.01 + 500e-4 + (400 * 200 + 100 * 100) * 1e-6)
+    assert predict_ttft(prefill, 400, 100, 512) == pytest.approx(0.01 + 500e-4 + 500 * 100 * 1e-6)
+
+
+def test_the_recent_mix_is_a_plain_mean_first_then_weighs_the_latest():
+    recent = RecentMix(weight=0.25)
+    assert recent.mix() is None
+    for prompt, out in ((100, 10), (300, 30)):
+        recent.add(prompt, out)
+    assert recent.mix() == Mix(200, 20)
+    recent.add(200, 20)
+    recent.add(600, 60)  # weight 1/4 from the fourth on
+    assert recent.mix() == Mix(pytest.approx(300), pytest.approx(30))
 
 
 def test_a_request_predicted_within_its_slo_is_admitted():
