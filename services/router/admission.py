@@ -42,6 +42,7 @@ class Candidate:
     id: str
     kind: str  # role@device, the model's key
     load: float  # prefill: pending prompt tokens; decode: booked KV tokens (prompt + max_tokens per request)
+    running_s: float = 0.0  # prefill: how long its running step has run (0: unknown, taken as just begun)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +90,18 @@ class Decision:
     retry_after_s: float = 0.0
 
 
-def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: int, mix: Mix | None = None) -> float:
-    """Prefill queue drain then this prompt: FCFS batches of up to `batch_tokens` tokens. The queued prompts'
-    lengths are unknown; for the quadratic term they are taken as the mix's mean prompt (without one, as this
-    one's)."""
-    tokens = queued + prompt
-    batches = max(1, math.ceil(tokens / batch_tokens))
+def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: int, mix: Mix | None = None,
+                 running_s: float = 0.0) -> float:
+    """Prefill queue drain then this prompt, FCFS in batches of up to `batch_tokens` tokens. A busy instance is
+    running a step of the first queued tokens (up to a batch), which has run `running_s` already: counted whole,
+    it made the prediction up to a step too high whenever a queue stood. The queued prompts' lengths are unknown;
+    for the quadratic term they are taken as the mix's mean prompt (without one, as this one's)."""
     queued_prompt = mix.prompt if mix else prompt
-    return line.seconds(tokens, queued * queued_prompt + prompt * prompt) + (batches - 1) * line.c0
+    running = min(queued, batch_tokens)
+    left = max(0.0, line.seconds(running, running * queued_prompt) - running_s) if running > 0 else 0.0
+    rest = queued - running + prompt
+    batches = max(1, math.ceil(rest / batch_tokens))
+    return left + line.seconds(rest, (queued - running) * queued_prompt + prompt * prompt) + (batches - 1) * line.c0
 
 
 def predict_tpot(line: DecodeCoeffs, booked: float, prompt: int, max_tokens: int, mix: Mix | None = None) -> float:
@@ -117,7 +122,7 @@ def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate
     d = min(decode, key=lambda c: c.load, default=None)
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
-    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens, mix) + model.ttft_hops if pl else None,
+    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens, mix, p.running_s) + model.ttft_hops if pl else None,
                       predict_tpot(dl, d.load, prompt, max_tokens, mix) if dl and max_tokens > 1 else None,
                       p.id if p else "", d.id if d else "")
 

@@ -76,9 +76,10 @@ class SloGate:
             await asyncio.sleep(loads_s)
 
     def _candidates(self, role: str) -> list[Candidate]:
-        local = self.dispatcher.local_load
+        local, since, now = self.dispatcher.local_load, self.dispatcher.step_since, time.monotonic()
         return [Candidate(i.id, f"{role}@{i.device}",
-                          self.loads.get(i.id, 0.0) + local.get(i.id, 0.0) - self.local_at_read.get(i.id, 0.0))
+                          self.loads.get(i.id, 0.0) + local.get(i.id, 0.0) - self.local_at_read.get(i.id, 0.0),
+                          now - since[i.id] if local.get(i.id) and i.id in since else 0.0)
                 for i in self.dispatcher.live(role)]
 
     def admit(self, req: RouterRequest) -> None:

@@ -51,8 +51,20 @@ def test_the_booked_loads_are_read_as_requests_of_the_recent_mix():
     assert decide(mixed, RequestSLO(tpot_s=0.02), "refuse").admit
     # the queued prompts' quadratic term: the mix's mean prompt, this one's own
     prefill = PrefillCoeffs(0.01, 1e-4, 1e-6)
-    assert predict_ttft(prefill, 400, 100, 512, mix) == pytest.approx(0.01 + 500e-4 + (400 * 200 + 100 * 100) * 1e-6)
-    assert predict_ttft(prefill, 400, 100, 512) == pytest.approx(0.01 + 500e-4 + 500 * 100 * 1e-6)
+    assert predict_ttft(prefill, 400, 100, 512, mix) == pytest.approx(2 * 0.01 + 500e-4 + (400 * 200 + 100 * 100) * 1e-6)
+    assert predict_ttft(prefill, 400, 100, 512) == pytest.approx(2 * 0.01 + 500e-4 + 500 * 100 * 1e-6)
+
+
+def test_a_busy_instances_running_step_counts_only_what_is_left_of_it():
+    line = MODEL.prefill["prefill@cpu:0"]
+    # 1000 queued: a step of 512 runs (0.0612 s), then 588 and this prompt's 100 in two batches
+    whole = predict_ttft(line, 1000, 100, 512)
+    assert whole == pytest.approx(3 * 0.01 + 1100e-4)
+    assert predict_ttft(line, 1000, 100, 512, running_s=0.05) == pytest.approx(whole - 0.05)
+    assert predict_ttft(line, 1000, 100, 512, running_s=5.0) == pytest.approx(whole - 0.0612)  # overdue: about done
+    assert predict_ttft(line, 0, 100, 512, running_s=5.0) == pytest.approx(0.01 + 100e-4)  # idle: nothing runs
+    busy = [Candidate("p0", "prefill@cpu:0", 1000, running_s=0.05)]
+    assert predict(MODEL, busy, [], 100, 1, 512).ttft_s == pytest.approx(whole - 0.05)
 
 
 def test_the_recent_mix_is_a_plain_mean_first_then_weighs_the_latest():
@@ -69,7 +81,7 @@ def test_the_recent_mix_is_a_plain_mean_first_then_weighs_the_latest():
 def test_a_request_predicted_within_its_slo_is_admitted():
     decision = decide(_prediction(prefill_queue=300), SLO, "refuse")
     assert decision.admit and not decision.best_effort
-    assert decision.prediction.ttft_s == pytest.approx(0.01 + 400e-4)
+    assert decision.prediction.ttft_s == pytest.approx(0.01 + 300e-4 + 0.01 + 100e-4)  # the running step, then this
     assert (decision.prediction.prefill_instance, decision.prediction.decode_instance) == ("p0", "d0")
 
 
