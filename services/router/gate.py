@@ -88,11 +88,12 @@ class SloGate:
         req.slo = (req.slo or RequestSLO()).or_defaults(self.default)
         if self.model is None:
             slo_metrics.DECISIONS.labels("unpredicted").inc()
-            self.mix.add(len(req.prompt_ids), req.params.max_tokens)
+            self.mix.add(len(req.prompt_ids), req.params.max_tokens, time.monotonic())
             return
         began = time.perf_counter()
         prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
-                             len(req.prompt_ids), req.params.max_tokens, self.batch_tokens, self.mix.mix())
+                             len(req.prompt_ids), req.params.max_tokens, self.batch_tokens, self.mix.mix(),
+                             self.mix.prompt_tokens_per_s())
         decision = decide(prediction, req.slo, self.policy)
         slo_metrics.DECISION_SECONDS.observe(time.perf_counter() - began)
         req.prediction, req.best_effort = prediction, decision.best_effort
@@ -100,7 +101,7 @@ class SloGate:
             slo_metrics.DECISIONS.labels("refused").inc()
             raise SloUnmet(f"slo: {decision.reason}", decision.retry_after_s)
         slo_metrics.DECISIONS.labels("best_effort" if decision.best_effort else "admitted").inc()
-        self.mix.add(len(req.prompt_ids), req.params.max_tokens)
+        self.mix.add(len(req.prompt_ids), req.params.max_tokens, time.monotonic())
 
     def finished(self, req: RouterRequest, n_tokens: int) -> None:
         """Measured against predicted, for a request served to the end."""

@@ -57,9 +57,10 @@ async def test_the_gate_predicts_from_the_stored_model_and_the_booked_loads(regi
     assignment = await dispatcher.acquire("prefill", 1000)
     with pytest.raises(SloUnmet) as refused:
         gate.admit(_request())
-    # 240 ms, less the time its running step has run since this router booked it
+    # 240 ms, less the time its running step has run since this router booked it, plus the prompts foreseen to
+    # join this one's batch at the rate this test admitted them (at most its room: 48 tokens, 4.8 ms)
     predicted = re.search(r"predicted TTFT ([\d.]+) ms > SLO 200 ms", str(refused.value))
-    assert predicted and 230 < float(predicted.group(1)) <= 240.0 and refused.value.retry_after_s == 1.0
+    assert predicted and 230 < float(predicted.group(1)) <= 244.8 and refused.value.retry_after_s == 1.0
     # its running step began at its first booking there: the time since counts off the prediction
     await asyncio.sleep(0.05)
     (busy,) = gate._candidates("prefill")

@@ -69,13 +69,16 @@ def test_a_busy_instances_running_step_counts_only_what_is_left_of_it():
 
 def test_the_recent_mix_is_a_plain_mean_first_then_weighs_the_latest():
     recent = RecentMix(weight=0.25)
-    assert recent.mix() is None
-    for prompt, out in ((100, 10), (300, 30)):
-        recent.add(prompt, out)
-    assert recent.mix() == Mix(200, 20)
-    recent.add(200, 20)
-    recent.add(600, 60)  # weight 1/4 from the fourth on
+    assert recent.mix() is None and recent.prompt_tokens_per_s() == 0.0
+    for t, (prompt, out) in enumerate(((100, 10), (300, 30))):
+        recent.add(prompt, out, now=float(t))
+    assert recent.mix() == Mix(200, 20) and recent.prompt_tokens_per_s() == pytest.approx(200.0)  # 1 s apart
+    recent.add(200, 20, now=1.5)
+    recent.add(600, 60, now=2.0)  # weight 1/4 from the fourth on
     assert recent.mix() == Mix(pytest.approx(300), pytest.approx(30))
+    assert recent.gap_s == pytest.approx(2 / 3) and recent.prompt_tokens_per_s() == pytest.approx(450)  # 1, 0.5, 0.5 s
+    recent.add(200, 20, now=3600.0)  # an hour idle counts as 10 s
+    assert recent.gap_s == pytest.approx(2 / 3 + 0.25 * (10.0 - 2 / 3))
 
 
 def test_a_request_predicted_within_its_slo_is_admitted():
@@ -114,6 +117,30 @@ def test_the_request_paths_hops_add_to_the_ttft():
                                   "ttft_hops_s": 0.004})
     got = predict(hops, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512)
     assert got.ttft_s == pytest.approx(0.01 + 100e-4 + 0.004) and got.tpot_s is None
+
+
+def test_the_handoff_lies_in_the_first_of_the_intervals_a_tpot_averages():
+    line = MODEL.decode["decode@cpu:1"]
+    alone = predict_tpot(line, 0, 100, 2)
+    assert predict_tpot(line, 0, 100, 2, handoff_s=0.03) == pytest.approx(alone + 0.03)  # one interval: all of it
+    assert predict_tpot(line, 0, 100, 11, handoff_s=0.03) == pytest.approx(predict_tpot(line, 0, 100, 11) + 0.003)
+    model = FittedModel.from_json({"kinds": {"decode@cpu:1": {"decode": {"c0": 0.004, "per_ctx": 1e-6, "per_req": 1e-3}}},
+                                   "handoff_s": 0.05})
+    short = predict(model, [], [Candidate("d0", "decode@cpu:1", 0)], 100, 2, 512)
+    assert short.tpot_s == pytest.approx(alone + 0.05) and not decide(short, SLO, "refuse").admit
+    assert decide(predict(model, [], [Candidate("d0", "decode@cpu:1", 0)], 100, 40, 512), SLO, "refuse").admit
+
+
+def test_prompts_arriving_meanwhile_join_this_ones_batch_up_to_its_room():
+    line = MODEL.prefill["prefill@cpu:0"]
+    # 1000 queued: a step of 512 running (0.0612 s), then 588 tokens in a full batch (0.0612 s) and one of 76 with
+    # this prompt; the 0.1224 s it waits bring 122.4 tokens at 1000/s, within its room
+    whole = predict_ttft(line, 1000, 100, 512)
+    assert predict_ttft(line, 1000, 100, 512, arriving_tps=1000) == pytest.approx(whole + 122.4e-4)
+    # 300 queued (running: 0.04 s); this one's batch has room for 412: 0.04 s x 1000/s brings 40 tokens
+    assert predict_ttft(line, 300, 100, 512, arriving_tps=1000) == pytest.approx(predict_ttft(line, 300, 100, 512) + 40e-4)
+    assert predict_ttft(line, 300, 100, 512, arriving_tps=1e6) == pytest.approx(predict_ttft(line, 300, 100, 512) + 412e-4)
+    assert predict_ttft(line, 0, 100, 512, arriving_tps=1e6) == pytest.approx(0.01 + 100e-4)  # idle: starts at once
 
 
 def test_the_least_loaded_instance_of_each_role_is_predicted_for():
