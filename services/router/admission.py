@@ -120,7 +120,7 @@ def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: 
     ahead = rest - prompt  # queued tokens still to be taken
     own = rest - (batches - 1) * batch_tokens  # this one's batch: its prompt and the queue's tail
     wait = left + (batches - 1) * line.seconds(batch_tokens, batch_tokens * queued_prompt)
-    joining = min(max(0.0, batch_tokens - own), arriving_tps * wait) if ahead > 0 or running > 0 else 0.0
+    joining = min(max(0.0, batch_tokens - own), arriving_tps * wait) if queued > 0 else 0.0
     return (left + line.seconds(rest + joining, (ahead + joining) * queued_prompt + prompt * prompt)
             + (batches - 1) * line.c0)
 
@@ -141,12 +141,15 @@ def predict_tpot(line: DecodeCoeffs, booked: float, prompt: int, max_tokens: int
 def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate], prompt: int, max_tokens: int,
             batch_tokens: int, mix: Mix | None = None, arriving_tps: float = 0.0) -> Prediction:
     """The figures on the instances the dispatcher would choose: the least-loaded of each role; `mix`: what the
-    queued and booked requests are taken to be; `arriving_tps`: the prompt tokens per second admitted lately."""
+    queued and booked requests are taken to be; `arriving_tps`: the prompt tokens per second admitted lately,
+    spread over the prefill instances."""
     p = min(prefill, key=lambda c: c.load, default=None)
     d = min(decode, key=lambda c: c.load, default=None)
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
-    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens, mix, p.running_s, arriving_tps) + model.ttft_hops if pl else None,
+    joining_tps = arriving_tps / max(1, len(prefill))
+    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens, mix, p.running_s, joining_tps) + model.ttft_hops
+                      if pl else None,
                       predict_tpot(dl, d.load, prompt, max_tokens, mix, model.handoff) if dl and max_tokens > 1 else None,
                       p.id if p else "", d.id if d else "")
 

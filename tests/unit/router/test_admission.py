@@ -141,6 +141,10 @@ def test_prompts_arriving_meanwhile_join_this_ones_batch_up_to_its_room():
     assert predict_ttft(line, 300, 100, 512, arriving_tps=1000) == pytest.approx(predict_ttft(line, 300, 100, 512) + 40e-4)
     assert predict_ttft(line, 300, 100, 512, arriving_tps=1e6) == pytest.approx(predict_ttft(line, 300, 100, 512) + 412e-4)
     assert predict_ttft(line, 0, 100, 512, arriving_tps=1e6) == pytest.approx(0.01 + 100e-4)  # idle: starts at once
+    # two prefill instances share the arrivals: half of them join here
+    two = [Candidate("p0", "prefill@cpu:0", 300), Candidate("p1", "prefill@cpu:0", 900)]
+    assert predict(MODEL, two, [], 100, 1, 512, arriving_tps=2000).ttft_s == pytest.approx(
+        predict_ttft(line, 300, 100, 512, arriving_tps=1000))
 
 
 def test_the_least_loaded_instance_of_each_role_is_predicted_for():
