@@ -15,7 +15,7 @@ from services.engine.engine import EngineConfig, LLMEngine
 from services.engine.kv_pool import KVPool
 from services.engine.parallel.pools import rank_pools
 from services.engine.presets import resolve_model
-from services.instance.kv_shards import register_rank_pools
+from services.instance.kv_shards import pool_sites, register_site
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.local import start_local_kvxfer
 
@@ -30,7 +30,8 @@ async def check() -> int:
         engine.generate([list(range(1, 40))], [SamplingParams(max_tokens=1)])  # writes blocks 0.. of every rank
         pools = rank_pools(engine)
         print("rank pools:", [(p.rank, str(p.device), p.cuda_ipc is not None) for p in pools])
-        await register_rank_pools(kv, "gpu-tp2", pools)
+        for site in pool_sites("gpu-tp2", pools):  # one: every rank on this host
+            await register_site(kv, "gpu-tp2", site)
         registered = (await kv.stats()).pools
         print(f"registered pools: {registered} (want 2)")
         rank1 = pools[1]

@@ -43,17 +43,23 @@ class KVHandle(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ..., kvxfer_address: _Optional[str] = ..., lease_id: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[int] = ..., layout: _Optional[_Union[KVLayout, _Mapping]] = ..., lease_expiry: _Optional[float] = ..., shards: _Optional[_Iterable[_Union[KVShard, _Mapping]]] = ...) -> None: ...
 
 class KVShard(_message.Message):
-    __slots__ = ("pool_id", "rank", "layer_start", "num_layers", "kv_head_start", "num_kv_heads")
+    __slots__ = ("pool_id", "rank", "layer_start", "num_layers", "kv_head_start", "num_kv_heads", "kvxfer_address", "lease_id", "lease_instance_id")
     POOL_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     LAYER_START_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     KV_HEAD_START_FIELD_NUMBER: _ClassVar[int]
     NUM_KV_HEADS_FIELD_NUMBER: _ClassVar[int]
+    KVXFER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     pool_id: str
     rank: int
     layer_start: int
     num_layers: int
     kv_head_start: int
     num_kv_heads: int
-    def __init__(self, pool_id: _Optional[str] = ..., rank: _Optional[int] = ..., layer_start: _Optional[int] = ..., num_layers: _Optional[int] = ..., kv_head_start: _Optional[int] = ..., num_kv_heads: _Optional[int] = ...) -> None: ...
+    kvxfer_address: str
+    lease_id: str
+    lease_instance_id: str
+    def __init__(self, pool_id: _Optional[str] = ..., rank: _Optional[int] = ..., layer_start: _Optional[int] = ..., num_layers: _Optional[int] = ..., kv_head_start: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., kvxfer_address: _Optional[str] = ..., lease_id: _Optional[str] = ..., lease_instance_id: _Optional[str] = ...) -> None: ...

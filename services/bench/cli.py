@@ -45,13 +45,13 @@ def ensure_profile(model_dir: str, device: str, given: str | None) -> str:
     return str(path)
 
 
-def _multiples(text: str) -> tuple[float, ...]:
+def _multiples(text: str, flag: str = "--overload") -> tuple[float, ...]:
     try:
         values = tuple(float(v) for v in text.split(",") if v)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--overload: comma-separated numbers, not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"{flag}: comma-separated numbers, not {text!r}") from None
     if not values or any(not v > 0 for v in values):
-        raise argparse.ArgumentTypeError(f"--overload: positive multiples of the goodput, not {text!r}")
+        raise argparse.ArgumentTypeError(f"{flag}: positive multiples of the goodput, not {text!r}")
     return values
 
 
@@ -64,6 +64,8 @@ def _config(args: argparse.Namespace):
     modes = _names(args.compare, MODES, "--compare") if args.compare else (args.mode,)
     if not args.start and len(modes) > 1:
         raise SystemExit("--compare starts a stack per mode: it needs --start")
+    if args.at_knee and (not args.simulate or args.rate):
+        raise SystemExit("--at-knee measures multiples of the fitted simulator's knee: it needs --simulate, and no --rate")
     model = resolve_model(args.model)
     devices = tuple(d for d in args.devices.split(",") if d)
     seconds = args.ttft is not None and args.tpot is not None
@@ -80,7 +82,7 @@ def _config(args: argparse.Namespace):
         start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
         **engine_fields(args), calibration_rate=args.calibration_rate,
         repeats=args.repeats, repeat_within=args.repeat_within, service_cores=args.service_cores,
-        overload=args.overload, **fields)
+        overload=args.overload, at_knee=args.at_knee, **fields)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -152,6 +154,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--repeat-within", type=float, default=2.0, help="standard errors (default 2)")
     sweep.add_argument("--overload", type=_multiples, default=(),
                        help="with disagg: multiples of its goodput (e.g. 1.5,2) run with SLO-aware admission off and on")
+    sweep.add_argument("--at-knee", type=lambda t: _multiples(t, "--at-knee"), default=(),
+                       help="instead of the search (with --simulate): these multiples of the fitted simulator's knee "
+                            "(e.g. 0.8,1,1.2), found after the calibration load; every point and --overload run then "
+                            "sends exactly --num-requests requests (--window sizes the calibration load only)")
     sweep.add_argument("--quick", action="store_true", help="fewer requests and probes: the comparison in minutes")
     pred = p.add_argument_group("prediction")
     pred.add_argument("--simulate", action="store_true", help="the planner's simulated attainment beside each point")

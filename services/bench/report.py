@@ -179,6 +179,13 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
                         _num(r.calibrated_goodput_per_device), _num(r.fitted_goodput_per_device),
                         _ms(r.lone.get("ttft_s")), _ms(r.lone.get("tpot_s")))
     console.print(summary)
+    for r in results:
+        if r.fitted_knee:
+            console.print(f"{r.workload} {r.mode}: rates measured around the fitted simulator's knee, "
+                          f"{r.fitted_knee:.3g} req/s")
+        elif r.fitted_knee is not None:
+            console.print(f"{r.workload} {r.mode}: the fitted simulator meets the target at no rate; rates measured "
+                          "around the start rate")
 
     points = Table(title="points (latencies in ms; stages are means of the router's records)")
     cols = ("workload", "mode", "rate", "runs", "attain", "sim", "err pp", "cal", "cal err", "fit", "fit err", "replay err",

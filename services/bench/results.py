@@ -59,6 +59,7 @@ class ModeResult:
     calibrated_curve: list[tuple[float, float]] = field(default_factory=list)
     fitted_curve: list[tuple[float, float]] = field(default_factory=list)
     overload: list[dict] = field(default_factory=list)  # OverloadPoint fields: past the knee, admission off and on
+    fitted_knee: float | None = None  # req/s: the fitted simulator's goodput the `--at-knee` rates are multiples of
 
     def point_at(self, rate: float) -> Point | None:
         return next((p for p in self.points if p.rate == rate), None)

@@ -23,7 +23,7 @@ from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
 from services.bench.served import joins_of, loaded_overheads, path_overheads
 from services.bench.slo import SLO, lone_latencies, scaled_slo
-from services.bench.sweep import goodput_search, pooled_runs
+from services.bench.sweep import fixed_rates_goodput, goodput_search, pooled_runs
 from services.bench.workload import BenchWorkload, Sample
 from services.common.engine_settings import EngineSettings, engine_fields
 from services.common.net import free_port
@@ -74,6 +74,8 @@ class BenchConfig(EngineSettings):
     calibration: int = 40  # requests of the calibration load (--simulate) at least, from a sample of another seed
     calibration_rate: float | None = None  # req/s of it; None: the first workload's start rate
     overload: tuple[float, ...] = ()  # multiples of disagg's goodput run with admission off and on (overload.py)
+    at_knee: tuple[float, ...] = ()  # instead of the search: these multiples of the fitted simulator's knee, each
+    # point (and overload run) sending exactly `num_requests` requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +209,10 @@ def bench_sample(cfg: BenchConfig, workload: str, count: int, seed_offset: int =
 
 
 def point_sample(cfg: BenchConfig, sample: Sample) -> Callable[[float], Sample]:
-    """The requests a run at a rate sends: those arriving within the window, within the count bounds."""
+    """The requests a run at a rate sends: those arriving within the window, within the count bounds; with
+    `at_knee`, `num_requests` at every rate (a window would cut the low rates' points short)."""
+    if cfg.at_knee:
+        return lambda rate: sample.head(cfg.num_requests)
     low = min(cfg.min_requests, cfg.num_requests)
     return lambda rate: sample.head(int(np.clip(rate * cfg.window_s, low, cfg.num_requests)))
 
@@ -341,16 +346,22 @@ class Bench:
             points.append(point)
             return point.attainment
 
+        fitted_knee = None
         if self.cfg.rate:
             at(self.cfg.rate)
             goodput = self.cfg.rate if points[0].attainment >= slo.target else 0.0
+        elif self.cfg.at_knee:
+            refit()
+            fitted_knee = predictors["fitted"].goodput(sample_at, slo, self.start_rates[workload])
+            base = fitted_knee or self.start_rates[workload]  # no predicted goodput: around the start rate
+            goodput = fixed_rates_goodput(at, [m * base for m in self.cfg.at_knee], slo.target)
         else:
             goodput = goodput_search(at, self.start_rates[workload], slo.target, self.cfg.factor,
                                      self.cfg.bisect_steps, self.cfg.max_steps)
         refit()  # the goodput and curve of the fitted model: every step served
         devices = len(self.cfg.devices)
         result = ModeResult(served.mode, workload, devices, slo.as_dict(), goodput, goodput / devices,
-                            sorted(points, key=lambda p: p.rate), sample.stats())
+                            sorted(points, key=lambda p: p.rate), sample.stats(), fitted_knee=fitted_knee)
         if self.cfg.overload and served.mode == "disagg":
             knee = goodput or self.cfg.rate or self.start_rates[workload]  # no goodput: the rate tried
             result.overload = [asdict(p) for p in self.overload(served, workload, knee)]

@@ -55,6 +55,13 @@ def goodput_search(measure: Callable[[float], float], start: float, target: floa
     return lo
 
 
+def fixed_rates_goodput(measure: Callable[[float], float], rates: list[float], target: float) -> float:
+    """Highest of `rates` (each measured once, lowest first) whose attainment meets the target; 0 when none does.
+    For rates chosen around a predicted knee (`--at-knee`): the time goes to points near the claim."""
+    passed = [rate for rate in sorted(rates) if measure(rate) >= target]
+    return max(passed, default=0.0)
+
+
 def undecided(attainment: float, se: float, target: float, within: float) -> bool:
     """Whether a point's attainment lies within `within` standard errors of the target (so one more run of the same
     requests is worth its time before the search acts on it). A point with no spread (all met, or none) is decided."""

@@ -8,6 +8,7 @@ time and refuses anything else with UNAUTHENTICATED before the handler runs; hea
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
@@ -42,7 +43,9 @@ def caller(context: grpc.aio.ServicerContext) -> str:
 
 class TokenCheck(grpc.aio.ServerInterceptor):
     def __init__(self, secret: bytes) -> None:
-        self._secret = secret
+        # A deployment has a few principals: each one's token is computed once, not an HMAC per call (bounded,
+        # so callers naming made-up principals cannot grow it).
+        self._expected = functools.lru_cache(maxsize=1024)(functools.partial(token, secret))
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
                                 details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
@@ -56,7 +59,7 @@ class TokenCheck(grpc.aio.ServerInterceptor):
         principal, presented = fields.get(PRINCIPAL_KEY, ""), fields.get(TOKEN_KEY, "")
         if not isinstance(principal, str) or not isinstance(presented, str):
             return False
-        return bool(principal) and hmac.compare_digest(token(self._secret, principal), presented)
+        return bool(principal) and hmac.compare_digest(self._expected(principal), presented)
 
 
 def refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:

@@ -1,6 +1,7 @@
 """The one way the deployment's processes make internal gRPC servers, ports and channels: token checks
 (auth.py) when a deployment secret is set, mutual TLS (tls.py) when certificates are set, and bounded
-message sizes on every server."""
+message sizes on every server. A server may also serve on its private same-host socket (local_socket.py),
+which its same-user clients on this host dial without TLS, the token still checked."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from services.common import local_socket
 from services.common.auth import TokenCheck, attach_token, token_metadata
 from services.common.net import EXCLUSIVE_PORT, bind_port
 from services.common.secret import SECRET_ENV, client_secret, deployment_secret
@@ -44,12 +46,23 @@ def add_port(server: grpc.aio.Server, host: str, port: int) -> int:
     return bind_port(server, host, port, server_credentials(tls) if tls is not None else None)
 
 
-def internal_channel(address: str, principal: str, attach: bool = True) -> grpc.aio.Channel:
+def add_local_port(server: grpc.aio.Server, address: str) -> None:
+    """Also serve on the private same-host socket named after `address` (the server's host:port); call
+    `local_socket.restrict(address)` once the server has started, `local_socket.remove(address)` after it stops."""
+    if not server.add_insecure_port(local_socket.serving_target(address)):
+        raise SystemExit(f"cannot bind {local_socket.socket_path(address)}")
+
+
+def internal_channel(address: str, principal: str, attach: bool = True, local: bool = False) -> grpc.aio.Channel:
     """A channel whose calls carry `principal` and its token (over mutual TLS when configured). `attach=False`:
     the caller passes `call_metadata(principal)` on each call itself, sparing the interceptors' cost per call
-    (kvxfer's client: a few RPCs per pull)."""
+    (kvxfer's client: a few RPCs per pull). `local`: dial the server's private same-host socket when it has
+    one here (no TLS; add_local_port)."""
     secret = client_secret()
     interceptors = attach_token(secret, principal) if secret is not None and attach else None
+    target = local_socket.dial_target(address) if local else None
+    if target is not None:
+        return grpc.aio.insecure_channel(target, RECONNECT_OPTIONS, interceptors=interceptors)
     tls = tls_files()
     if tls is None:
         return grpc.aio.insecure_channel(address, RECONNECT_OPTIONS, interceptors=interceptors)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import socket
 
@@ -45,3 +46,11 @@ def bind_port(server, host: str, port: int, credentials=None) -> int:
     if not bound:
         raise SystemExit(f"cannot bind {host}:{port}: the port is in use")
     return bound
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or "localhost") is a loopback address; a host name is not."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

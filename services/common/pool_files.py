@@ -25,16 +25,29 @@ def pool_dir() -> Path:
     return SHM_DIR / f"distserve-{os.geteuid()}"
 
 
+def ensure_pool_dir() -> None:
+    """This user's pool directory, made 0700 if missing; ValueError where another user could swap files in it."""
+    pool_dir().mkdir(mode=0o700, exist_ok=True)
+    check_pool_dir()  # refuse such a directory now rather than at mapping
+
+
 def shm_path(instance_id: str) -> str:
     """A fresh file name for one worker's pool, in this user's pool directory (made 0700 if missing)."""
-    pool_dir().mkdir(mode=0o700, exist_ok=True)
-    os.close(_open_pool_dir())  # refuse a directory another user could swap files in, now rather than at mapping
+    ensure_pool_dir()
     return str(pool_dir() / f"{PREFIX}{instance_id}-{uuid.uuid4().hex[:8]}")
 
 
 def create_pool_file(path: str) -> None:
-    """Creates the pool file 0600 if missing, not following a link (the engine then sizes and maps it)."""
+    """Creates the pool file 0600 if missing, not following a link (the engine then sizes and maps it); its
+    directory too when it is the pool directory (a rank on another host than the rank 0 that named the file)."""
+    if Path(path).parent == pool_dir():
+        ensure_pool_dir()
     os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+
+
+def check_pool_dir() -> None:
+    """ValueError unless the pool directory is a directory (not a link) of this user, mode 0700."""
+    os.close(_open_pool_dir())
 
 
 def _open_pool_dir() -> int:

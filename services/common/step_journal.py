@@ -13,7 +13,7 @@ import os
 import signal
 from pathlib import Path
 
-from services.common.pool_files import pool_dir
+from services.common.pool_files import ensure_pool_dir, pool_dir
 
 PREFIX = "distserve-journal-"
 # Deaths that come from outside the process (an operator, the launcher, the OOM killer): no request is blamed.
@@ -28,7 +28,7 @@ class StepJournal:
     """The writer's side: one process (incarnation) of an instance, one file rewritten in place at each step."""
 
     def __init__(self, instance_id: str, incarnation: str) -> None:
-        pool_dir().mkdir(mode=0o700, exist_ok=True)
+        ensure_pool_dir()
         self.path = journal_path(instance_id)
         self._header = incarnation.encode() + b"\n"
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

@@ -14,7 +14,7 @@ from services.common.stamps import Lifetime
 from services.decode.reshard import reshard_copies
 from services.engine.async_engine import AsyncEngine
 from services.instance.admission import Admission
-from services.instance.kv_shards import PoolShard, shards_from_handle
+from services.instance.kv_shards import PoolShard, copies_by_source, shards_from_handle
 from services.kvxfer.client import KVXferClient
 
 ABANDONED_COPY_GRACE_S = 1.0
@@ -72,4 +72,10 @@ class DecodeCore:
             await self.kv.pull(handle, self.instance_id, blocks, timeout_s=self.pull_timeout_s)
             return
         copies = reshard_copies(shards_from_handle(handle), list(handle.block_ids), self.shards, blocks)
-        await self.kv.pull_ranges(handle, copies, timeout_s=self.pull_timeout_s)
+        # A source instance with ranks on several hosts: one pull per source kvxfer, each under its own lease.
+        # All run to their end before a failure is raised, so no copy still lands once the blocks are freed.
+        done = await asyncio.gather(*(self.kv.pull_ranges(source, part, timeout_s=self.pull_timeout_s)
+                                      for source, part in copies_by_source(handle, copies)), return_exceptions=True)
+        for result in done:
+            if isinstance(result, BaseException):
+                raise result

@@ -1,10 +1,10 @@
 """The byte ranges of a re-sharding pull: each destination rank's pool gets exactly its layers and KV heads of
 the pulled blocks, from whichever source ranks' pools hold them.
 
-A pool is `[blocks, layers, 2, block_size, kv_heads, head_dim]` (services/engine/kv_pool.py). For one block, layer,
-K or V and token slot, a run of KV heads is contiguous; runs that follow each other on both sides merge (a whole
-block when source and destination hold the same layers and heads). Built with numpy: no Python loop per token
-or head.
+A pool is `[blocks, layers, 2, kv_heads, block_size, head_dim]` (services/common/kv_layout.py). For one block,
+layer and K or V, a run of KV heads is contiguous (block_size rows each); runs that follow each other on both
+sides merge (a whole block when source and destination hold the same layers and heads). Built with numpy: no
+Python loop per block, layer or head.
 """
 
 from __future__ import annotations
@@ -24,14 +24,13 @@ def _overlap(a: Span, b: Span) -> Span | None:
 
 
 def _offsets(shard: PoolShard, blocks: np.ndarray, layers: Span, heads: Span) -> np.ndarray:
-    """Byte offsets [B, layers, 2, block_size] of the first of `heads` at each token slot of `blocks`."""
+    """Byte offsets [B, layers, 2] of the first of `heads` in K and V of each of `layers` of `blocks`."""
     lay = shard.layout
-    b = blocks[:, None, None, None]
-    layer = np.arange(layers.start - shard.layers.start, layers.stop - shard.layers.start)[None, :, None, None]
-    kv = np.arange(2)[None, None, :, None]
-    token = np.arange(lay.block_size)[None, None, None, :]
-    row = ((b * lay.num_layers + layer) * 2 + kv) * lay.block_size + token
-    return (row * lay.num_kv_heads + heads.start - shard.kv_heads.start) * lay.head_dim * lay.itemsize
+    b = blocks[:, None, None]
+    layer = np.arange(layers.start - shard.layers.start, layers.stop - shard.layers.start)[None, :, None]
+    kv = np.arange(2)[None, None, :]
+    head = ((b * lay.num_layers + layer) * 2 + kv) * lay.num_kv_heads + heads.start - shard.kv_heads.start
+    return head * lay.block_size * lay.head_dim * lay.itemsize
 
 
 def _merge(src: np.ndarray, dst: np.ndarray, unit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -62,7 +61,7 @@ def reshard_copies(src: Sequence[PoolShard], src_blocks: Sequence[int], dst: Seq
             if layers is None or heads is None or any(_overlap(layers, cl) and _overlap(heads, ch) for cl, ch in covered):
                 continue
             covered.append((layers, heads))
-            unit = heads.count * d.layout.head_dim * d.layout.itemsize
+            unit = heads.count * d.layout.block_size * d.layout.head_dim * d.layout.itemsize
             so = _offsets(s, sb, layers, heads).ravel()
             do = _offsets(d, db, layers, heads).ravel()
             copies.append(RangeCopy(s.pool_id, d.pool_id, *_merge(so, do, unit)))

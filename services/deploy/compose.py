@@ -162,9 +162,11 @@ def _rank(spec: InstanceSpec, rank: int, addresses: tuple[str, ...]) -> dict:
 
     It serves nothing itself, so it has no health check: its instance's is rank 0's, which stops serving and
     deregisters when a rank exits; compose then restarts the rank, which joins the restarted rank 0."""
-    _, gpu = rank_gpus(spec)[rank]
+    node, gpu = rank_gpus(spec)[rank]
+    # its host's kvxfer: rank 0 registers and leases this rank's pool there (a stage on another node)
     return {"image": IMAGE, "command": ["distserve", "rank", "--rendezvous", _rendezvous(spec, addresses),
-                                        "--rank", str(rank), "--device", "cuda:0", "--model", "/model"],
+                                        "--rank", str(rank), "--device", "cuda:0", "--model", "/model",
+                                        "--kvxfer", f"{addresses[node]}:{KVXFER_PORT}"],
             "network_mode": "host", "restart": "unless-stopped", "healthcheck": {"disable": True},
             "environment": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, "volumes": [MODEL_VOLUME],
             "deploy": _gpus([gpu]), "stop_grace_period": "60s", **_shared_memory()}

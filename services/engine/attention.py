@@ -35,9 +35,9 @@ class AttentionMetadata:
 def paged_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float
 ) -> torch.Tensor:
-    """q: [T, H, D], k/v: [T, KVH, D], cache: one layer of the pool [N, 2, bs, KVH, D] → [T, H, D]."""
-    cache[meta.slot_blocks, 0, meta.slot_offsets] = k
-    cache[meta.slot_blocks, 1, meta.slot_offsets] = v
+    """q: [T, H, D], k/v: [T, KVH, D], cache: one layer of the pool [N, 2, KVH, bs, D] → [T, H, D]."""
+    cache[meta.slot_blocks, 0, :, meta.slot_offsets] = k
+    cache[meta.slot_blocks, 1, :, meta.slot_offsets] = v
     if meta.is_decode:
         return _decode_attention(q, cache, meta, scale)
     gqa = q.shape[1] != k.shape[1]
@@ -52,8 +52,8 @@ def paged_attention(
         else:
             total = start + n
             blocks = torch.tensor(table, device=q.device)
-            kv = cache.index_select(0, blocks).transpose(0, 1).flatten(1, 2)[:, :total]  # [2, total, KVH, D]
-            ks, vs = kv[0].transpose(0, 1)[None], kv[1].transpose(0, 1)[None]
+            kv = cache.index_select(0, blocks).permute(1, 2, 0, 3, 4).flatten(2, 3)[:, :, :total]  # [2, KVH, total, D]
+            ks, vs = kv[0][None], kv[1][None]
             # query i (absolute position start + i) sees keys 0..start + i
             mask = torch.arange(total, device=q.device)[None, :] <= (start + torch.arange(n, device=q.device))[:, None]
             out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=gqa)
@@ -72,10 +72,10 @@ def gathered_decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: Attent
     """Decode attention in torch ops (any device and dtype): gathers the batch's blocks, then one SDPA."""
     table, lens = meta.decode_table, meta.decode_lens  # [B, nb], [B]
     batch, nb = table.shape
-    _, _, bs, kvh, d = cache.shape
+    _, _, kvh, bs, d = cache.shape
     # One gather of the batch's blocks, then K and V as contiguous [B, KVH, L, D] so the matmuls read rows.
-    kv = cache.index_select(0, table.flatten()).view(batch, nb, 2, bs, kvh, d)
-    k, v = kv.permute(2, 0, 4, 1, 3, 5).reshape(2, batch, kvh, nb * bs, d)
+    kv = cache.index_select(0, table.flatten()).view(batch, nb, 2, kvh, bs, d)
+    k, v = kv.permute(2, 0, 3, 1, 4, 5).reshape(2, batch, kvh, nb * bs, d)
     mask = torch.arange(nb * bs, device=q.device)[None, :] < lens[:, None]  # [B, L]
     # The G query heads sharing a KV head attend as G queries of that head: GQA without repeating K/V.
     out = F.scaled_dot_product_attention(q.view(batch, kvh, -1, d), k, v, attn_mask=mask[:, None, None, :], scale=scale)

@@ -18,7 +18,7 @@ def _make_model(args: argparse.Namespace) -> int:
 def _rank(args: argparse.Namespace) -> int:
     from services.engine.parallel.rank_main import join
 
-    return join(args.rendezvous, args.rank, args.device, args.model or "")
+    return join(args.rendezvous, args.rank, args.device, args.model or "", args.kvxfer)
 
 
 def _bench_engine(args: argparse.Namespace) -> int:
@@ -44,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", type=int, required=True, help="this rank's number: pp_rank x TP + tp_rank")
     p.add_argument("--device", default="cpu", help="this rank's device as this host numbers it")
     p.add_argument("--model", default=None, help="model folder here (default: rank 0's path)")
+    p.add_argument("--kvxfer", default="", help="this host's kvxfer (host:port) where it is not rank 0's: the "
+                                                "rank's KV pool is registered and leased there")
     p.set_defaults(func=_rank)
 
     p = subparsers.add_parser("bench-engine", help="prefill and decode throughput beside the core's matmul and memcpy rates")

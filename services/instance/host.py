@@ -8,6 +8,7 @@ import logging
 import signal
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -22,9 +23,8 @@ from services.common.step_journal import StepJournal
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
-from services.engine.parallel.pools import rank_pools
 from services.instance.config import InstanceSettings
-from services.instance.kv_shards import rank_pool_id, register_rank_pools
+from services.instance.kv_shards import instance_pools, pool_sites, rank_pool_id, register_site
 from services.instance.pool_keeper import PoolKeeper
 from services.instance.stats import export_gauges
 from services.kvxfer.client import KVXferClient
@@ -54,14 +54,12 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
     kv = KVXferClient(settings.kvxfer, instance_principal(instance_id)) if uses_kvxfer else None
-    pools = rank_pools(engine)
-
-    async def register_pools() -> None:
-        await register_rank_pools(kv, instance_id, pools)
-
-    keeper = PoolKeeper(kv, instance_id, register_pools) if kv is not None else None
-    if kv is not None:
-        await register_pools()
+    # Each rank's pool with the kvxfer of its host (a stage on another node: that node's), kept registered there.
+    sites = pool_sites(instance_id, instance_pools(engine, settings.kvxfer)) if kv is not None else []
+    clients = [KVXferClient(s.kvxfer, instance_principal(s.anchor)) if s.kvxfer else kv for s in sites]
+    keepers = [PoolKeeper(c, s.anchor, partial(register_site, c, instance_id, s)) for s, c in zip(sites, clients)]
+    for keeper in keepers:
+        await keeper.register()
 
     server = internal_server()
     health_servicer = health.aio.HealthServicer()
@@ -85,8 +83,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     lost = None  # a TP/PP rank that exited: the instance cannot step any more
     while not stop.is_set() and not async_engine.failed and not (lost := engine.runner.lost_rank()):
         try:
-            if keeper is not None:  # without its kvxfer the instance can neither lease nor pull
-                ready = await keeper.check()
+            if keepers:  # without its kvxfers the instance can neither lease nor pull
+                ready = all([await keeper.check() for keeper in keepers])
                 await health_servicer.set("", SERVING if ready else NOT_SERVING)
             await registry.heartbeat(info)
             export_gauges(await async_engine.stats(), instance_id)
@@ -107,13 +105,13 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         log.warning("deregister failed: %s", exc)
     await server.stop(grace=settings.drain_grace_s)
     await on_stop()
-    if kv is not None:
+    for site, client in zip(sites, clients):
         try:
-            for pool in reversed(pools):
-                await asyncio.wait_for(kv.unregister_pool(rank_pool_id(instance_id, pool.rank)), 2.0)
+            for pool in reversed(site.pools):
+                await asyncio.wait_for(client.unregister_pool(rank_pool_id(instance_id, pool.rank)), 2.0)
         except Exception as exc:  # kvxfer gone first: it holds nothing of ours any more
-            log.warning("could not unregister the pools: %r", exc)
-        await kv.close()
+            log.warning("could not unregister the pools at %s: %r", client.address, exc)
+        await client.close()
     async_engine.stop()
     engine.close()
     if engine.journal is not None:

@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from distserve.v1 import kv_pb2
 from services.common.kv_layout import KVLayout
-from services.engine.parallel.pools import RankPool
+from services.engine.engine import LLMEngine
+from services.engine.parallel.pools import RankPool, rank_pools
 from services.engine.parallel.shard import Span
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.convert import layout_from_pb
+from services.kvxfer.ranged import RangeCopy
 
 log = logging.getLogger(__name__)
 
@@ -31,27 +33,93 @@ def rank_pool_id(instance_id: str, rank: int) -> str:
     return instance_id if rank == 0 else f"{instance_id}.r{rank}"
 
 
-async def register_rank_pools(kv: KVXferClient, instance_id: str, pools: list[RankPool]) -> None:
-    """Every rank's pool with the host's kvxfer, rank r's under its own id, covered by the instance's leases: a
-    /dev/shm file on CPU, on GPU the CUDA IPC handle its process exported (rank 0's: exported here)."""
+@dataclass(frozen=True, slots=True)
+class PoolSite:
+    """The instance's pools one kvxfer serves (rank 0's host's, or another node's): registered there and leased
+    together under the first one's id (its `anchor`), whose owner the others name."""
+
+    kvxfer: str  # "" for rank 0's host: the instance's own kvxfer
+    pools: tuple[RankPool, ...]
+    anchor: str
+
+
+def instance_pools(engine: LLMEngine, kvxfer: str) -> list[RankPool]:
+    """Every rank's pool, rank 0 first; a rank whose host's kvxfer is rank 0's own (`kvxfer`) counts as rank 0's
+    site."""
+    return [replace(p, kvxfer="") if p.kvxfer == kvxfer else p for p in rank_pools(engine)]
+
+
+def pool_sites(instance_id: str, pools: list[RankPool]) -> list[PoolSite]:
+    """The pools grouped by the kvxfer that serves them, rank 0's site first."""
+    by_kvxfer: dict[str, list[RankPool]] = {}
     for pool in pools:
+        by_kvxfer.setdefault(pool.kvxfer, []).append(pool)
+    return [PoolSite(kvxfer, tuple(group), rank_pool_id(instance_id, group[0].rank))
+            for kvxfer, group in by_kvxfer.items()]
+
+
+async def register_site(kv: KVXferClient, instance_id: str, site: PoolSite) -> None:
+    """A site's pools with its kvxfer, rank r's under its own id, covered by the site anchor's leases: a /dev/shm
+    file on CPU (the path as that host sees it), on GPU the CUDA IPC handle its process exported (rank 0's:
+    exported here). Idempotent: a registration replaces the one before."""
+    for pool in site.pools:
         if pool.rank and pool.path is None and pool.cuda_ipc is None:
-            log.warning("rank %d's KV pool is neither a file nor a GPU allocation this host's kvxfer can map: "
+            log.warning("rank %d's KV pool is neither a file nor a GPU allocation its host's kvxfer can map: "
                         "pulls cannot reach it", pool.rank)
             continue
-        await kv.register_pool(rank_pool_id(instance_id, pool.rank), pool, owner=instance_id if pool.rank else "")
+        pool_id = rank_pool_id(instance_id, pool.rank)
+        await kv.register_pool(pool_id, pool, owner="" if pool_id == site.anchor else site.anchor)
 
 
 def pool_shards(instance_id: str, pools: list[RankPool]) -> list[PoolShard]:
     return [PoolShard(rank_pool_id(instance_id, p.rank), p.layers, p.kv_heads, p.layout) for p in pools]
 
 
-def shards_to_pb(shards: list[PoolShard]) -> list[kv_pb2.KVShard]:
-    """The handle's shard list; empty for a one-pool instance (the handle's own layout says it all)."""
-    if len(shards) == 1:
+def shards_to_pb(instance_id: str, pools: list[RankPool]) -> list[kv_pb2.KVShard]:
+    """The handle's shard list (the lease ids of other sites are filled in per handle); empty for a one-pool
+    instance (the handle's own layout says it all)."""
+    if len(pools) == 1:
         return []
-    return [kv_pb2.KVShard(pool_id=s.pool_id, rank=r, layer_start=s.layers.start, num_layers=s.layers.count,
-                           kv_head_start=s.kv_heads.start, num_kv_heads=s.kv_heads.count) for r, s in enumerate(shards)]
+    anchors = {site.kvxfer: site.anchor for site in pool_sites(instance_id, pools)}
+    return [kv_pb2.KVShard(pool_id=rank_pool_id(instance_id, p.rank), rank=p.rank, layer_start=p.layers.start,
+                           num_layers=p.layers.count, kv_head_start=p.kv_heads.start, num_kv_heads=p.kv_heads.count,
+                           kvxfer_address=p.kvxfer, lease_instance_id=anchors[p.kvxfer] if p.kvxfer else "")
+            for p in pools]
+
+
+def with_site_leases(handle: kv_pb2.KVHandle, leases: dict[str, kv_pb2.KVHandle]) -> None:
+    """Writes into each shard served by another kvxfer the lease taken there (`leases`: kvxfer → its handle)."""
+    for shard in handle.shards:
+        if shard.kvxfer_address:
+            shard.lease_id = leases[shard.kvxfer_address].lease_id
+
+
+def source_handles(handle: kv_pb2.KVHandle) -> dict[str, kv_pb2.KVHandle]:
+    """Per source pool id, the handle a puller's kvxfer pulls it by: the handle itself, or for a pool on another
+    site the same blocks at that site's kvxfer under its lease (one handle object per site)."""
+    sites: dict[str, kv_pb2.KVHandle] = {"": handle}
+    out = {}
+    for shard in handle.shards:
+        site = sites.get(shard.kvxfer_address)
+        if site is None:
+            site = sites[shard.kvxfer_address] = kv_pb2.KVHandle(
+                instance_id=shard.lease_instance_id, kvxfer_address=shard.kvxfer_address, lease_id=shard.lease_id,
+                block_ids=handle.block_ids, num_tokens=handle.num_tokens, layout=handle.layout,
+                lease_expiry=handle.lease_expiry)
+        out[shard.pool_id] = site
+    return out or {handle.instance_id: handle}
+
+
+def copies_by_source(handle: kv_pb2.KVHandle, copies: list[RangeCopy]) -> list[tuple[kv_pb2.KVHandle, list[RangeCopy]]]:
+    """The copies of a re-sharding pull split by the site serving their source pools: one pull per source kvxfer,
+    each under that site's lease. A site none of whose pools is read (a replica of KV
+    heads read elsewhere) gets no pull: its lease ends at expiry."""
+    sources = source_handles(handle)
+    parts: dict[int, tuple[kv_pb2.KVHandle, list[RangeCopy]]] = {}
+    for copy in copies:
+        source = sources[copy.src_pool]
+        parts.setdefault(id(source), (source, []))[1].append(copy)
+    return list(parts.values())
 
 
 def shards_from_handle(handle: kv_pb2.KVHandle) -> list[PoolShard]:

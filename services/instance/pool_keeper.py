@@ -1,4 +1,5 @@
-"""Keeps an instance's KV pools (one per TP/PP rank) registered with its host's kvxfer across kvxfer restarts.
+"""Keeps an instance's KV pools (one per TP/PP rank) registered with a kvxfer across kvxfer restarts (one keeper
+per kvxfer serving them: rank 0's host's, and that of each other node its ranks run on).
 
 A kvxfer that comes back knows no pool. The keeper asks kvxfer for its counters each heartbeat and
 registers the pools again when kvxfer was unreachable since the last look, holds no pool at all, or its
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 class PoolKeeper:
     kv: KVXferClient
     instance_id: str
-    register: Callable[[], Awaitable[None]]  # registers every pool of the instance
+    register: Callable[[], Awaitable[None]]  # registers every pool of the instance this kvxfer serves
     timeout_s: float = 2.0
     reachable: bool = True
     _counted: int = 0

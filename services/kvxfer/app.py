@@ -10,10 +10,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from distserve.v1 import kvxfer_pb2_grpc
+from services.common import local_socket
 from services.common.auth import KVXFER, token
-from services.common.links import add_port, internal_server
+from services.common.links import add_local_port, add_port, internal_server
 from services.common.secret import deployment_secret
 from services.kvxfer.config import KVXferConfig
+from services.kvxfer.conn_filter import helper as conn_helper
+from services.kvxfer.conn_filter import peer_filter
 from services.kvxfer.core import KVXferCore
 from services.kvxfer.iov import helper
 from services.kvxfer.metrics import XferMetrics
@@ -37,14 +40,16 @@ async def serve(config: KVXferConfig) -> None:
     iov = helper() is not None
     server = internal_server(64 << 20)
     port = add_port(server, config.host, config.port)
+    address = f"{config.host}:{port}"
+    add_local_port(server, address)  # this host's instances: no TLS on bytes that never leave the host
     metrics = XferMetrics()
     peers = GrpcPeers(config.connect_timeout_s)
     ucx_loop = UcxLoop()
     secret = deployment_secret()
     ucx_token = token(secret, KVXFER) if secret is not None else ""
     puller = UcxPuller(ucx_loop, config.connect_timeout_s, ucx_token)
-    core = KVXferCore(f"{config.host}:{port}", peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
-    ucx = UcxServer(ucx_loop, core, ucx_token)
+    core = KVXferCore(address, peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
+    ucx = UcxServer(ucx_loop, core, ucx_token, _admission(config))
     ucx_port = ucx.start(config.ucx_port)
     kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port,
                                                                  check_owners=secret is not None), server)
@@ -53,6 +58,7 @@ async def serve(config: KVXferConfig) -> None:
     if config.metrics_port:
         start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
     await server.start()
+    local_socket.restrict(address)
     expiry = asyncio.create_task(core.run_expiry(config.expiry_interval_s))
     for name in ("", SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -67,11 +73,29 @@ async def serve(config: KVXferConfig) -> None:
     log.info("kvxfer stopping")
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=2.0)
+    local_socket.remove(address)
     expiry.cancel()
     puller.close()
     ucx.close()
     ucx_loop.close()
     await peers.close()
+
+
+def _admission(config: KVXferConfig):
+    """The UCX listener's peer check (conn_filter.py), or None: anyone may connect (the hello decides)."""
+    try:
+        screen = peer_filter(config.ucx_allow, config.host)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    if screen is None:
+        return None
+    if conn_helper() is None:
+        if config.ucx_allow:
+            raise SystemExit("--ucx-allow needs the UCX connection helper (ucp_conn.c), which could not be built")
+        log.warning("UCX connection helper not built: the UCX listener accepts connections from any address "
+                    "(its transports stay on loopback; the hello token still decides)")
+        return None
+    return screen.admits
 
 
 def _on(built: bool) -> str:

@@ -54,10 +54,12 @@ class PullFailed(ServingError):
 
 
 class KVXferClient:
-    def __init__(self, address: str, principal: str = TOOL) -> None:
-        """`principal`: who calls (auth.py); an instance calls as itself, so kvxfer lets it use its own pool only."""
+    def __init__(self, address: str, principal: str = TOOL, local: bool = True) -> None:
+        """`principal`: who calls (auth.py); an instance calls as itself, so kvxfer lets it use its own pool only.
+        `local`: dial kvxfer's private socket when it serves one on this host (links.add_local_port), as an
+        instance does with its host's kvxfer; False: always host:port (over mutual TLS where configured)."""
         self.address = address
-        self._channel = internal_channel(address, principal, attach=False)
+        self._channel = internal_channel(address, principal, attach=False, local=local)
         self._md = call_metadata(principal)  # on every call: cheaper than a channel interceptor
         self._stub = kvxfer_pb2_grpc.KVXferStub(self._channel)
 

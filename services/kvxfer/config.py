@@ -22,6 +22,9 @@ class KVXferConfig(BaseSettings):
     expiry_interval_s: float = Field(0.05, gt=0, description="how often expired leases are ended")
     pull_timeout_s: float = Field(30.0, gt=0, description="upper bound on one cross-host pull, connecting included (a shorter client deadline wins)")
     connect_timeout_s: float = Field(5.0, gt=0, description="bound on connecting to another host's kvxfer")
+    ucx_allow: str = Field("", description="networks (comma-separated, e.g. 10.0.0.0/24) whose peers may connect "
+                                           "to the UCX listener; others are rejected before any message. '': "
+                                           "loopback only on a loopback host, else anyone with the hello token")
     ucx_tls: str = Field("", description="UCX_TLS for this process when unset in the environment ('': UCX's choice)")
     ucx_rndv_scheme: str = Field("put_zcopy", description="UCX_RNDV_SCHEME when unset in the environment; "
                                                           "put_zcopy doubles TCP throughput over auto")

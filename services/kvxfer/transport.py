@@ -69,15 +69,17 @@ def _decode(buf: np.ndarray) -> dict:
 class UcxServer:
     """The source side: a UCX listener serving pull orders from this host's pools."""
 
-    def __init__(self, ucx: UcxLoop, source: PullSource, token: str = "") -> None:
+    def __init__(self, ucx: UcxLoop, source: PullSource, token: str = "",
+                 admit: Callable[[str], bool] | None = None) -> None:
         self._ucx = ucx
         self._source = source
         self._token = token  # what a peer's hello must carry ("": anything)
+        self._admit = admit  # which client addresses may connect at all (conn_filter.py; None: any)
         self._staging = Staging()
         self._listener: ucxx.Listener | None = None
 
     def start(self, port: int) -> int:
-        self._listener = self._ucx.listen(self._serve, port)
+        self._listener = self._ucx.listen(self._serve, port, self._admit)
         return self._listener.port
 
     def close(self) -> None:

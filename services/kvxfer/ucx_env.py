@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 
+from services.common.net import is_loopback
 from services.kvxfer.config import KVXferConfig
 
 
@@ -21,11 +21,7 @@ def apply_ucx_env(config: KVXferConfig) -> None:
 def keep_ucx_on_loopback(host: str) -> None:
     """A kvxfer serving on loopback has only peers on this host: its UCX network transports then open their
     sockets on the loopback device only (UCX_NET_DEVICES=lo, unless set). UCX's connection listener is not
-    covered: ucxx's create_listener takes a port, no address, and binds every interface; the hello token is
-    what keeps other peers out of it (transport.py)."""
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: its addresses are not loopback ones
-        loopback = False
-    if loopback:
+    covered: ucxx's create_listener takes a port, no address, and binds every interface; conn_filter.py rejects
+    connection requests from other addresses, and the hello token keeps out peers without it (transport.py)."""
+    if is_loopback(host):
         os.environ.setdefault("UCX_NET_DEVICES", "lo")

@@ -12,17 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 import ucxx
 from ucxx._lib.arr import Array
-from ucxx._lib.libucxx import UCXCloseError
+from ucxx._lib.libucxx import UCXCloseError, UCXListener
 from ucxx._lib_async.application_context import ProgressTasks
+from ucxx._lib_async.listener import Listener, _listener_handler, _ListenerHandlerTracker
 from ucxx._lib_async.utils import hash64bits
 from ucxx.types import Tag, TagMaskFull
 
+from services.kvxfer.conn_filter import client_address, reject
 from services.kvxfer.iov import IovMessages, IovRequest
+
+log = logging.getLogger(__name__)
+CONNECT_TIMEOUT_S = 5.0  # ucxx's own bound on a new endpoint's exchange of peer information
 
 
 class UcxLoop:
@@ -40,9 +47,32 @@ class UcxLoop:
         self._loop.add_reader(self._worker.epoll_file_descriptor, self._step)
         self.kick()
 
-    def listen(self, handler: Callable[[ucxx.Endpoint], Awaitable[None]], port: int) -> ucxx.Listener:
-        """A listener calling handler(endpoint) for each connection (port 0: any free port)."""
-        return ucxx.create_listener(handler, port=port)
+    def listen(self, handler: Callable[[ucxx.Endpoint], Awaitable[None]], port: int,
+               admit: Callable[[str], bool] | None = None) -> ucxx.Listener:
+        """A listener calling handler(endpoint) for each connection (port 0: any free port). `admit(client ip)`:
+        a connection request it refuses is rejected before an endpoint exists (conn_filter.py; its helper must
+        be built). As ucxx's create_listener, with the request screened before the endpoint is made."""
+        if admit is None:
+            return ucxx.create_listener(handler, port=port)
+        ctx = ucxx.core._get_ctx()
+        tracker = _ListenerHandlerTracker()
+        made: list[weakref.ref] = []  # the UCX listener, weakly: its callback must not keep it open
+
+        def on_request(request: int) -> None:
+            listener = made[0]()
+            if listener is None:
+                return
+            ip = client_address(request)
+            if ip is None or not admit(ip):
+                reject(listener.ucxx_ptr, request)
+                log.warning("UCX connection from %s refused: not an allowed peer address", ip)
+                return
+            ep = listener.create_endpoint_from_conn_request(request, True)
+            _listener_handler(ep, self._loop, handler, weakref.ref(ctx), True, CONNECT_TIMEOUT_S, tracker)
+
+        raw = UCXListener.create(worker=ctx.worker, port=port, cb_func=on_request, deliver_endpoint=False)
+        made.append(weakref.ref(raw))
+        return Listener(raw, tracker, ctx)
 
     async def connect(self, host: str, port: int, timeout_s: float) -> ucxx.Endpoint:
         """An endpoint to the listener at host:port."""

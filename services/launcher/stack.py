@@ -24,6 +24,7 @@ from services.common.step_journal import journal_path
 from services.launcher.cores import host_service_cores, pin_process
 from services.launcher.credentials import planner_access, router_access, router_ca
 from services.launcher.health import wait_http_ok, wait_serving
+from services.launcher.remote_host import remote_entry
 
 log = logging.getLogger(__name__)
 Mode = Literal["disagg", "colocated", "chunked"]
@@ -59,6 +60,11 @@ class StackConfig(EngineSettings):
     # A second host for the decode instances (disagg): its own kvxfer there, so every KV pull crosses hosts.
     decode_host: str = ""   # the address decode instances and their kvxfer listen on; empty: this host
     decode_netns: str = ""  # the network namespace that host is (`ip netns exec`); empty: this one
+    decode_shm: str = ""    # a folder that is that host's /dev/shm (bind-mounted there); empty: this host's
+    decode_env: dict[str, str] = field(default_factory=dict)  # set in that host's processes only
+    # Ranks (1..N-1) of each prefill instance that run on the decode host, a pipeline stage on another node: its
+    # rank 0 waits for its ranks at a rendezvous, each started as `distserve rank` naming its host's kvxfer.
+    remote_prefill_ranks: tuple[int, ...] = ()
     supervised: bool = False  # a Supervisor watches the stack: instances journal their steps for it
 
     def parallel(self, role: str) -> tuple[int, int]:
@@ -110,10 +116,12 @@ class Stack:
         return host_service_cores(c.mode, roles, [self.device(i) for i in range(len(roles))])
 
     def _spawn(self, name: str, args: list[str], address: str, role: str = "", device: str = "",
-               metrics: bool = True, cores: tuple[int, ...] = (), netns: str = "") -> Proc:
+               metrics: bool = True, cores: tuple[int, ...] = (), remote: bool = False) -> Proc:
+        """`remote`: on the decode host."""
+        c = self.config
         metrics_port = free_port(self.config.host) if metrics else 0
         pinning = ["--cores", ",".join(map(str, cores))] if cores else []
-        enter = ["ip", "netns", "exec", netns] if netns else []  # it execs the command: the pid stays the child's
+        enter = remote_entry(c.decode_netns, c.decode_shm, c.decode_env) if remote else []
         cmd = [*enter, sys.executable, "-m", "services", "--log-level", self.config.log_level, *pinning, *args]
         if metrics:
             cmd += ["--metrics-port", str(metrics_port)]
@@ -178,7 +186,7 @@ class Stack:
                     self.decode_kvxfer_address = f"{c.decode_host}:{self._free_port(c.decode_host)}"
                     proc = self._spawn("kvxfer-decode", ["kvxfer", "--host", c.decode_host, "--port",
                                                          self.decode_kvxfer_address.rsplit(":", 1)[1]],
-                                       self.decode_kvxfer_address, netns=c.decode_netns)
+                                       self.decode_kvxfer_address, remote=True)
                     wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             first = 0  # each instance takes the next TP x PP devices, one per rank
             for role in c.instance_roles():
@@ -223,11 +231,25 @@ class Stack:
         if tp * pp > 1:
             rank_devices = rank_devices or (device,) * (tp * pp)
             args += ["--tp", str(tp), "--pp", str(pp), "--devices", ",".join(rank_devices)]
-        proc = self._spawn(instance_id, args, f"{host}:{port}", role, device, netns=c.decode_netns if remote else "")
+        if role == "prefill" and tp * pp > 1 and c.remote_prefill_ranks:
+            args += ["--rendezvous", self._start_ranks(instance_id, rank_devices)]
+        proc = self._spawn(instance_id, args, f"{host}:{port}", role, device, remote=remote)
         proc.parallel, proc.rank_devices = (tp, pp), tuple(rank_devices)
         if wait:
             wait_serving(proc.address, proc.process, c.ready_timeout_s, instance_id)
         return proc
+
+    def _start_ranks(self, instance_id: str, rank_devices: tuple[str, ...]) -> str:
+        """Ranks 1..N-1 of an instance as processes of their own (those in `remote_prefill_ranks` on the decode
+        host, with its kvxfer), joining rank 0 at the rendezvous returned."""
+        c = self.config
+        rendezvous = f"{c.host}:{free_port(c.host)}"
+        for rank, device in enumerate(rank_devices[1:], start=1):
+            remote = rank in c.remote_prefill_ranks
+            args = ["rank", "--rendezvous", rendezvous, "--rank", str(rank), "--device", device]
+            self._spawn(f"{instance_id}-rank{rank}", args + (["--kvxfer", self.decode_kvxfer_address] if remote else []),
+                        "", "rank", device, metrics=False, remote=remote)
+        return rendezvous
 
     def stop_instance(self, name: str, timeout_s: float = 30.0) -> None:
         """Stops one instance gracefully (it deregisters first, so the router stops sending to it)."""
@@ -263,9 +285,14 @@ class Stack:
     def stop(self) -> None:
         """Router first (no new work), then instances, then kvxfer, then Redis; the processes of one tier stop
         together (each drains on its own, so waiting for one before signalling the next only adds up)."""
-        tier = {"router": 0, "planner": 0, "kvxfer": 2, "kvxfer-decode": 2}
-        for level in sorted({tier.get(p.name, 1) for p in self.procs}):
-            procs = [p for p in self.procs if tier.get(p.name, 1) == level]
+        # ranks started on their own after their instance: it stops them (its last plan), a signal would break its step
+        tier = {"router": 0, "planner": 0, "kvxfer": 3, "kvxfer-decode": 3}
+
+        def level_of(proc: Proc) -> int:
+            return tier.get(proc.name, 2 if proc.role == "rank" else 1)
+
+        for level in sorted({level_of(p) for p in self.procs}):
+            procs = [p for p in self.procs if level_of(p) == level]
             for proc in procs:
                 self._signal_stop(proc)
             for proc in procs:

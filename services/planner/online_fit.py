@@ -72,6 +72,20 @@ def ttft_hops(records: list[dict[str, str]], since: float) -> float | None:
     return max(0.0, statistics.median(hops)) if hops else None
 
 
+def handoff(records: list[dict[str, str]], since: float) -> float | None:
+    """The hand-off of a disaggregated request: the median over the router's records (arrival from `since` on)
+    of first token at the router → the decode instance's first step (dispatch, KV pull, decode queue)."""
+    gaps = []
+    for r in records:
+        try:
+            arrival, first, start = (float(r[k]) for k in ("arrival", "first_token", "decode_start"))
+        except (KeyError, ValueError):
+            continue
+        if arrival >= since and first and start:
+            gaps.append(start - first)
+    return max(0.0, statistics.median(gaps)) if gaps else None
+
+
 def kind_key(role: str, device: str) -> str:
     """The model's key of an instance kind on a device, e.g. `prefill@cpu:0` (the router looks it up so)."""
     return f"{role}@{device}"
@@ -142,7 +156,8 @@ class OnlineFit:
                 kinds[key] = self._fit_kind(key, window, steps)
         self.model = {"fitted_at": now, "window_s": self.window_s, "max_steps": self.max_steps,
                       "seed": self.seed_source or None, "kinds": kinds,
-                      "ttft_hops_s": ttft_hops(self.records, now - self.window_s)}
+                      "ttft_hops_s": ttft_hops(self.records, now - self.window_s),
+                      "handoff_s": handoff(self.records, now - self.window_s)}
         return self.model
 
     def _fit_kind(self, key: str, window: Window, steps: list[StepRecord]) -> dict:

@@ -15,6 +15,7 @@ from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
 from services.instance.admission import Admission
+from services.instance.kv_shards import with_site_leases
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.lease_keeper import LeaseKeeper
 
@@ -29,30 +30,67 @@ class PrefillResult:
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # of prompt tokens 1.., when asked
 
 
+@dataclass(slots=True)
+class _Held:
+    request_id: str
+    leases: int  # of its leases, those not ended yet (one per kvxfer serving the instance's pools)
+
+
 class PrefillCore:
     def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, lease_ttl_s: float,
-                 max_pending: int, pull_timeout_s: float, shards: Sequence[kv_pb2.KVShard] = ()) -> None:
+                 max_pending: int, pull_timeout_s: float, shards: Sequence[kv_pb2.KVShard] = (),
+                 sites: Sequence[tuple[KVXferClient, str]] = ()) -> None:
+        """`sites`: the kvxfers of the instance's ranks on other hosts, each with the pool id its leases are
+        taken under there; a request's blocks go back once its lease at every kvxfer has ended."""
         self.engine = engine
         self.shards = list(shards)  # a TP/PP instance's rank pools, written into every handle
         # A pull in flight holds its lease past expiry: free by our own clock only well after that.
         self.leases = LeaseKeeper(kv, instance_id, self.free_leased, grace_s=pull_timeout_s + 5)
+        self._sites = [(kv, self.leases)] + [
+            (client, LeaseKeeper(client, anchor, self.free_leased, grace_s=pull_timeout_s + 5))
+            for client, anchor in sites]
         self.instance_id = instance_id
         self.lease_ttl_s = lease_ttl_s
         self.admission = Admission(max_pending, "prefill")
-        self._holder: dict[int, str] = {}  # first held block → request id (a lease names its blocks)
-        self._keeper: asyncio.Task | None = None
+        self._holder: dict[int, _Held] = {}  # first held block → its request (a lease names its blocks)
+        self._keepers: list[asyncio.Task] = []
 
     def start(self) -> None:
-        self._keeper = asyncio.create_task(self.leases.run())
+        self._keepers = [asyncio.create_task(keeper.run()) for _, keeper in self._sites]
 
     async def stop(self) -> None:
-        if self._keeper is not None:
-            self._keeper.cancel()
+        for task in self._keepers:
+            task.cancel()
 
     def free_leased(self, block_ids: list[int]) -> None:
-        """The LeaseKeeper's callback: a lease ended (pulled, released, expired), so its request's blocks go back."""
-        request_id = self._holder.pop(block_ids[0])
-        self.engine.release(request_id)
+        """A LeaseKeeper's callback: a lease ended (pulled, released, expired); the request's blocks go back when
+        it was the last of its leases."""
+        held = self._holder[block_ids[0]]
+        held.leases -= 1
+        if held.leases == 0:
+            del self._holder[block_ids[0]]
+            self.engine.release(held.request_id)
+
+    async def _lease(self, block_ids: list[int], num_tokens: int, pulls: int) -> kv_pb2.KVHandle:
+        """The handle of a lease at every site (its shards name the other sites' leases). When one cannot be
+        made, those made are released and the error raised: the blocks go back once they have ended."""
+        made: list[tuple[KVXferClient, kv_pb2.KVHandle]] = []
+        try:
+            for client, keeper in self._sites:
+                made.append((client, await keeper.create_lease(block_ids, num_tokens, self.lease_ttl_s, pulls)))
+        except BaseException:
+            for _ in range(len(self._sites) - len(made)):  # leases never made never end: count them ended
+                self.free_leased(block_ids)
+            for client, handle in made:
+                try:
+                    await client.release(handle.lease_id)
+                except Exception:  # it expires on its own, and its keeper frees it then
+                    pass
+            raise
+        handle = made[0][1]
+        handle.shards.extend(self.shards)
+        with_site_leases(handle, {client.address: h for client, h in made[1:]})
+        return handle
 
     async def prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams, pulls: int = 1) -> PrefillResult:
         self.engine.validate(prompt_ids, params)
@@ -64,14 +102,9 @@ class PrefillCore:
         if last.finished:
             return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps, last.logprobs,
                                  last.prompt_logprobs)
-        self._holder[last.held_blocks[0]] = request_id
+        self._holder[last.held_blocks[0]] = _Held(request_id, len(self._sites))
         try:
-            handle = await self.leases.create_lease(last.held_blocks, len(prompt_ids), self.lease_ttl_s, pulls)
-        except BaseException as exc:
-            self._holder.pop(last.held_blocks[0], None)
-            self.engine.release(request_id)
-            if isinstance(exc, grpc.aio.AioRpcError):  # kvxfer away or restarted: retryable, not this request's fault
-                raise Unavailable(f"KV transfer service: {exc.code().name}") from exc
-            raise
-        handle.shards.extend(self.shards)
+            handle = await self._lease(last.held_blocks, len(prompt_ids), pulls)
+        except grpc.aio.AioRpcError as exc:  # kvxfer away or restarted: retryable, not this request's fault
+            raise Unavailable(f"KV transfer service: {exc.code().name}") from exc
         return PrefillResult(last.new_token_ids[0], "", handle, stamps, last.logprobs, last.prompt_logprobs)

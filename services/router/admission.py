@@ -26,13 +26,15 @@ class FittedModel:
     decode: dict[str, DecodeCoeffs]
     fitted_at: float = 0.0
     ttft_hops: float = 0.0  # s a TTFT holds besides the prefill queue and step (the request path's hops)
+    handoff: float = 0.0  # s from the first token at the router to the decode instance's first step
 
     @classmethod
     def from_json(cls, model: dict) -> FittedModel:
         kinds = model.get("kinds", {})
         return cls({k: PrefillCoeffs(**v["prefill"]) for k, v in kinds.items() if v.get("prefill")},
                    {k: DecodeCoeffs(**v["decode"]) for k, v in kinds.items() if v.get("decode")},
-                   float(model.get("fitted_at", 0.0)), float(model.get("ttft_hops_s") or 0.0))
+                   float(model.get("fitted_at", 0.0)), float(model.get("ttft_hops_s") or 0.0),
+                   float(model.get("handoff_s") or 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,46 @@ class Candidate:
     id: str
     kind: str  # role@device, the model's key
     load: float  # prefill: pending prompt tokens; decode: booked KV tokens (prompt + max_tokens per request)
+    running_s: float = 0.0  # prefill: how long its running step has run (0: unknown, taken as just begun)
+
+
+@dataclass(frozen=True, slots=True)
+class Mix:
+    """The mean request lately admitted: what a booked load is taken to be made of."""
+
+    prompt: float
+    max_tokens: float
+
+
+@dataclass(slots=True)
+class RecentMix:
+    """Exponentially weighted means of the admitted requests' prompt and output lengths and of the time between
+    admissions (the first ones: plain means), so that the booked loads are read as counts of requests of the mix
+    actually served, and the prompts that will join a waiting one's batch can be foreseen."""
+
+    weight: float = 1 / 64
+    prompt: float = 0.0
+    max_tokens: float = 0.0
+    seen: int = 0
+    gap_s: float = 0.0
+    last: float | None = None  # monotonic time of the latest admission
+
+    def add(self, prompt: int, max_tokens: int, now: float) -> None:
+        self.seen += 1
+        w = max(self.weight, 1 / self.seen)
+        self.prompt += w * (prompt - self.prompt)
+        self.max_tokens += w * (max_tokens - self.max_tokens)
+        if self.last is not None:
+            # an idle spell counts as 10 s at most: else it would hide a burst after it for many admissions
+            gap = min(now - self.last, 10.0)
+            self.gap_s += max(self.weight, 1 / (self.seen - 1)) * (gap - self.gap_s)
+        self.last = now
+
+    def mix(self) -> Mix | None:
+        return Mix(self.prompt, self.max_tokens) if self.seen else None
+
+    def prompt_tokens_per_s(self) -> float:
+        return self.prompt / self.gap_s if self.seen > 1 and self.gap_s > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,31 +103,54 @@ class Decision:
     retry_after_s: float = 0.0
 
 
-def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: int) -> float:
-    """Prefill queue drain then this prompt: FCFS batches of up to `batch_tokens` tokens. The queued prompts'
-    lengths are unknown; they are taken as this one's for the quadratic term."""
-    tokens = queued + prompt
-    batches = max(1, math.ceil(tokens / batch_tokens))
-    return line.seconds(tokens, tokens * prompt) + (batches - 1) * line.c0
+def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: int, mix: Mix | None = None,
+                 running_s: float = 0.0, arriving_tps: float = 0.0) -> float:
+    """Prefill queue drain then this prompt, FCFS in batches of up to `batch_tokens` tokens. A busy instance is
+    running a step of the first queued tokens (up to a batch), which has run `running_s` already: counted whole,
+    it made the prediction up to a step too high whenever a queue stood. The prompts arriving after this one
+    (`arriving_tps` prompt tokens per second) join its batch while it waits, up to the batch's room: left out,
+    the prediction was too low where the queue is long, which is where admission decides. The queued prompts'
+    lengths are unknown; for the quadratic term they are taken as the mix's mean prompt (without one, as this
+    one's)."""
+    queued_prompt = mix.prompt if mix else prompt
+    running = min(queued, batch_tokens)
+    left = max(0.0, line.seconds(running, running * queued_prompt) - running_s) if running > 0 else 0.0
+    rest = queued - running + prompt
+    batches = max(1, math.ceil(rest / batch_tokens))
+    ahead = rest - prompt  # queued tokens still to be taken
+    own = rest - (batches - 1) * batch_tokens  # this one's batch: its prompt and the queue's tail
+    wait = left + (batches - 1) * line.seconds(batch_tokens, batch_tokens * queued_prompt)
+    joining = min(max(0.0, batch_tokens - own), arriving_tps * wait) if queued > 0 else 0.0
+    return (left + line.seconds(rest + joining, (ahead + joining) * queued_prompt + prompt * prompt)
+            + (batches - 1) * line.c0)
 
 
-def predict_tpot(line: DecodeCoeffs, booked: float, prompt: int, max_tokens: int) -> float:
-    """A decode step with this request joined: the booked tokens are taken as requests of this one's size, each
-    halfway through its output."""
-    size = prompt + max_tokens
-    batch = booked / size + 1
-    return line.seconds(batch * (prompt + max_tokens / 2), batch)
+def predict_tpot(line: DecodeCoeffs, booked: float, prompt: int, max_tokens: int, mix: Mix | None = None,
+                 handoff_s: float = 0.0) -> float:
+    """A decode step with this request joined: the booked tokens (prompt + max_tokens per request) are taken as
+    requests of the mix (without one, of this one's size), each halfway through its output. Read as requests of
+    this one's size, a short request would see a batch many times the real one, and a long one a fraction.
+    The hand-off (`handoff_s`: first token to the first decode step) lies inside the first of the max_tokens − 1
+    intervals a TPOT averages: most of a short output's TPOT."""
+    mix = mix or Mix(prompt, max_tokens)
+    others = booked / (mix.prompt + mix.max_tokens)
+    context = others * (mix.prompt + mix.max_tokens / 2) + prompt + max_tokens / 2
+    return line.seconds(context, others + 1) + handoff_s / max(1, max_tokens - 1)
 
 
 def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate], prompt: int, max_tokens: int,
-            batch_tokens: int) -> Prediction:
-    """The figures on the instances the dispatcher would choose: the least-loaded of each role."""
+            batch_tokens: int, mix: Mix | None = None, arriving_tps: float = 0.0) -> Prediction:
+    """The figures on the instances the dispatcher would choose: the least-loaded of each role; `mix`: what the
+    queued and booked requests are taken to be; `arriving_tps`: the prompt tokens per second admitted lately,
+    spread over the prefill instances."""
     p = min(prefill, key=lambda c: c.load, default=None)
     d = min(decode, key=lambda c: c.load, default=None)
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
-    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens) + model.ttft_hops if pl else None,
-                      predict_tpot(dl, d.load, prompt, max_tokens) if dl and max_tokens > 1 else None,
+    joining_tps = arriving_tps / max(1, len(prefill))
+    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens, mix, p.running_s, joining_tps) + model.ttft_hops
+                      if pl else None,
+                      predict_tpot(dl, d.load, prompt, max_tokens, mix, model.handoff) if dl and max_tokens > 1 else None,
                       p.id if p else "", d.id if d else "")
 
 

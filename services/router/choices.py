@@ -48,8 +48,9 @@ class SharedStream:
     """One colocated call that streams the n choices' chunks (TokenChunk.index); each choice reads its own.
 
     The first choice to read opens it; it is closed (the instance aborts what still runs) once every choice is
-    done reading, and a failure of the call ends every choice that still reads. A choice that stops reading
-    before its end while others read on (a stop string) is ended on the instance with `end(index)`."""
+    done reading, and a failure of the call ends every choice that still reads. A choice that the router stops
+    before its end (a stop string: `stop(index)`) while others read on is ended on the instance with `end(index)`;
+    choices that merely stop reading (the client left) end with the call."""
 
     def __init__(self, n: int, open_call: Callable[[], AsyncIterator[worker_pb2.TokenChunk]],
                  end: Callable[[int], Awaitable[None]]) -> None:
@@ -73,24 +74,23 @@ class SharedStream:
     async def choice(self, index: int) -> AsyncIterator[worker_pb2.TokenChunk]:
         if self._task is None:
             self._task = asyncio.create_task(self._pump())
-        ended = False  # by the instance: its last chunk, or the call's end or failure
         try:
             while (chunk := await self._queues[index].get()) is not None:
                 if isinstance(chunk, BaseException):
-                    ended = True
                     raise chunk
-                ended = bool(chunk.finish_reason)
                 yield chunk
-                if ended:
+                if chunk.finish_reason:
                     return
-            ended = True
         finally:
             self._readers -= 1
             if not self._readers:
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
-            elif not ended:
-                await self._end(index)
+
+    async def stop(self, index: int) -> None:
+        """Choice `index` ends before the instance ended it; called while it still counts as a reader."""
+        if self._readers > 1:  # the last reader closes the call instead
+            await self._end(index)
 
 
 async def merge(streams: list[AsyncIterator[T]]) -> AsyncIterator[T]:

@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import grpc
 
@@ -108,7 +109,7 @@ class RouterCore:
             return [self._choice(req, self._disagg(req) if self.mode == "disagg" else self._colocated(req))]
         if self.mode != "disagg":  # one instance call for the n choices, which share the prompt's K/V there
             stream = SharedStream(req.n, lambda: self._colocated(req), lambda i: self._end_choice(req, i))
-            return [self._choice(req.choice(i, None), stream.choice(i)) for i in range(req.n)]
+            return [self._choice(req.choice(i, None), stream.choice(i), partial(stream.stop, i)) for i in range(req.n)]
         # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
         params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
         shared = SharedPrefill(req.n, lambda: self._with_retries(
@@ -117,9 +118,10 @@ class RouterCore:
         choices = [req.choice(i, shared) for i in range(req.n)]
         return [self._choice(choice, self._disagg(choice)) for choice in choices]
 
-    async def _choice(self, req: RouterRequest, source: AsyncIterator[worker_pb2.TokenChunk]) -> AsyncIterator[Chunk]:
+    async def _choice(self, req: RouterRequest, source: AsyncIterator[worker_pb2.TokenChunk],
+                      stopped: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[Chunk]:
         """One choice's text: detokenized, ended at a stop string (which closes the source: the downstream
-        calls are cancelled and the K/V freed; a choice of a shared colocated call just stops reading it)."""
+        calls are cancelled and the K/V freed; a choice of a shared colocated call tells `stopped` first)."""
         text = OutputText(self.tokenizer, req.params.stop)
         async with aclosing(source):
             async for tokens in source:
@@ -129,6 +131,8 @@ class RouterCore:
                 yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index, logprobs,
                             logprobs_from_proto(tokens.prompt_logprobs))
                 if delta.stopped:
+                    if stopped is not None and not reason:
+                        await stopped()
                     return
 
     # ---- disaggregated: prefill instance, then decode instance -------------------------------------

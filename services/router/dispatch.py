@@ -39,6 +39,9 @@ class Dispatcher:
         self.refresh_s = refresh_s
         self.instances: dict[str, InstanceInfo] = {}
         self.local_load: dict[str, float] = defaultdict(float)
+        # instance id → monotonic time of this router's first booking on it while it held none of this router's,
+        # or of its latest release there: about when the instance's running step began (`SloGate`)
+        self.step_since: dict[str, float] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closing: set[asyncio.Future] = set()  # channels of dead processes being closed
         self._suspects: dict[str, float] = {}  # InstanceInfo.key → monotonic time until which it is avoided
@@ -157,6 +160,8 @@ class Dispatcher:
             if not candidates:
                 raise NoInstance(f"no live {role} instance")
             chosen = min(candidates, key=lambda i: self.local_load[i.id]).id
+        if not self.local_load[chosen]:
+            self.step_since[chosen] = time.monotonic()
         self.local_load[chosen] += load
         if in_redis:
             self.redis_load[role, chosen] += load
@@ -164,6 +169,7 @@ class Dispatcher:
 
     async def release(self, assignment: Assignment) -> None:
         self.local_load[assignment.info.id] -= assignment.load
+        self.step_since[assignment.info.id] = time.monotonic()  # a step just ended: the next one begins
         if assignment.in_redis:
             self.redis_load[assignment.role, assignment.info.id] -= assignment.load
             await self._unbook(assignment.role, assignment.info.id, assignment.load)

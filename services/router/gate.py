@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 from services.common.errors import SloUnmet
 from services.common.registry import LOAD_KEY, MODEL_KEY, Registry
 from services.router import slo_metrics
-from services.router.admission import Candidate, FittedModel, Policy, decide, predict
+from services.router.admission import Candidate, FittedModel, Policy, RecentMix, decide, predict
 from services.router.dispatch import Dispatcher
 from services.router.request import RouterRequest
 from services.router.slo import RequestSLO
@@ -38,6 +38,7 @@ class SloGate:
         self.window = slo_metrics.AttainmentWindow(window)
         self.loads: dict[str, float] = {}  # instance id → booked load at the last read (ids are role-unique)
         self.local_at_read: dict[str, float] = {}  # ... and this router's own bookings then
+        self.mix = RecentMix()  # what the queued and booked loads are made of: the requests admitted lately
 
     async def refresh(self) -> None:
         """Reads the planner's latest fit (`ds:model`); keeps the last one while Redis is unreachable."""
@@ -75,9 +76,10 @@ class SloGate:
             await asyncio.sleep(loads_s)
 
     def _candidates(self, role: str) -> list[Candidate]:
-        local = self.dispatcher.local_load
+        local, since, now = self.dispatcher.local_load, self.dispatcher.step_since, time.monotonic()
         return [Candidate(i.id, f"{role}@{i.device}",
-                          self.loads.get(i.id, 0.0) + local.get(i.id, 0.0) - self.local_at_read.get(i.id, 0.0))
+                          self.loads.get(i.id, 0.0) + local.get(i.id, 0.0) - self.local_at_read.get(i.id, 0.0),
+                          now - since[i.id] if local.get(i.id) and i.id in since else 0.0)
                 for i in self.dispatcher.live(role)]
 
     def admit(self, req: RouterRequest) -> None:
@@ -86,10 +88,12 @@ class SloGate:
         req.slo = (req.slo or RequestSLO()).or_defaults(self.default)
         if self.model is None:
             slo_metrics.DECISIONS.labels("unpredicted").inc()
+            self.mix.add(len(req.prompt_ids), req.params.max_tokens, time.monotonic())
             return
         began = time.perf_counter()
         prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
-                             len(req.prompt_ids), req.params.max_tokens, self.batch_tokens)
+                             len(req.prompt_ids), req.params.max_tokens, self.batch_tokens, self.mix.mix(),
+                             self.mix.prompt_tokens_per_s())
         decision = decide(prediction, req.slo, self.policy)
         slo_metrics.DECISION_SECONDS.observe(time.perf_counter() - began)
         req.prediction, req.best_effort = prediction, decision.best_effort
@@ -97,6 +101,7 @@ class SloGate:
             slo_metrics.DECISIONS.labels("refused").inc()
             raise SloUnmet(f"slo: {decision.reason}", decision.retry_after_s)
         slo_metrics.DECISIONS.labels("best_effort" if decision.best_effort else "admitted").inc()
+        self.mix.add(len(req.prompt_ids), req.params.max_tokens, time.monotonic())
 
     def finished(self, req: RouterRequest, n_tokens: int) -> None:
         """Measured against predicted, for a request served to the end."""

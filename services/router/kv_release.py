@@ -11,12 +11,21 @@ from services.router.dispatch import Dispatcher
 log = logging.getLogger(__name__)
 
 
+def handle_leases(handle: kv_pb2.KVHandle) -> list[tuple[str, str]]:
+    """(kvxfer address, lease id) of every lease of the handle: its own, and one per other host its source
+    instance's ranks run on (their shards name it)."""
+    leases = {(handle.kvxfer_address, handle.lease_id): None}
+    leases.update(((s.kvxfer_address, s.lease_id), None) for s in handle.shards if s.kvxfer_address)
+    return list(leases)
+
+
 def lease_releaser(dispatcher: Dispatcher) -> Callable[[kv_pb2.KVHandle], Awaitable[None]]:
     async def release(handle: kv_pb2.KVHandle) -> None:
-        stub = kvxfer_pb2_grpc.KVXferStub(dispatcher.channel(handle.kvxfer_address))
-        try:
-            await stub.Release(kvxfer_pb2.ReleaseRequest(lease_id=handle.lease_id), timeout=2.0)
-        except Exception as exc:  # the lease expires on its own; the prefill frees the blocks then
-            log.warning("could not release lease %s: %s", handle.lease_id, exc)
+        for address, lease_id in handle_leases(handle):
+            stub = kvxfer_pb2_grpc.KVXferStub(dispatcher.channel(address))
+            try:
+                await stub.Release(kvxfer_pb2.ReleaseRequest(lease_id=lease_id), timeout=2.0)
+            except Exception as exc:  # the lease expires on its own; the prefill frees the blocks then
+                log.warning("could not release lease %s at %s: %s", lease_id, address, exc)
 
     return release

@@ -1,7 +1,8 @@
 """The stack side of test_two_hosts.py: starts a stack whose decode instances live on a second host with their
-own kvxfer (in namespace B where one is given), serves a workload through the router and prints, as JSON, the
-served token ids and both kvxfers' pull counts. Run inside namespace A, as the test's own process can reach
-neither namespace.
+own kvxfer (in namespace B where one is given, with B's own /dev/shm where a folder is given), and where asked a
+prefill whose later ranks run on that host too; serves a workload through the router and prints, as JSON, the
+served token ids, both kvxfers' pull and lease counts and the KV blocks each instance holds once idle. Run inside
+namespace A, as the test's own process can reach neither namespace.
 
     python -m tests.e2e.two_hosts_driver SPEC_JSON
 """
@@ -11,18 +12,20 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 from services.common.net import free_port
 from services.kvxfer.client import KVXferClient
 from services.launcher.stack import Stack, StackConfig
-from tests.e2e.helpers import generate
+from tests.e2e.helpers import generate, wait_idle
 
 
 async def _pull_counts(address: str) -> dict[str, int]:
     client = KVXferClient(address)
     try:
         stats = await client.stats()
-        return {"pulls_ok": stats.pulls_ok, "pulls_failed": stats.pulls_failed, "bytes_pulled": stats.bytes_pulled}
+        return {"pulls_ok": stats.pulls_ok, "pulls_failed": stats.pulls_failed, "bytes_pulled": stats.bytes_pulled,
+                "pools": stats.pools, "live_leases": stats.live_leases}
     finally:
         await client.close()
 
@@ -31,6 +34,7 @@ async def serve(stack: Stack, workload: list[tuple[str, int]]) -> dict:
     results = await asyncio.gather(*(generate(stack.router_address, prompt, max_tokens=m, temperature=0.0)
                                      for prompt, m in workload))
     return {"tokens": [[t for r in responses for t in r.token_ids] for responses in results],
+            "blocks_used": [s.blocks_used for s in await wait_idle(stack)],
             "source": await _pull_counts(stack.kvxfer_address),
             "decode_host": await _pull_counts(stack.decode_kvxfer_address)}
 
@@ -38,13 +42,22 @@ async def serve(stack: Stack, workload: list[tuple[str, int]]) -> dict:
 def main(spec: dict) -> dict:
     host = spec["host"]
     config = StackConfig(model=spec["model"], host=host, grpc_port=free_port(host), http_port=free_port(host),
-                         devices=("cpu:0", "cpu:1"), prefill_tp=spec.get("prefill_tp", 1), num_blocks=256, max_batch_tokens=128, log_level="WARNING",
+                         devices=("cpu:0", "cpu:1"), prefill_tp=spec.get("prefill_tp", 1),
+                         prefill_pp=spec.get("prefill_pp", 1), num_blocks=256, max_batch_tokens=128,
+                         log_level="WARNING", lease_ttl_s=120.0,  # a lease left behind shows as blocks in use
                          decode_host=spec["decode_host"], decode_netns=spec.get("decode_netns", ""),
+                         decode_shm=spec.get("decode_shm", ""), decode_env=spec.get("decode_env", {}),
+                         remote_prefill_ranks=tuple(spec.get("remote_prefill_ranks", ())),
                          allow_unauthenticated=True)  # the router binds the veth address, keyless on purpose
     stack = Stack(config)  # a private Redis on `host`, which the decode host reaches too
     stack.start()
     try:
-        return asyncio.run(serve(stack, [tuple(w) for w in spec["workload"]]))
+        served = asyncio.run(serve(stack, [tuple(w) for w in spec["workload"]]))
+        if spec.get("decode_shm"):  # the pool files of host B, and which of them host A (this process) sees
+            root = Path(spec["decode_shm"])
+            files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+            served["decode_shm"] = {"files": files, "seen_here": [f for f in files if Path("/dev/shm", f).exists()]}
+        return served
     finally:
         stack.stop()
 

@@ -2,8 +2,9 @@
  *
  * Reads each sequence's K and V once, block by block in address order, where they lie in the pool (no
  * gather into a contiguous copy); on a CPU that read is what a decode step's attention costs. Layout of one
- * block of one layer: [2, bs, KVH, D], K then V; blocks `block_stride` floats apart. Query head h attends
- * with K/V head h / (H / KVH).
+ * block of one layer: [2, KVH, bs, D], K then V, each KV head's bs rows together; blocks `block_stride` floats
+ * apart. Query head h attends with K/V head h / (H / KVH), so the `group` query heads of one KV head read its
+ * rows in turn.
  */
 
 #include <math.h>
@@ -19,7 +20,7 @@ static float dot(const float *restrict a, const float *restrict b, long d) {
     return s;
 }
 
-/* Asks for the row `ahead` (one token of the next block) while this block is read: blocks lie anywhere in
+/* Asks for the row `ahead` (the same head and slot of the next block) while this block is read: blocks lie anywhere in
  * the pool, and the hardware prefetchers do not follow a jump, so without this every block starts cold. */
 static void prefetch_row(const float *ahead, long floats) {
     for (long i = 0; i < floats; i += 16) /* a 64-byte line holds 16 floats */
@@ -44,7 +45,7 @@ static void softmax(float *s, long len) {
 int paged_decode_attention(const float *restrict q, const float *restrict cache, const long *restrict table,
                            const long *restrict lens, float *restrict out, long B, long H, long KVH, long D,
                            long bs, long max_blocks, long block_stride, float scale) {
-    const long group = H / KVH, token_stride = KVH * D, v_offset = bs * KVH * D;
+    const long group = H / KVH, head_stride = bs * D, v_offset = KVH * bs * D;
     long max_len = 1;
     for (long b = 0; b < B; b++)
         if (lens[b] > max_len)
@@ -59,13 +60,16 @@ int paged_decode_attention(const float *restrict q, const float *restrict cache,
         float *ob = out + b * H * D;
         for (long start = 0; start < len; start += bs) {
             const float *k = cache + blocks[start / bs] * block_stride;
+            /* after the last K block: the first V block, which the second pass reads first */
             const float *next = start + bs < len ? cache + blocks[start / bs + 1] * block_stride : cache + blocks[0] * block_stride + v_offset;
-            const long end = start + bs < len ? start + bs : len;
-            for (long t = start; t < end; t++, k += token_stride, next += token_stride) {
-                prefetch_row(next, token_stride);
-                for (long h = 0; h < H; h++)
-                    scores[h * len + t] = dot(qb + h * D, k + (h / group) * D, D) * scale;
-            }
+            const long n = start + bs < len ? bs : len - start;
+            for (long kh = 0; kh < KVH; kh++)
+                for (long i = 0; i < n; i++) {
+                    const float *row = k + kh * head_stride + i * D;
+                    prefetch_row(next + kh * head_stride + i * D, D);
+                    for (long h = kh * group; h < (kh + 1) * group; h++)
+                        scores[h * len + start + i] = dot(qb + h * D, row, D) * scale;
+                }
         }
         for (long h = 0; h < H; h++)
             softmax(scores + h * len, len);
@@ -74,16 +78,18 @@ int paged_decode_attention(const float *restrict q, const float *restrict cache,
         for (long start = 0; start < len; start += bs) {
             const float *v = cache + blocks[start / bs] * block_stride + v_offset;
             const float *next = start + bs < len ? cache + blocks[start / bs + 1] * block_stride + v_offset : v;
-            const long end = start + bs < len ? start + bs : len;
-            for (long t = start; t < end; t++, v += token_stride, next += token_stride) {
-                prefetch_row(next, token_stride);
-                for (long h = 0; h < H; h++) {
-                    const float w = scores[h * len + t], *vh = v + (h / group) * D;
-                    float *o = ob + h * D;
-                    for (long i = 0; i < D; i++)
-                        o[i] += w * vh[i];
+            const long n = start + bs < len ? bs : len - start;
+            for (long kh = 0; kh < KVH; kh++)
+                for (long i = 0; i < n; i++) {
+                    const float *vh = v + kh * head_stride + i * D;
+                    prefetch_row(next + kh * head_stride + i * D, D);
+                    for (long h = kh * group; h < (kh + 1) * group; h++) {
+                        const float w = scores[h * len + start + i];
+                        float *o = ob + h * D;
+                        for (long j = 0; j < D; j++)
+                            o[j] += w * vh[j];
+                    }
                 }
-            }
         }
     }
     free(scores);

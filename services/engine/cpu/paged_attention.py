@@ -27,16 +27,16 @@ def takes(q: torch.Tensor, cache: torch.Tensor) -> bool:
     """Whether the kernel takes this call: fp32 on CPU, each block of the layer laid out densely."""
     if _function() is None or q.dtype != torch.float32 or cache.dtype != torch.float32 or q.device.type != "cpu":
         return False
-    _, two, bs, kvh, d = cache.shape
-    return cache.stride()[1:] == (bs * kvh * d, kvh * d, d, 1)
+    _, two, kvh, bs, d = cache.shape
+    return cache.stride()[1:] == (kvh * bs * d, bs * d, d, 1)
 
 
 def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, table: torch.Tensor, lens: torch.Tensor,
                            scale: float) -> torch.Tensor:
-    """q: [B, H, D]; cache: one layer of the pool [N, 2, bs, KVH, D]; table: [B, nb] int64; lens: [B] int64
+    """q: [B, H, D]; cache: one layer of the pool [N, 2, KVH, bs, D]; table: [B, nb] int64; lens: [B] int64
     (context after this step) → [B, H, D]. Check `takes` first."""
     batch, heads, d = q.shape
-    _, _, bs, kvh, _ = cache.shape
+    _, _, kvh, bs, _ = cache.shape
     q, table, lens = q.contiguous(), table.contiguous(), lens.contiguous()
     out = torch.empty_like(q)
     rc = _function()(q.data_ptr(), cache.data_ptr(), table.data_ptr(), lens.data_ptr(), out.data_ptr(),

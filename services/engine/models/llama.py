@@ -92,7 +92,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """input_ids, positions: [T]; kv_pool: [N, layers, 2, bs, KVH, D] → hidden states [T, hidden]."""
+        """input_ids, positions: [T]; kv_pool: [N, layers, 2, KVH, bs, D] → hidden states [T, hidden]."""
         return self.final_norm(self.run_layers(self.embed(input_ids, positions), positions, kv_pool, meta))
 
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Process groups of one instance, made without torch's global default group (several instances per process).
 
 Each group is a backend object over a prefix of the instance's TCPStore. The plans (pickled, host memory) go
-over gloo always; hidden states, logits and all-reduces over gloo on CPU and NCCL on GPU.
+over gloo always; hidden states and logits over gloo on CPU and NCCL on GPU; TP all-reduces over NCCL on GPU,
+and on CPU through shared memory where the group's ranks share a host (shm_allreduce.py), else gloo.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from services.engine.parallel.shm_allreduce import ShmAllReduce, join_segment
 
 TIMEOUT = timedelta(seconds=120)
 
@@ -32,12 +35,15 @@ class Group:
     rank: int  # this rank's index in `ranks`
     backend: object | None = None
     pending: list = field(default_factory=list)  # sends in flight, with their tensors
+    shm: ShmAllReduce | None = None  # the all-reduce through shared memory (CPU ranks on one host)
 
     @property
     def size(self) -> int:
         return len(self.ranks)
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
+        if self.shm is not None and self.shm.takes(t):
+            return self.shm.all_reduce(t)
         if self.backend is not None:
             self.backend.allreduce([t]).wait()
         return t
@@ -93,4 +99,7 @@ def connect(groups: Groups, store: dist.Store, device: torch.device) -> None:
         if device.type != "cpu":
             groups.data = Group(world.ranks, world.rank, new_backend(store, world.rank, world.size, device, "data/"))
     if tp.size > 1:
-        tp.backend = new_backend(store, tp.rank, tp.size, device, f"tp{tp.ranks[0] // tp.size}/")
+        prefix = f"tp{tp.ranks[0] // tp.size}/"
+        tp.backend = new_backend(store, tp.rank, tp.size, device, prefix)
+        if device.type == "cpu":
+            tp.shm = join_segment(store, prefix, tp.rank, tp.size)

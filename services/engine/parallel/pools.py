@@ -25,6 +25,7 @@ class RankPool:
     device: torch.device
     tensor: torch.Tensor | None = None  # rank 0's own pool tensor; other ranks' live in their processes
     cuda_ipc: CudaIpcHandle | None = None  # another rank's GPU pool, as its process exported it
+    kvxfer: str = ""  # the kvxfer of the rank's host where it is not rank 0's (a stage on another node)
 
 
 def rank_pools(engine: LLMEngine) -> list[RankPool]:
@@ -41,5 +42,5 @@ def rank_pools(engine: LLMEngine) -> list[RankPool]:
                               rank_layout(mc, shard, spec.num_blocks, spec.block_size, spec.dtype),
                               spec.pool_path, torch.device(spec.device),
                               tensor=engine.runner.pool.tensor if spec.rank == 0 else None,
-                              cuda_ipc=engine.runner.ipc.get(spec.rank)))
+                              cuda_ipc=engine.runner.ipc.get(spec.rank), kvxfer=engine.runner.kvxfer.get(spec.rank, "")))
     return pools

@@ -43,6 +43,12 @@ def ipc_key(rank: int) -> str:
     return f"ipc/{rank}"
 
 
+def kvxfer_key(rank: int) -> str:
+    """Where a rank started on another host (`distserve rank --kvxfer`) names that host's kvxfer, which serves its
+    pool; a rank without it shares rank 0's host and kvxfer."""
+    return f"kvxfer/{rank}"
+
+
 def spec_key(rank: int) -> str:
     """Where rank 0 publishes a rank's RankSpec for ranks started elsewhere, which ask for it."""
     return f"spec/{rank}"

@@ -16,7 +16,7 @@ from services.common.cuda_ipc import export_ipc
 from services.common.model_config import ModelConfig
 from services.engine.device import keep_freed_memory, setup_device
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
-from services.engine.parallel.procs import ipc_key, ready_key, spec_key
+from services.engine.parallel.procs import ipc_key, kvxfer_key, ready_key, spec_key
 from services.engine.parallel.rank import RankSpec, RankWorker
 from services.engine.parallel.shard import shard_for
 
@@ -73,12 +73,15 @@ def main(arg: str) -> int:
     return serve_rank(spec, store)
 
 
-def join(rendezvous: str, rank: int, device: str, model_dir: str = "") -> int:
+def join(rendezvous: str, rank: int, device: str, model_dir: str = "", kvxfer: str = "") -> int:
     """A rank started on its own (`distserve rank`: a compose service): its spec comes from rank 0 at `rendezvous`,
-    its device (and model folder, where given) as this host sees them."""
+    its device (and model folder, where given) as this host sees them; `kvxfer`: this host's, where it is not
+    rank 0's (rank 0 then registers this rank's pool there, and leases its blocks there)."""
     host, _, port = rendezvous.rpartition(":")
     store = dist.TCPStore(host, int(port), None, is_master=False, timeout=TIMEOUT)
     spec = RankSpec(**json.loads(store.get(spec_key(rank))))
+    if kvxfer:
+        store.set(kvxfer_key(rank), kvxfer)  # before serve_rank says ready: rank 0 reads it once all are
     return serve_rank(replace(spec, device=device, model_dir=model_dir or spec.model_dir), store)
 
 

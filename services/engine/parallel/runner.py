@@ -17,7 +17,15 @@ from services.common.cuda_ipc import CudaIpcHandle
 from services.common.model_config import ModelConfig
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
 from services.engine.parallel.plan import MicroPlan, StepPlan
-from services.engine.parallel.procs import ipc_key, kill_ranks, publish_specs, spawn_ranks, stop_ranks, wait_ready
+from services.engine.parallel.procs import (
+    ipc_key,
+    kill_ranks,
+    kvxfer_key,
+    publish_specs,
+    spawn_ranks,
+    stop_ranks,
+    wait_ready,
+)
 from services.engine.parallel.rank import RankSpec, RankWorker
 from services.engine.parallel.shard import ParallelConfigError, check_layout, shard_for
 from services.engine.sampler import sample
@@ -73,6 +81,9 @@ class ParallelRunner:
             # the GPU ranks' pools, as their processes exported them (rank 0 registers every pool with kvxfer)
             self.ipc = {s.rank: CudaIpcHandle.from_json(self._store.get(ipc_key(s.rank)))
                         for s in self.specs[1:] if s.device.startswith("cuda")}
+            # the kvxfer of each rank started on another host (its pool lies in that host's /dev/shm)
+            self.kvxfer = {s.rank: self._store.get(kvxfer_key(s.rank)).decode()
+                           for s in self.specs[1:] if self._store.check([kvxfer_key(s.rank)])}
             connect(self.groups, self._store, self.worker.device)
         except BaseException:
             self._finalizer()

@@ -43,3 +43,7 @@ def test_opt13b_on_two_nodes_emits_a_service_per_rank_with_its_gpu(tmp_path: Pat
                 command = service["command"]
                 assert command[command.index("--rendezvous") + 1] == rank0[rank0.index("--rendezvous") + 1]
                 assert command[command.index("--rank") + 1] == str(rank)
+                # its own node's kvxfer, the one its node's instances use: rank 0 registers and leases its pool there
+                kvxfer = {s["environment"]["DISTSERVE_KVXFER"] for s in docs[node]["services"].values()
+                          if "DISTSERVE_KVXFER" in s.get("environment", {})}
+                assert kvxfer <= {command[command.index("--kvxfer") + 1]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import stat
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
+from services.common import local_socket
 from services.common.auth import KVXFER, PRINCIPAL_KEY, TOKEN_KEY, TOOL, instance_principal, token
 from services.common.links import internal_channel
 from services.common.secret import SECRET_ENV, ensure_secret, read_secret
@@ -31,15 +33,19 @@ def secret_file(tmp_path, monkeypatch) -> str:
     return path
 
 
-async def test_calls_without_a_valid_token_are_refused_and_change_nothing(secret_file, start_kvxfer, make_pool) -> None:
+@pytest.mark.parametrize("link", ["tcp", "same-host socket"])
+async def test_calls_without_a_valid_token_are_refused_and_change_nothing(link, secret_file, start_kvxfer,
+                                                                         make_pool) -> None:
     host = await start_kvxfer()
+    target = host.address if link == "tcp" else local_socket.dial_target(host.address)
+    assert target is not None
     owner = KVXferClient(host.address, instance_principal("p0"))
     src, dst = make_pool("p0"), make_pool("d0", fill=False)
     await owner.register_pool("p0", src)
     handle = await owner.create_lease("p0", [1, 2], num_tokens=20, ttl_s=30)
     before = await owner.stats()
     forged = ((PRINCIPAL_KEY, instance_principal("p0")), (TOKEN_KEY, token(b"another deployment" * 2, instance_principal("p0"))))
-    async with grpc.aio.insecure_channel(host.address) as channel:
+    async with grpc.aio.insecure_channel(target) as channel:
         stub = kvxfer_pb2_grpc.KVXferStub(channel)
         calls = {
             "register": lambda md: stub.RegisterPool(kvxfer_pb2.RegisterPoolRequest(
@@ -158,16 +164,39 @@ async def test_mutual_tls_admits_only_certificates_of_the_deployments_ca(secret_
 
     for var, path in theirs.issue(tmp_path / "theirs", "intruder").items():
         monkeypatch.setenv(var, path)  # a client certificate (and trust) from another CA
-    intruder = KVXferClient(host.address, instance_principal("p0"))
+    intruder = KVXferClient(host.address, instance_principal("p0"), local=False)  # the TCP port, as from another host
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await intruder.create_lease("p0", [1], num_tokens=10)
     assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
     for var in ("DISTSERVE_TLS_CA", "DISTSERVE_TLS_CERT", "DISTSERVE_TLS_KEY"):
         monkeypatch.delenv(var)
-    plaintext = KVXferClient(host.address, instance_principal("p0"))  # the right token, but no TLS
+    plaintext = KVXferClient(host.address, instance_principal("p0"), local=False)  # the right token, but no TLS
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await plaintext.create_lease("p0", [1], num_tokens=10, ttl_s=5)
     assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
     assert (await a.stats()).live_leases == 0
     for client in (a, intruder, plaintext):
         await client.close()
+
+
+async def test_same_host_clients_dial_the_private_socket_without_tls(secret_file, tmp_path, monkeypatch,
+                                                                    start_kvxfer, make_pool) -> None:
+    for var, path in Authority("deployment").issue(tmp_path / "ours", "kvxfer").items():
+        monkeypatch.setenv(var, path)
+    host = await start_kvxfer()  # mutual TLS on its TCP port
+    sock = local_socket.socket_path(host.address)
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600 and stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+    for var in ("DISTSERVE_TLS_CA", "DISTSERVE_TLS_CERT", "DISTSERVE_TLS_KEY"):
+        monkeypatch.delenv(var)  # no certificate at all: only the socket admits this client
+    local = KVXferClient(host.address, instance_principal("p0"))
+    await local.register_pool("p0", make_pool("p0"))
+    handle = await local.create_lease("p0", [1], num_tokens=10, ttl_s=30)
+    tcp = KVXferClient(host.address, instance_principal("p0"), local=False)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await tcp.release(handle.lease_id)
+    assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert (await local.stats()).live_leases == 1
+    for client in (local, tcp):
+        await client.close()
+    host.stop()
+    assert not sock.exists()  # removed on a graceful stop

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from services.common.kv_layout import KVLayout
+from services.common.kv_layout import HEAD_AXIS, KVLayout
 from services.decode.reshard import reshard_copies
 from services.engine.parallel.shard import Span
 from services.instance.kv_shards import PoolShard
@@ -44,7 +44,7 @@ async def test_tp2_rank_pools_into_one_pool_are_byte_exact_and_release_the_lease
     result = await client.pull_ranges(handle, copies, checksum=True)
 
     assert (result.nbytes, result.path) == (5 * LAYOUT.block_bytes, "same-host")
-    want = torch.cat([ranks[0].tensor[src_blocks], ranks[1].tensor[src_blocks]], dim=-2)  # heads side by side
+    want = torch.cat([ranks[0].tensor[src_blocks], ranks[1].tensor[src_blocks]], dim=HEAD_AXIS)  # heads side by side
     assert torch.equal(dst.tensor[dst_blocks], want)
     assert (await client.stats()).live_leases == 0
     with pytest.raises(PullFailed) as failed:
@@ -93,14 +93,14 @@ async def test_cross_host_reshards_are_byte_exact_and_checked_at_the_source(star
     copies = reshard_copies(tp2, src_blocks, [PoolShard("d0", Span(0, 2), Span(0, 2), LAYOUT)], dst_blocks)
     result = await b.pull_ranges(handle, copies, checksum=True, timeout_s=20)
     assert (result.nbytes, result.path) == (6 * LAYOUT.block_bytes, "cross-host")
-    assert torch.equal(dst.tensor[dst_blocks], torch.cat([r.tensor[src_blocks] for r in ranks], dim=-2))
+    assert torch.equal(dst.tensor[dst_blocks], torch.cat([r.tensor[src_blocks] for r in ranks], dim=HEAD_AXIS))
 
     handle = await a.create_lease("p1", src_blocks, num_tokens=90)
     into = [PoolShard("d1", Span(0, 2), Span(0, 1), HALF), PoolShard("d1.r1", Span(0, 2), Span(1, 1), HALF)]
     copies = reshard_copies([PoolShard("p1", Span(0, 2), Span(0, 2), LAYOUT)], src_blocks, into, dst_blocks)
     assert (await b.pull_ranges(handle, copies, timeout_s=20)).nbytes == 6 * LAYOUT.block_bytes
     for head, pool in enumerate(dst_ranks):
-        assert torch.equal(pool.tensor[dst_blocks], full_src.tensor[src_blocks][..., head:head + 1, :])
+        assert torch.equal(pool.tensor[dst_blocks], full_src.tensor[src_blocks][:, :, :, head:head + 1])
 
     handle = await a.create_lease("p0", [3], num_tokens=16)
     one, length = np.array([0], np.int64), np.array([HALF.block_bytes], np.int64)

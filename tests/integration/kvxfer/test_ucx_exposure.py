@@ -75,3 +75,25 @@ async def test_a_loopback_kvxfer_opens_only_its_ucx_listener_beyond_loopback(
     # the same order with the token on loopback goes through: the refusals were the address's
     assert await _intrude("127.0.0.1", described.ucx_port, handle.lease_id, real) == "pulled"
     await owner.close()
+
+
+async def test_ucx_connections_from_outside_the_allowed_networks_are_rejected(
+        tmp_path, monkeypatch, start_kvxfer, make_pool) -> None:
+    """The check on each connection request (conn_filter.py): 127.0.0.1 is not in 127.0.0.2/32, so even the
+    deployment's own token does not get a pull through; the same kvxfer admits it once its network is allowed."""
+    secret = ensure_secret(tmp_path / "secret")
+    monkeypatch.setenv(SECRET_ENV, str(secret))
+    real = token(read_secret(secret), KVXFER)
+    for allow, expected in (("127.0.0.2/32", "refused"), ("10.9.0.0/16,127.0.0.0/8", "pulled")):
+        host = await start_kvxfer("--ucx-allow", allow)
+        owner = KVXferClient(host.address, instance_principal("p0"))
+        await owner.register_pool("p0", make_pool("p0"))
+        handle = await owner.create_lease("p0", [1], num_tokens=10, ttl_s=60)
+        async with internal_channel(host.address, TOOL) as channel:
+            described = await kvxfer_pb2_grpc.KVXferStub(channel).Describe(kvxfer_pb2.DescribeRequest())
+        outcome = await _intrude("127.0.0.1", described.ucx_port, handle.lease_id, real)
+        assert outcome.startswith(expected), (allow, outcome)
+        stats = await owner.stats()
+        assert (stats.live_leases, stats.pulls_ok) == ((1, 0) if expected == "refused" else (0, 0)), stats
+        await owner.close()
+        host.stop()

@@ -35,3 +35,5 @@ def test_the_slo_travels_as_milliseconds_and_multiples_are_checked():
     for bad in ("", "fast", "0,2", "-1"):
         with pytest.raises(argparse.ArgumentTypeError):
             _multiples(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="--at-knee"):
+        _multiples("x", "--at-knee")

@@ -73,3 +73,11 @@ def test_overload_ratios_set_admission_on_against_off():
     console = Console(file=io.StringIO(), width=200)
     print_tables([result], console)
     assert "with admission / without = 1.50x; refused 40%, admitted attainment 95%" in console.file.getvalue()
+
+
+def test_the_fitted_knee_the_rates_were_chosen_around_is_printed():
+    slo = SLO(2.0, 0.05)
+    for knee, words in ((0.6, "fitted simulator's knee, 0.6 req/s"), (0.0, "around the start rate")):
+        console = Console(record=True, width=200)
+        print_tables([ModeResult("disagg", "chatbot", 2, slo.as_dict(), 0.0, 0.0, [], {}, fitted_knee=knee)], console)
+        assert words in console.export_text()

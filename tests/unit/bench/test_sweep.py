@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from services.bench.sweep import goodput_search, pooled_runs, undecided
+from services.bench.sweep import fixed_rates_goodput, goodput_search, pooled_runs, undecided
 
 
 def _capacity(limit: float):
@@ -46,6 +46,13 @@ def test_everything_passes_stops_at_the_last_step():
 
 def test_the_target_is_inclusive():
     assert goodput_search(lambda rate: 0.9 if rate <= 1.0 else 0.0, 1.0, 0.9, factor=2.0, bisect_steps=0) == 1.0
+
+
+def test_fixed_rates_are_each_measured_once_lowest_first_and_the_highest_passing_wins():
+    measure, measured = _capacity(2.5)
+    assert fixed_rates_goodput(measure, [3.0, 2.0, 2.4], 0.9) == 2.4
+    assert measured == [2.0, 2.4, 3.0]
+    assert fixed_rates_goodput(_capacity(1.0)[0], [2.0, 3.0], 0.9) == 0.0
 
 
 @dataclass

@@ -27,3 +27,13 @@ def test_the_head_of_a_sample_is_the_first_requests_and_rates_divide_arrivals():
     head = sample.head(10)
     assert head.prompt_ids == sample.prompt_ids[:10]
     assert np.allclose(head.arrivals(4.0), sample.unit_arrivals[:10] / 4.0)
+
+
+def test_a_point_takes_its_window_or_with_at_knee_every_requested_one():
+    from services.bench.runner import BenchConfig, point_sample
+
+    sample = BenchWorkload("chatbot").sample(200, vocab=300)
+    windowed = point_sample(BenchConfig(model="m", num_requests=200, window_s=125.0), sample)
+    assert [len(windowed(rate).prompts) for rate in (0.1, 0.6, 2.0)] == [30, 75, 200]
+    fixed = point_sample(BenchConfig(model="m", num_requests=200, window_s=125.0, at_knee=(0.8, 1.0)), sample)
+    assert [len(fixed(rate).prompts) for rate in (0.1, 0.6, 2.0)] == [200, 200, 200]

@@ -67,7 +67,7 @@ def _decode_case(batch: int, heads: int, kv_heads: int, lens: list[int], seed: i
     gen = torch.Generator().manual_seed(seed)
     bs, d, layers = 16, 64, 3
     width = max(-(-n // bs) for n in lens)
-    pool = torch.randn(batch * width + 7, layers, 2, bs, kv_heads, d, generator=gen)
+    pool = torch.randn(batch * width + 7, layers, 2, kv_heads, bs, d, generator=gen)
     table = torch.randperm(pool.shape[0], generator=gen)[: batch * width].view(batch, width)
     q = torch.randn(batch, heads, d, generator=gen)
     meta = AttentionMetadata([1] * batch, [n - 1 for n in lens], table.tolist(), torch.zeros(batch), torch.zeros(batch),

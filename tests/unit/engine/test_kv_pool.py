@@ -31,6 +31,6 @@ def test_shared_pool_is_visible_to_a_mapper(make_engine) -> None:
 
 def test_layout_sizes() -> None:
     layout = KVLayout(num_blocks=10, num_layers=3, block_size=16, num_kv_heads=2, head_dim=8, dtype="float16")
-    assert layout.shape == (10, 3, 2, 16, 2, 8)
+    assert layout.shape == (10, 3, 2, 2, 16, 8)
     assert layout.block_bytes == 3 * 2 * 16 * 2 * 8 * 2
     assert layout.pool_bytes == 10 * layout.block_bytes

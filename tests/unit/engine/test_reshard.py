@@ -29,8 +29,8 @@ def _pools(config: ModelConfig, tp: int, pp: int, name: str) -> list[PoolShard]:
 
 
 def _slice(full: np.ndarray, shard: PoolShard) -> np.ndarray:
-    """A pool's part of the full KV [N, L, 2, bs, H, D]."""
-    return full[:, shard.layers.start:shard.layers.stop, :, :, shard.kv_heads.start:shard.kv_heads.stop].copy()
+    """A pool's part of the full KV [N, L, 2, H, bs, D]."""
+    return full[:, shard.layers.start:shard.layers.stop, :, shard.kv_heads.start:shard.kv_heads.stop].copy()
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -39,7 +39,7 @@ def _slice(full: np.ndarray, shard: PoolShard) -> np.ndarray:
 def test_each_destination_rank_receives_exactly_its_layers_and_heads(model: str, src_layout, dst_layout) -> None:
     config = MODELS[model]
     rng = np.random.default_rng(0)
-    full = rng.standard_normal((BLOCKS, config.num_layers, 2, BS, config.num_kv_heads, D)).astype(np.float32)
+    full = rng.standard_normal((BLOCKS, config.num_layers, 2, config.num_kv_heads, BS, D)).astype(np.float32)
     src, dst = _pools(config, *src_layout, "p"), _pools(config, *dst_layout, "d")
     src_data = {p.pool_id: _slice(full, p) for p in src}
     dst_data = {p.pool_id: np.zeros_like(_slice(full, p)) for p in dst}

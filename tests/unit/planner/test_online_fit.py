@@ -60,3 +60,15 @@ def test_the_ttft_hops_are_the_median_of_the_records_path_outside_prefill():
                record(50.0, 9.0, 9.0), {"arrival": "103.0", "prefill_queued": "0"}, {"request_id": "x"}]
     assert ttft_hops(records, since=90.0) == pytest.approx(0.006)  # the old one and the incomplete ones left out
     assert ttft_hops(records[3:], since=90.0) is None
+
+
+def test_the_handoff_is_the_median_of_first_token_to_decode_start():
+    from services.planner.online_fit import handoff
+
+    def record(arrival: float, gap: float) -> dict[str, str]:
+        return {"arrival": repr(arrival), "first_token": repr(arrival + 0.5), "decode_start": repr(arrival + 0.5 + gap)}
+
+    records = [record(100.0, 0.010), record(101.0, 0.020), record(102.0, 0.050), record(50.0, 9.0),
+               {"arrival": "103.0", "first_token": "103.5", "decode_start": "0"}, {"request_id": "x"}]
+    assert handoff(records, since=90.0) == pytest.approx(0.020)  # colocated and old records left out
+    assert handoff(records[3:], since=90.0) is None

@@ -6,9 +6,12 @@ import time
 import pytest
 
 from services.common.errors import EngineInputError, SloUnmet, status_of
+from services.common.step_model import PrefillCoeffs
 from services.router.admission import (
     Candidate,
     FittedModel,
+    Mix,
+    RecentMix,
     decide,
     predict,
     predict_tpot,
@@ -36,10 +39,52 @@ def test_ttft_is_the_queue_drained_in_batches_then_the_prompt():
     assert predict_tpot(MODEL.decode["decode@cpu:1"], 400, 100, 100) == pytest.approx(0.004 + 3 * 150 * 1e-6 + 3e-3)
 
 
+def test_the_booked_loads_are_read_as_requests_of_the_recent_mix():
+    line = MODEL.decode["decode@cpu:1"]
+    mix = Mix(prompt=200, max_tokens=100)  # 300 tokens booked per request
+    # 1200 booked tokens: 4 requests of the mix, halfway (250 context each), and this short one (52 context).
+    assert predict_tpot(line, 1200, 50, 4, mix) == pytest.approx(0.004 + (4 * 250 + 52) * 1e-6 + 5e-3)
+    # Read as requests of its own size (54 tokens), the short one would see 23 requests in the step.
+    assert predict_tpot(line, 1200, 50, 4) == pytest.approx(0.004 + 1200 / 54 * 52 * 1e-6 + 1200 / 54 * 1e-3 + 1e-3 + 52e-6)
+    assert decide(_prediction(0, 1200, prompt=50, max_tokens=4), RequestSLO(tpot_s=0.02), "refuse").admit is False
+    mixed = predict(MODEL, [], [Candidate("d0", "decode@cpu:1", 1200)], 50, 4, 512, mix)
+    assert decide(mixed, RequestSLO(tpot_s=0.02), "refuse").admit
+    # the queued prompts' quadratic term: the mix's mean prompt, this one's own
+    prefill = PrefillCoeffs(0.01, 1e-4, 1e-6)
+    assert predict_ttft(prefill, 400, 100, 512, mix) == pytest.approx(2 * 0.01 + 500e-4 + (400 * 200 + 100 * 100) * 1e-6)
+    assert predict_ttft(prefill, 400, 100, 512) == pytest.approx(2 * 0.01 + 500e-4 + 500 * 100 * 1e-6)
+
+
+def test_a_busy_instances_running_step_counts_only_what_is_left_of_it():
+    line = MODEL.prefill["prefill@cpu:0"]
+    # 1000 queued: a step of 512 runs (0.0612 s), then 588 and this prompt's 100 in two batches
+    whole = predict_ttft(line, 1000, 100, 512)
+    assert whole == pytest.approx(3 * 0.01 + 1100e-4)
+    assert predict_ttft(line, 1000, 100, 512, running_s=0.05) == pytest.approx(whole - 0.05)
+    assert predict_ttft(line, 1000, 100, 512, running_s=5.0) == pytest.approx(whole - 0.0612)  # overdue: about done
+    assert predict_ttft(line, 0, 100, 512, running_s=5.0) == pytest.approx(0.01 + 100e-4)  # idle: nothing runs
+    busy = [Candidate("p0", "prefill@cpu:0", 1000, running_s=0.05)]
+    assert predict(MODEL, busy, [], 100, 1, 512).ttft_s == pytest.approx(whole - 0.05)
+
+
+def test_the_recent_mix_is_a_plain_mean_first_then_weighs_the_latest():
+    recent = RecentMix(weight=0.25)
+    assert recent.mix() is None and recent.prompt_tokens_per_s() == 0.0
+    for t, (prompt, out) in enumerate(((100, 10), (300, 30))):
+        recent.add(prompt, out, now=float(t))
+    assert recent.mix() == Mix(200, 20) and recent.prompt_tokens_per_s() == pytest.approx(200.0)  # 1 s apart
+    recent.add(200, 20, now=1.5)
+    recent.add(600, 60, now=2.0)  # weight 1/4 from the fourth on
+    assert recent.mix() == Mix(pytest.approx(300), pytest.approx(30))
+    assert recent.gap_s == pytest.approx(2 / 3) and recent.prompt_tokens_per_s() == pytest.approx(450)  # 1, 0.5, 0.5 s
+    recent.add(200, 20, now=3600.0)  # an hour idle counts as 10 s
+    assert recent.gap_s == pytest.approx(2 / 3 + 0.25 * (10.0 - 2 / 3))
+
+
 def test_a_request_predicted_within_its_slo_is_admitted():
     decision = decide(_prediction(prefill_queue=300), SLO, "refuse")
     assert decision.admit and not decision.best_effort
-    assert decision.prediction.ttft_s == pytest.approx(0.01 + 400e-4)
+    assert decision.prediction.ttft_s == pytest.approx(0.01 + 300e-4 + 0.01 + 100e-4)  # the running step, then this
     assert (decision.prediction.prefill_instance, decision.prediction.decode_instance) == ("p0", "d0")
 
 
@@ -72,6 +117,34 @@ def test_the_request_paths_hops_add_to_the_ttft():
                                   "ttft_hops_s": 0.004})
     got = predict(hops, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512)
     assert got.ttft_s == pytest.approx(0.01 + 100e-4 + 0.004) and got.tpot_s is None
+
+
+def test_the_handoff_lies_in_the_first_of_the_intervals_a_tpot_averages():
+    line = MODEL.decode["decode@cpu:1"]
+    alone = predict_tpot(line, 0, 100, 2)
+    assert predict_tpot(line, 0, 100, 2, handoff_s=0.03) == pytest.approx(alone + 0.03)  # one interval: all of it
+    assert predict_tpot(line, 0, 100, 11, handoff_s=0.03) == pytest.approx(predict_tpot(line, 0, 100, 11) + 0.003)
+    model = FittedModel.from_json({"kinds": {"decode@cpu:1": {"decode": {"c0": 0.004, "per_ctx": 1e-6, "per_req": 1e-3}}},
+                                   "handoff_s": 0.05})
+    short = predict(model, [], [Candidate("d0", "decode@cpu:1", 0)], 100, 2, 512)
+    assert short.tpot_s == pytest.approx(alone + 0.05) and not decide(short, SLO, "refuse").admit
+    assert decide(predict(model, [], [Candidate("d0", "decode@cpu:1", 0)], 100, 40, 512), SLO, "refuse").admit
+
+
+def test_prompts_arriving_meanwhile_join_this_ones_batch_up_to_its_room():
+    line = MODEL.prefill["prefill@cpu:0"]
+    # 1000 queued: a step of 512 running (0.0612 s), then 588 tokens in a full batch (0.0612 s) and one of 76 with
+    # this prompt; the 0.1224 s it waits bring 122.4 tokens at 1000/s, within its room
+    whole = predict_ttft(line, 1000, 100, 512)
+    assert predict_ttft(line, 1000, 100, 512, arriving_tps=1000) == pytest.approx(whole + 122.4e-4)
+    # 300 queued (running: 0.04 s); this one's batch has room for 412: 0.04 s x 1000/s brings 40 tokens
+    assert predict_ttft(line, 300, 100, 512, arriving_tps=1000) == pytest.approx(predict_ttft(line, 300, 100, 512) + 40e-4)
+    assert predict_ttft(line, 300, 100, 512, arriving_tps=1e6) == pytest.approx(predict_ttft(line, 300, 100, 512) + 412e-4)
+    assert predict_ttft(line, 0, 100, 512, arriving_tps=1e6) == pytest.approx(0.01 + 100e-4)  # idle: starts at once
+    # two prefill instances share the arrivals: half of them join here
+    two = [Candidate("p0", "prefill@cpu:0", 300), Candidate("p1", "prefill@cpu:0", 900)]
+    assert predict(MODEL, two, [], 100, 1, 512, arriving_tps=2000).ttft_s == pytest.approx(
+        predict_ttft(line, 300, 100, 512, arriving_tps=1000))
 
 
 def test_the_least_loaded_instance_of_each_role_is_predicted_for():

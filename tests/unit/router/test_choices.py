@@ -71,26 +71,43 @@ def _record(ended: list[int]):
     return end
 
 
-async def test_a_choice_that_stops_reading_early_is_ended_on_the_instance() -> None:
+async def test_a_choice_stopped_early_is_ended_on_the_instance_one_that_leaves_is_not() -> None:
     async def call():
         for k in range(3):
-            for i in range(2):
+            for i in range(3):
                 yield worker_pb2.TokenChunk(token_ids=[10 * i + k], index=i, finish_reason="length" if k == 2 else "")
 
     ended: list[int] = []
-    shared = SharedStream(2, call, _record(ended))
+    shared = SharedStream(3, call, _record(ended))
 
-    async def read(i: int, stop_after: int) -> list[int]:
+    async def read(i: int, leave_after: int, stop: bool) -> list[int]:
         got = []
         async with aclosing(shared.choice(i)) as chunks:
             async for c in chunks:
                 got.append(c.token_ids[0])
-                if len(got) == stop_after:
-                    break  # the router found a stop string
+                if len(got) == leave_after:
+                    if stop:  # the router found a stop string
+                        await shared.stop(i)
+                    break  # else: the client left
         return got
 
-    assert await asyncio.gather(read(0, 1), read(1, 3)) == [[0], [10, 11, 12]]
-    assert ended == [0]  # choice 0 alone; the last reader closes the call instead
+    assert await asyncio.gather(read(0, 1, stop=True), read(1, 1, stop=False), read(2, 3, stop=False)) == \
+        [[0], [10], [20, 21, 22]]
+    assert ended == [0]  # the stopped choice alone: one that just stops reading ends with the call
+
+
+async def test_the_last_reader_to_stop_closes_the_call_without_ending_its_choice() -> None:
+    async def call():
+        for k in range(3):
+            yield worker_pb2.TokenChunk(token_ids=[k], index=0)
+
+    ended: list[int] = []
+    shared = SharedStream(1, call, _record(ended))
+    async with aclosing(shared.choice(0)) as chunks:
+        async for _ in chunks:
+            await shared.stop(0)
+            break
+    assert ended == []
 
 
 async def test_a_failed_shared_call_fails_every_choice() -> None:

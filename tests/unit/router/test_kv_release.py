@@ -1,0 +1,16 @@
+"""The leases a router ends for a prefilled request nobody will decode: the handle's, and one per other host of
+its source instance's ranks."""
+
+from __future__ import annotations
+
+from distserve.v1 import kv_pb2
+from services.router.kv_release import handle_leases
+
+
+def test_every_site_lease_of_a_handle_once() -> None:
+    handle = kv_pb2.KVHandle(instance_id="p", kvxfer_address="a:1", lease_id="L0", shards=[
+        kv_pb2.KVShard(pool_id="p", rank=0), kv_pb2.KVShard(pool_id="p.r1", rank=1),
+        kv_pb2.KVShard(pool_id="p.r2", rank=2, kvxfer_address="b:1", lease_id="L1", lease_instance_id="p.r2"),
+        kv_pb2.KVShard(pool_id="p.r3", rank=3, kvxfer_address="b:1", lease_id="L1", lease_instance_id="p.r2")])
+    assert handle_leases(handle) == [("a:1", "L0"), ("b:1", "L1")]
+    assert handle_leases(kv_pb2.KVHandle(kvxfer_address="a:1", lease_id="L0")) == [("a:1", "L0")]
