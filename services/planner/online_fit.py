@@ -15,6 +15,7 @@ import logging
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import grpc
@@ -58,32 +59,32 @@ def served_steps(redis_url: str, since: float) -> list[StepRecord]:
     return asyncio.run(registered_steps(redis_url, since))
 
 
-def ttft_hops(records: list[dict[str, str]], since: float) -> float | None:
-    """What a request's TTFT holds besides the prefill queue and step: the median over the router's records
-    (arrival from `since` on) of arrival → prefill queue plus prefill end → first token at the router."""
-    hops = []
-    for r in records:
-        try:
-            arrival, queued, end, first = (float(r[k]) for k in ("arrival", "prefill_queued", "prefill_end", "first_token"))
-        except (KeyError, ValueError):
-            continue
-        if arrival >= since and queued and end and first:
-            hops.append((queued - arrival) + (first - end))
-    return max(0.0, statistics.median(hops)) if hops else None
-
-
-def handoff(records: list[dict[str, str]], since: float) -> float | None:
-    """The hand-off of a disaggregated request: the median over the router's records (arrival from `since` on)
-    of first token at the router → the decode instance's first step (dispatch, KV pull, decode queue)."""
+def _median_gap(records: list[dict[str, str]], since: float, keys: tuple[str, ...],
+                gap: Callable[..., float]) -> float | None:
+    """The median (at least 0) of gap(arrival, *stamps) over the router's records that arrived from `since` on
+    and carry every stamp of `keys`, or None where none does."""
     gaps = []
     for r in records:
         try:
-            arrival, first, start = (float(r[k]) for k in ("arrival", "first_token", "decode_start"))
+            arrival, *stamps = (float(r[k]) for k in ("arrival", *keys))
         except (KeyError, ValueError):
             continue
-        if arrival >= since and first and start:
-            gaps.append(start - first)
+        if arrival >= since and all(stamps):
+            gaps.append(gap(arrival, *stamps))
     return max(0.0, statistics.median(gaps)) if gaps else None
+
+
+def ttft_hops(records: list[dict[str, str]], since: float) -> float | None:
+    """What a request's TTFT holds besides the prefill queue and step: arrival → prefill queue plus prefill end →
+    first token at the router."""
+    return _median_gap(records, since, ("prefill_queued", "prefill_end", "first_token"),
+                       lambda arrival, queued, end, first: (queued - arrival) + (first - end))
+
+
+def handoff(records: list[dict[str, str]], since: float) -> float | None:
+    """The hand-off of a disaggregated request: first token at the router → the decode instance's first step
+    (dispatch, KV pull, decode queue)."""
+    return _median_gap(records, since, ("first_token", "decode_start"), lambda _arrival, first, start: start - first)
 
 
 def kind_key(role: str, device: str) -> str:

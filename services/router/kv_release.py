@@ -14,9 +14,8 @@ log = logging.getLogger(__name__)
 def handle_leases(handle: kv_pb2.KVHandle) -> list[tuple[str, str]]:
     """(kvxfer address, lease id) of every lease of the handle: its own, and one per other host its source
     instance's ranks run on (their shards name it)."""
-    leases = {(handle.kvxfer_address, handle.lease_id): None}
-    leases.update(((s.kvxfer_address, s.lease_id), None) for s in handle.shards if s.kvxfer_address)
-    return list(leases)
+    others = ((s.kvxfer_address, s.lease_id) for s in handle.shards if s.kvxfer_address)
+    return list(dict.fromkeys([(handle.kvxfer_address, handle.lease_id), *others]))
 
 
 def lease_releaser(dispatcher: Dispatcher) -> Callable[[kv_pb2.KVHandle], Awaitable[None]]:
