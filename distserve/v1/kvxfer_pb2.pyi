@@ -119,16 +119,18 @@ class RangeCopy(_message.Message):
     def __init__(self, src_pool_id: _Optional[str] = ..., dst_pool_id: _Optional[str] = ..., src_offsets: _Optional[bytes] = ..., dst_offsets: _Optional[bytes] = ..., lengths: _Optional[bytes] = ...) -> None: ...
 
 class PullRangesRequest(_message.Message):
-    __slots__ = ("source", "copies", "checksum", "timeout_s")
+    __slots__ = ("source", "copies", "checksum", "timeout_s", "lease_share")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     COPIES_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SHARE_FIELD_NUMBER: _ClassVar[int]
     source: _kv_pb2.KVHandle
     copies: _containers.RepeatedCompositeFieldContainer[RangeCopy]
     checksum: bool
     timeout_s: float
-    def __init__(self, source: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., copies: _Optional[_Iterable[_Union[RangeCopy, _Mapping]]] = ..., checksum: _Optional[bool] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+    lease_share: int
+    def __init__(self, source: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., copies: _Optional[_Iterable[_Union[RangeCopy, _Mapping]]] = ..., checksum: _Optional[bool] = ..., timeout_s: _Optional[float] = ..., lease_share: _Optional[int] = ...) -> None: ...
 
 class PullResponse(_message.Message):
     __slots__ = ("bytes", "seconds", "path", "crc32")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from distserve.v1 import kv_pb2
@@ -14,7 +14,7 @@ from services.common.stamps import Lifetime
 from services.decode.reshard import reshard_copies
 from services.engine.async_engine import AsyncEngine
 from services.instance.admission import Admission
-from services.instance.kv_shards import PoolShard, copies_by_source, shards_from_handle
+from services.instance.kv_shards import PoolShard, shards_from_handle, site_pulls
 from services.kvxfer.client import KVXferClient
 
 ABANDONED_COPY_GRACE_S = 1.0
@@ -30,10 +30,11 @@ class DecodeChunk:
 
 class DecodeCore:
     def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, pull_timeout_s: float, max_pending: int,
-                 shards: Sequence[PoolShard] = ()) -> None:
+                 shards: Sequence[PoolShard] = (), kv_of: Mapping[str, KVXferClient] | None = None) -> None:
         self.engine = engine
         self.shards = list(shards)  # this instance's rank pools (TP/PP); one, or none given: its single pool
         self.kv = kv
+        self.kv_of = dict(kv_of or {})  # per rank pool on another host than rank 0's: that host's kvxfer
         self.instance_id = instance_id
         self.pull_timeout_s = pull_timeout_s
         self.admission = Admission(max_pending, "decode")
@@ -72,10 +73,12 @@ class DecodeCore:
             await self.kv.pull(handle, self.instance_id, blocks, timeout_s=self.pull_timeout_s)
             return
         copies = reshard_copies(shards_from_handle(handle), list(handle.block_ids), self.shards, blocks)
-        # A source instance with ranks on several hosts: one pull per source kvxfer, each under its own lease.
-        # All run to their end before a failure is raised, so no copy still lands once the blocks are freed.
-        done = await asyncio.gather(*(self.kv.pull_ranges(source, part, timeout_s=self.pull_timeout_s)
-                                      for source, part in copies_by_source(handle, copies)), return_exceptions=True)
+        # Ranks on several hosts (the source's, this instance's): one pull per (source kvxfer, destination kvxfer),
+        # each through the kvxfer that serves its destination pools, under its source site's lease. All run to
+        # their end before a failure is raised, so no copy still lands once the blocks are freed.
+        done = await asyncio.gather(*(p.kv.pull_ranges(p.source, p.copies, timeout_s=self.pull_timeout_s, share=p.share)
+                                      for p in site_pulls(handle, copies, self.kv, self.kv_of)),
+                                    return_exceptions=True)
         for result in done:
             if isinstance(result, BaseException):
                 raise result

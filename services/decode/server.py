@@ -9,9 +9,8 @@ from services.common.convert import logprobs_to_proto, sampling_from_proto
 from services.common.errors import abort_with
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
-from services.engine.parallel.pools import rank_pools
 from services.instance.config import InstanceSettings
-from services.instance.kv_shards import pool_shards
+from services.instance.kv_shards import instance_pools, pool_shards, rank_pool_id, site_clients
 from services.instance.servicer import InstanceServicer
 from services.kvxfer.client import KVXferClient
 
@@ -38,11 +37,16 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
                      kv: KVXferClient | None):
+    pools = instance_pools(engine.engine, settings.kvxfer)
+    # a rank on another host: its pool is pulled into by that host's kvxfer, called as its site's anchor
+    sites = site_clients(instance_id, pools)
     core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending,
-                      pool_shards(instance_id, rank_pools(engine.engine)))
+                      pool_shards(instance_id, pools),
+                      {rank_pool_id(instance_id, p.rank): client for site, client in sites for p in site.pools})
     worker_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(core), server)
 
     async def stop() -> None:
-        return None
+        for _, client in sites:
+            await client.close()
 
     return stop

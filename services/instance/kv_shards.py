@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from distserve.v1 import kv_pb2
+from services.common.auth import instance_principal
 from services.common.kv_layout import KVLayout
 from services.engine.engine import LLMEngine
 from services.engine.parallel.pools import RankPool, rank_pools
@@ -71,6 +74,13 @@ async def register_site(kv: KVXferClient, instance_id: str, site: PoolSite) -> N
         await kv.register_pool(pool_id, pool, owner="" if pool_id == site.anchor else site.anchor)
 
 
+def site_clients(instance_id: str, pools: list[RankPool]) -> list[tuple[PoolSite, KVXferClient]]:
+    """A client of each kvxfer other than rank 0's that serves some of the pools, calling as that site's anchor
+    (kvxfer lets only a pool's owner lease from it or pull into it)."""
+    return [(site, KVXferClient(site.kvxfer, instance_principal(site.anchor)))
+            for site in pool_sites(instance_id, pools) if site.kvxfer]
+
+
 def pool_shards(instance_id: str, pools: list[RankPool]) -> list[PoolShard]:
     return [PoolShard(rank_pool_id(instance_id, p.rank), p.layers, p.kv_heads, p.layout) for p in pools]
 
@@ -110,16 +120,33 @@ def source_handles(handle: kv_pb2.KVHandle) -> dict[str, kv_pb2.KVHandle]:
     return out or {handle.instance_id: handle}
 
 
-def copies_by_source(handle: kv_pb2.KVHandle, copies: list[RangeCopy]) -> list[tuple[kv_pb2.KVHandle, list[RangeCopy]]]:
-    """The copies of a re-sharding pull split by the site serving their source pools: one pull per source kvxfer,
-    each under that site's lease. A site none of whose pools is read (a replica of KV
-    heads read elsewhere) gets no pull: its lease ends at expiry."""
+@dataclass(frozen=True, slots=True)
+class SitePull:
+    """One pull of a re-sharding transfer: `copies` into pools that `kv` (their host's kvxfer) serves, from the
+    pools of the source site `source` names, under its lease; `share`: how many pulls read that lease (together
+    they count as one pull of it)."""
+
+    kv: KVXferClient
+    source: kv_pb2.KVHandle
+    copies: list[RangeCopy]
+    share: int
+
+
+def site_pulls(handle: kv_pb2.KVHandle, copies: list[RangeCopy], kv: KVXferClient,
+               kv_of: Mapping[str, KVXferClient]) -> list[SitePull]:
+    """The copies of a re-sharding pull split by (source site, destination site): one pull each, sent to the
+    kvxfer serving its destination pools (`kv_of[pool id]`, else `kv`: rank 0's). A source site none of whose
+    pools is read (its KV heads replicas of another site's) gets an empty pull through `kv`, which ends its
+    lease now rather than at expiry."""
     sources = source_handles(handle)
-    parts: dict[int, tuple[kv_pb2.KVHandle, list[RangeCopy]]] = {}
+    parts: dict[tuple[int, int], SitePull] = {}
     for copy in copies:
-        source = sources[copy.src_pool]
-        parts.setdefault(id(source), (source, []))[1].append(copy)
-    return list(parts.values())
+        source, dst = sources[copy.src_pool], kv_of.get(copy.dst_pool, kv)
+        parts.setdefault((id(source), id(dst)), SitePull(dst, source, [], 0)).copies.append(copy)
+    reads = Counter(id(p.source) for p in parts.values())
+    unread = {id(s): s for s in sources.values() if id(s) not in reads}
+    return [replace(p, share=reads[id(p.source)]) for p in parts.values()] + \
+        [SitePull(kv, source, [], 1) for source in unread.values()]
 
 
 def shards_from_handle(handle: kv_pb2.KVHandle) -> list[PoolShard]:

@@ -134,10 +134,12 @@ class KVXferClient:
         return PullResult(reply.bytes, reply.seconds, reply.path, reply.crc32 if checksum else None)
 
     async def pull_ranges(self, handle: kv_pb2.KVHandle, copies: Sequence[RangeCopy], *, checksum: bool = False,
-                          timeout_s: float | None = None) -> PullResult:
+                          timeout_s: float | None = None, share: int = 1) -> PullResult:
         """Copy byte ranges from the handle's instance's pools into pools registered here (re-sharding); raises
-        PullFailed. Lease rules as `pull`: released on success, kept on failure."""
-        request = kvxfer_pb2.PullRangesRequest(source=handle, checksum=checksum, timeout_s=timeout_s or 0.0)
+        PullFailed. Lease rules as `pull`: released on success, kept on failure; `share`: this pull is one of that
+        many (into pools at several kvxfers) that together count as one pull of the lease."""
+        request = kvxfer_pb2.PullRangesRequest(source=handle, checksum=checksum, timeout_s=timeout_s or 0.0,
+                                               lease_share=share)
         for c in copies:
             src, dst, length = c.to_bytes()
             request.copies.add(src_pool_id=c.src_pool, dst_pool_id=c.dst_pool, src_offsets=src, dst_offsets=dst,

@@ -214,20 +214,23 @@ class KVXferCore:
             raise
 
     async def pull_ranges(self, source: SourceRef, copies: list[RangeCopy], checksum: bool,
-                          timeout_s: float = 0.0) -> PullResult:
+                          timeout_s: float = 0.0, share: int = 1) -> PullResult:
         """Copy byte ranges from pools of the source's instance into pools here (a re-sharding pull): on this
-        host by one C loop, else over UCX from the source's kvxfer, which checks the source side itself."""
+        host by one C loop, else over UCX from the source's kvxfer, which checks the source side itself. `share`:
+        this pull is one of that many that together count as one pull of the lease. No copies: the lease's part
+        is only counted (a source none of whose ranges the destination reads)."""
         nbytes = sum(int(c.length.sum()) for c in copies)
 
         async def local() -> tuple[int, int | None]:
-            return nbytes, await self._ranges_local(source, copies, checksum)
+            return nbytes, await self._ranges_local(source, copies, checksum, share)
 
         async def remote(bound_s: float) -> tuple[int, int | None]:
-            return nbytes, await self._ranges_remote(source, copies, checksum, bound_s)
+            return nbytes, await self._ranges_remote(source, copies, checksum, bound_s, share)
 
         return await self._measured(source, "re-sharding pull", local, remote, timeout_s)
 
-    async def _ranges_local(self, source: SourceRef, copies: list[RangeCopy], checksum: bool) -> int | None:
+    async def _ranges_local(self, source: SourceRef, copies: list[RangeCopy], checksum: bool,
+                            share: int) -> int | None:
         lease = self._pin(source.lease_id)
         ok = False
         try:
@@ -239,17 +242,18 @@ class KVXferCore:
             ok = True
             return crc
         finally:
-            self._emit(self.leases.unpin(lease.lease_id, release=ok))
+            self._emit(self.leases.unpin(lease.lease_id, release=ok, share=share))
 
     async def _ranges_remote(self, source: SourceRef, copies: list[RangeCopy], checksum: bool,
-                             timeout_s: float) -> int | None:
+                             timeout_s: float, share: int) -> int | None:
         if source.kvxfer_address == self.address:
             raise XferError(Failure.NOT_FOUND, f"source instance {source.instance_id} is not registered with "
                                                f"its kvxfer {self.address} (gone?)")
         dst = [PoolRanges(checked_destination(self.pools, c.dst_pool, c.dst, c.length), c.dst, c.length)
                for c in copies]
         order = RangeOrder(source.lease_id, source.instance_id,
-                           [SourceSpans(c.src_pool, c.src, c.length) for c in copies], checksum, pack=True)
+                           [SourceSpans(c.src_pool, c.src, c.length) for c in copies], checksum, pack=True,
+                           share=share)
         got: list[int | None] = [None]
 
         async def verify(src_crc: int | None) -> None:
@@ -291,7 +295,8 @@ class KVXferCore:
         return pool.ranges(block_ranges(leased, order.dst_blocks, pool.layout.block_bytes), "src")
 
     def close_pull(self, order: PullOrder | RangeOrder, ok: bool) -> None:
-        self._emit(self.leases.unpin(order.lease_id, release=ok))
+        share = order.share if isinstance(order, RangeOrder) else 1
+        self._emit(self.leases.unpin(order.lease_id, release=ok, share=share))
 
     def stats(self) -> Stats:
         m = self.metrics

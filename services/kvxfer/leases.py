@@ -11,6 +11,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 TOMBSTONES = 100_000  # ended leases remembered, so a late pull is told why its lease is gone
 
@@ -41,7 +42,9 @@ class Lease:
     state: LeaseState = LeaseState.ACTIVE
     pins: int = 0  # pulls in flight
     release_pending: bool = False  # released while pinned: ends when the last pull unpins
-    pulls_left: int = 1  # successful pulls before the lease ends (a prefill shared by n decodes: n)
+    # successful pulls before the lease ends (a prefill shared by n decodes: n); a pull that is one of k reading
+    # the lease for one destination instance (its pools at k kvxfers) counts 1/k
+    pulls_left: Fraction = Fraction(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +65,7 @@ class LeaseTable:
 
     def create(self, instance_id: str, block_ids: list[int], num_tokens: int, ttl_s: float, pulls: int = 1) -> Lease:
         lease = Lease(uuid.uuid4().hex, instance_id, list(block_ids), num_tokens, self.clock() + ttl_s,
-                      pulls_left=max(1, pulls))
+                      pulls_left=Fraction(max(1, pulls)))
         self.leases[lease.lease_id] = lease
         return lease
 
@@ -78,13 +81,14 @@ class LeaseTable:
         lease.pins += 1
         return lease
 
-    def unpin(self, lease_id: str, release: bool) -> LeaseEnd | None:
-        """End one pull of the lease; release it after its last successful pull."""
+    def unpin(self, lease_id: str, release: bool, share: int = 1) -> LeaseEnd | None:
+        """End one pull of the lease; release it after its last successful pull (`share`: this pull is one of that
+        many that together count as one)."""
         lease = self.leases.get(lease_id)
         if lease is None:  # dropped with its unregistered pool while the pull ran
             return None
         lease.pins -= 1
-        lease.pulls_left -= int(release)
+        lease.pulls_left -= Fraction(int(release), max(1, share))
         lease.release_pending |= lease.pulls_left <= 0
         if lease.pins == 0 and lease.release_pending:
             return self._end(lease, LeaseState.RELEASED)

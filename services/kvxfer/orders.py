@@ -53,6 +53,7 @@ class RangeOrder:
     parts: list[SourceSpans]
     checksum: bool
     pack: bool
+    share: int = 1  # one of that many pulls that together count as one pull of the lease
 
 
 MAX_RANGES = 1 << 24  # per range order: a peer cannot make the source allocate more for one
@@ -68,6 +69,7 @@ class RangeHeader:
     counts: list[int]
     checksum: bool
     pack: bool
+    share: int
 
     @property
     def items(self) -> int:
@@ -78,7 +80,7 @@ class RangeHeader:
         n = sum(self.counts)
         cuts = np.cumsum([0, *self.counts]).tolist()
         parts = [SourceSpans(pool, body[a:b], body[n + a:n + b]) for pool, a, b in zip(self.pools, cuts, cuts[1:])]
-        return RangeOrder(self.lease_id, self.instance_id, parts, self.checksum, self.pack)
+        return RangeOrder(self.lease_id, self.instance_id, parts, self.checksum, self.pack, self.share)
 
 
 def encode_order(order: PullOrder | RangeOrder) -> np.ndarray:
@@ -88,7 +90,7 @@ def encode_order(order: PullOrder | RangeOrder) -> np.ndarray:
     order's numbers, which may run to MBs, go as a second message (range_body)."""
     if isinstance(order, RangeOrder):
         header = json.dumps({"lease": order.lease_id, "instance": order.instance_id, "checksum": order.checksum,
-                             "pack": order.pack, "pools": [p.pool_id for p in order.parts],
+                             "pack": order.pack, "share": order.share, "pools": [p.pool_id for p in order.parts],
                              "counts": [len(p.offsets) for p in order.parts]}).encode()
         body = b""
     else:
@@ -112,7 +114,7 @@ def decode_order(buf: np.ndarray) -> PullOrder | RangeHeader:
         if len(counts) != len(header["pools"]) or min(counts, default=0) < 0 or sum(counts) > MAX_RANGES:
             raise ValueError(f"range order of {sum(counts)} ranges in {len(counts)} parts")
         return RangeHeader(header["lease"], header["instance"], list(header["pools"]), counts,
-                           bool(header["checksum"]), bool(header["pack"]))
+                           bool(header["checksum"]), bool(header["pack"]), max(1, int(header["share"])))
     lease_id, instance_id, block_bytes, checksum, pack, n_src, n_dst = header
     ids = np.frombuffer(buf, BLOCK_ID, n_src + n_dst, 4 + size).tolist()
     return PullOrder(lease_id, instance_id, ids[:n_src], ids[n_src:], block_bytes, checksum, pack)

@@ -45,7 +45,7 @@ class RangeCopy:
 
 def checked_pools(pools: dict[str, MappedPool], c: RangeCopy, owner: str,
                   leased: list[int]) -> tuple[MappedPool, MappedPool]:
-    """The copy's pools, once every source range lies inside one leased block of a pool `owner` owns and every
+    """The copy's pools, once every source range lies inside leased blocks of a pool `owner` owns and every
     destination range inside its pool; raises XferError(BAD_REQUEST) otherwise."""
     return (checked_source(pools, c.src_pool, c.src, c.length, owner, leased),
             checked_destination(pools, c.dst_pool, c.dst, c.length))
@@ -53,18 +53,21 @@ def checked_pools(pools: dict[str, MappedPool], c: RangeCopy, owner: str,
 
 def checked_source(pools: dict[str, MappedPool], pool_id: str, offsets: np.ndarray, lengths: np.ndarray, owner: str,
                    leased: list[int]) -> MappedPool:
-    """The source pool, once it is a host pool `owner` owns and every range lies inside one leased block of it
-    (the source kvxfer checks this itself on a cross-host pull)."""
+    """The source pool, once it is a host pool `owner` owns and every block each range touches is leased (a range
+    may run over several blocks: a run of them on both sides); the source kvxfer checks this itself on a
+    cross-host pull."""
     src = _host_pool(pools, pool_id, offsets, lengths)
     if src.leased_by != owner:
         raise XferError(Failure.BAD_REQUEST, f"pool {pool_id} is not covered by the leases of {owner}")
     if len(lengths) == 0:
         return src
-    block = src.layout.block_bytes
-    first = offsets // block
-    in_lease = np.zeros(src.layout.num_blocks + 1, dtype=bool)  # the last entry: any block past the pool
-    in_lease[leased] = True
-    if ((offsets - first * block + lengths) > block).any() or not in_lease[np.minimum(first, src.layout.num_blocks)].all():
+    block, n = src.layout.block_bytes, src.layout.num_blocks
+    first = np.minimum(offsets // block, n)  # n: any block past the pool
+    last = np.minimum((offsets + lengths - 1) // block, n)
+    in_lease = np.zeros(n + 1, dtype=np.int64)
+    in_lease[leased] = 1
+    leased_before = np.concatenate([[0], np.cumsum(in_lease)])  # [i]: leased blocks below block i
+    if (leased_before[last + 1] - leased_before[first] != last - first + 1).any():  # a block of a range not leased
         raise XferError(Failure.BAD_REQUEST, f"{pool_id}: ranges outside the leased blocks")
     return src
 
@@ -107,6 +110,8 @@ def absolute_spans(pairs: list[tuple[MappedPool, MappedPool]], copies: list[Rang
 async def copy_in_pieces(pairs: list[tuple[MappedPool, MappedPool]], copies: list[RangeCopy], piece_bytes: int) -> None:
     """Copies every range (the C loop, GIL released) in pieces of about `piece_bytes`, yielding in between; a
     cancelled pull stops between pieces. Without a C compiler: a memmove per range."""
+    if not copies:
+        return
     dst, src, length = absolute_spans(pairs, copies)
     kernel = spans_kernel()
     ends = np.cumsum(length)

@@ -90,7 +90,7 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
         for dst_pool in {c.dst_pool for c in copies}:  # as Pull: only the destination's instance writes into it
             await self._owners.require_instance(context, dst_pool)
         result = await _acall(context, self._core.pull_ranges(source_from_pb(request.source), copies, request.checksum,
-                                                              request.timeout_s))
+                                                              request.timeout_s, request.lease_share or 1))
         return kvxfer_pb2.PullResponse(bytes=result.nbytes, seconds=result.seconds, path=result.path,
                                        crc32=result.crc or 0)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import grpc
 
 from distserve.v1 import worker_pb2, worker_pb2_grpc
-from services.common.auth import instance_principal
 from services.common.convert import logprobs_to_proto, sampling_from_proto
 from services.common.errors import abort_with
 from services.engine.async_engine import AsyncEngine
 from services.instance.config import InstanceSettings
-from services.instance.kv_shards import instance_pools, pool_sites, shards_to_pb
+from services.instance.kv_shards import instance_pools, shards_to_pb, site_clients
 from services.instance.servicer import InstanceServicer
 from services.kvxfer.client import KVXferClient
 from services.prefill.core import PrefillCore
@@ -40,8 +39,7 @@ async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: In
                       kv: KVXferClient | None):
     pools = instance_pools(engine.engine, settings.kvxfer)
     # a rank on another host: its kvxfer, called as the pool its leases there are taken under (kvxfer's owner)
-    sites = [(KVXferClient(site.kvxfer, instance_principal(site.anchor)), site.anchor)
-             for site in pool_sites(instance_id, pools) if site.kvxfer]
+    sites = [(client, site.anchor) for site, client in site_clients(instance_id, pools)]
     core = PrefillCore(engine, kv, instance_id, settings.lease_ttl_s, settings.max_pending, settings.pull_timeout_s,
                        shards_to_pb(instance_id, pools), sites)
     core.start()

@@ -52,6 +52,19 @@ async def test_tp2_rank_pools_into_one_pool_are_byte_exact_and_release_the_lease
     assert failed.value.code is grpc.StatusCode.FAILED_PRECONDITION
 
 
+async def test_a_run_of_leased_blocks_goes_as_one_range(start_kvxfer, make_pool, clients) -> None:
+    client, ranks, _, src = await _setup(start_kvxfer, make_pool, clients)
+    same = make_pool("h0", HALF, fill=False)  # rank 0's layout: whole blocks, runs merged on both sides
+    await client.register_pool("h0", same)
+    handle = await client.create_lease("p0", [5, 6, 7, 20], num_tokens=60)
+    copies = reshard_copies(src[:1], [5, 6, 7, 20], [PoolShard("h0", Span(0, 2), Span(0, 1), HALF)], [9, 10, 11, 0])
+    assert [c.length.tolist() for c in copies] == [[3 * HALF.block_bytes, HALF.block_bytes]]
+
+    await client.pull_ranges(handle, copies, checksum=True)
+
+    assert torch.equal(same.tensor[[9, 10, 11, 0]], ranks[0].tensor[[5, 6, 7, 20]])
+
+
 async def test_ranges_outside_the_lease_or_pools_it_does_not_cover_are_refused(start_kvxfer, make_pool, clients) -> None:
     client, ranks, dst, src = await _setup(start_kvxfer, make_pool, clients)
     await client.register_pool("x0", make_pool("x0", HALF))  # another instance's pool
@@ -60,6 +73,7 @@ async def test_ranges_outside_the_lease_or_pools_it_does_not_cover_are_refused(s
     length = np.array([HALF.block_bytes], np.int64)
     for bad, why in [(RangeCopy("p0", "d0", one + 4 * HALF.block_bytes, one, length), "outside the leased blocks"),
                      (RangeCopy("p0", "d0", one + 3 * HALF.block_bytes + 8, one, length), "outside the leased blocks"),
+                     (RangeCopy("p0", "d0", one + 3 * HALF.block_bytes, one, 2 * length), "outside the leased blocks"),
                      (RangeCopy("x0", "d0", one + 3 * HALF.block_bytes, one, length), "not covered"),
                      (RangeCopy("p0", "d0", one + 3 * HALF.block_bytes, one + LAYOUT.pool_bytes, length), "past the end")]:
         with pytest.raises(PullFailed) as failed:

@@ -74,6 +74,19 @@ def test_a_lease_for_n_pulls_ends_after_the_nth_successful_one(table: LeaseTable
     assert end is not None and end.state is LeaseState.RELEASED
 
 
+def test_pulls_that_share_one_pull_of_a_lease_end_it_only_together(table: LeaseTable) -> None:
+    # a decode instance with pools at two kvxfers: each pulls its part, one after the other finishing first
+    lease = table.create("p0", [4], 10, ttl_s=5, pulls=2)
+    for _ in range(3):
+        table.pin(lease.lease_id)
+        assert table.unpin(lease.lease_id, release=True, share=2) is None
+    table.pin(lease.lease_id)
+    assert table.unpin(lease.lease_id, release=False, share=2) is None  # a failed part does not count
+    table.pin(lease.lease_id)
+    end = table.unpin(lease.lease_id, release=True, share=2)
+    assert end is not None and end.state is LeaseState.RELEASED
+
+
 def test_failed_pull_keeps_the_lease_for_a_retry(table: LeaseTable) -> None:
     lease = table.create("p0", [4], 10, ttl_s=5)
     table.pin(lease.lease_id)

@@ -35,11 +35,12 @@ def test_a_block_id_beyond_int32_is_refused_not_wrapped() -> None:
 
 
 @given(st.lists(st.tuples(st.text(max_size=20), st.lists(st.tuples(st.integers(0, 2**40), st.integers(1, 2**30)),
-                                                        max_size=50)), max_size=4), st.booleans())
-def test_a_range_order_reads_back_as_written_from_its_two_messages(parts: list, checksum: bool) -> None:
+                                                        max_size=50)), max_size=4), st.booleans(),
+       st.integers(1, 64))
+def test_a_range_order_reads_back_as_written_from_its_two_messages(parts: list, checksum: bool, share: int) -> None:
     order = RangeOrder("lease", "p0", [SourceSpans(pool, np.array([o for o, _ in r], np.int64).reshape(-1),
                                                    np.array([n for _, n in r], np.int64).reshape(-1))
-                                       for pool, r in parts], checksum, pack=True)
+                                       for pool, r in parts], checksum, pack=True, share=share)
     buf = np.full(1 << 16, 0xAB, dtype=np.uint8)
     wire = encode_order(order)
     buf[:len(wire)] = wire
