@@ -62,9 +62,11 @@ class StackConfig(EngineSettings):
     decode_netns: str = ""  # the network namespace that host is (`ip netns exec`); empty: this one
     decode_shm: str = ""    # a folder that is that host's /dev/shm (bind-mounted there); empty: this host's
     decode_env: dict[str, str] = field(default_factory=dict)  # set in that host's processes only
-    # Ranks (1..N-1) of each prefill instance that run on the decode host, a pipeline stage on another node: its
-    # rank 0 waits for its ranks at a rendezvous, each started as `distserve rank` naming its host's kvxfer.
+    # Ranks (1..N-1) of each prefill instance that run on the decode host, and of each decode instance that run on
+    # this host: a pipeline stage on another node than its rank 0. Rank 0 then waits for its ranks at a
+    # rendezvous, each started as `distserve rank` naming its host's kvxfer.
     remote_prefill_ranks: tuple[int, ...] = ()
+    remote_decode_ranks: tuple[int, ...] = ()
     supervised: bool = False  # a Supervisor watches the stack: instances journal their steps for it
 
     def parallel(self, role: str) -> tuple[int, int]:
@@ -231,24 +233,28 @@ class Stack:
         if tp * pp > 1:
             rank_devices = rank_devices or (device,) * (tp * pp)
             args += ["--tp", str(tp), "--pp", str(pp), "--devices", ",".join(rank_devices)]
-        if role == "prefill" and tp * pp > 1 and c.remote_prefill_ranks:
-            args += ["--rendezvous", self._start_ranks(instance_id, rank_devices)]
+        away = {"prefill": c.remote_prefill_ranks, "decode": c.remote_decode_ranks}.get(role, ())
+        if tp * pp > 1 and away:
+            args += ["--rendezvous", self._start_ranks(instance_id, rank_devices, away, remote)]
         proc = self._spawn(instance_id, args, f"{host}:{port}", role, device, remote=remote)
         proc.parallel, proc.rank_devices = (tp, pp), tuple(rank_devices)
         if wait:
             wait_serving(proc.address, proc.process, c.ready_timeout_s, instance_id)
         return proc
 
-    def _start_ranks(self, instance_id: str, rank_devices: tuple[str, ...]) -> str:
-        """Ranks 1..N-1 of an instance as processes of their own (those in `remote_prefill_ranks` on the decode
-        host, with its kvxfer), joining rank 0 at the rendezvous returned."""
+    def _start_ranks(self, instance_id: str, rank_devices: tuple[str, ...], away: tuple[int, ...],
+                     remote: bool) -> str:
+        """Ranks 1..N-1 of an instance as processes of their own, those in `away` on the other host than rank 0's
+        (`remote`: rank 0 on the decode host) with that host's kvxfer, joining rank 0 at the rendezvous returned."""
         c = self.config
-        rendezvous = f"{c.host}:{free_port(c.host)}"
+        host = c.decode_host if remote else c.host
+        rendezvous = f"{host}:{self._free_port(host)}"
         for rank, device in enumerate(rank_devices[1:], start=1):
-            remote = rank in c.remote_prefill_ranks
+            on_decode_host = remote != (rank in away)
+            kvxfer = self.decode_kvxfer_address if on_decode_host else self.kvxfer_address
             args = ["rank", "--rendezvous", rendezvous, "--rank", str(rank), "--device", device]
-            self._spawn(f"{instance_id}-rank{rank}", args + (["--kvxfer", self.decode_kvxfer_address] if remote else []),
-                        "", "rank", device, metrics=False, remote=remote)
+            self._spawn(f"{instance_id}-rank{rank}", args + (["--kvxfer", kvxfer] if rank in away else []),
+                        "", "rank", device, metrics=False, remote=on_decode_host)
         return rendezvous
 
     def stop_instance(self, name: str, timeout_s: float = 30.0) -> None:
