@@ -1,0 +1,89 @@
+"""A decode instance whose stages' pools lie at two kvxfers (a stage on another host) pulls each pool's part
+through that pool's kvxfer, both from the prefill's one lease, which ends once both are in. When one of those
+kvxfers is down the request fails, every reserved block comes back, and the lease stays for the router to
+release."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+
+from services.common.pool_files import shm_path
+from services.common.sampling import SamplingParams
+from services.decode.core import DecodeCore
+from services.engine.async_engine import AsyncEngine
+from services.engine.engine import EngineConfig, LLMEngine
+from services.engine.parallel.pools import rank_pools
+from services.instance.kv_shards import pool_shards, pool_sites, register_site
+from services.kvxfer.client import PullFailed
+from tests.integration.kvxfer.conftest import LAYOUT
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+PROMPT = list(range(1, 40))
+
+
+@pytest.fixture
+async def engine(tiny_llama_dir: str) -> AsyncIterator[AsyncEngine]:
+    engine = AsyncEngine(LLMEngine(EngineConfig(tiny_llama_dir, policy="decode", num_blocks=LAYOUT.num_blocks,
+                                                pool_path=shm_path("dc"), pp=2)))
+    yield engine
+    engine.stop()
+    engine.engine.close()
+
+
+async def _setup(engine: AsyncEngine, start_kvxfer, make_pool, clients):
+    """Stage 0's pool at kvxfer A, stage 1's at kvxfer B; a prefill's one pool (every layer) at A, leased."""
+    host_a, host_b = await start_kvxfer(), await start_kvxfer()
+    a, b = clients(host_a.address), clients(host_b.address)
+    pools = [replace(p, kvxfer=host_b.address if p.rank else "") for p in rank_pools(engine.engine)]
+    for client, site in zip((a, b), pool_sites("dc", pools)):
+        await register_site(client, "dc", site)
+    src = make_pool("pf", replace(pools[0].layout, num_layers=sum(p.layers.count for p in pools)))
+    await a.register_pool("pf", src)
+    core = DecodeCore(engine, a, "dc", pull_timeout_s=5, max_pending=4, shards=pool_shards("dc", pools),
+                      kv_of={"dc.r1": b})
+    handle = await a.create_lease("pf", [3, 4, 5], num_tokens=len(PROMPT))
+    return core, handle, host_b, a, b
+
+
+async def _decode(core: DecodeCore, handle) -> list[int]:
+    return [t for chunk in [c async for c in core.decode("r1", PROMPT, 7, SamplingParams(max_tokens=3), handle)]
+            for t in chunk.token_ids]
+
+
+async def _all_blocks_back(engine: AsyncEngine) -> bool:
+    """Whether the engine holds no block within 5 s."""
+    try:
+        async with asyncio.timeout(5):
+            while (await engine.stats()).blocks_used:
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        return False
+    return True
+
+
+async def test_each_stage_is_filled_through_its_own_kvxfer_and_the_lease_ends_after_both(
+        engine, start_kvxfer, make_pool, clients) -> None:
+    core, handle, _, a, b = await _setup(engine, start_kvxfer, make_pool, clients)
+
+    assert len(await _decode(core, handle)) == 2  # the first of max_tokens 3 came with the prefill
+
+    stats = [await a.stats(), await b.stats()]
+    assert [(s.pulls_ok, s.pulls_failed) for s in stats] == [(1, 0), (1, 0)]  # A's copy local, B's across
+    assert stats[0].live_leases == 0 and await _all_blocks_back(engine)
+
+
+async def test_a_stage_kvxfer_down_fails_the_request_and_gives_every_block_back(
+        engine, start_kvxfer, make_pool, clients) -> None:
+    core, handle, host_b, a, _ = await _setup(engine, start_kvxfer, make_pool, clients)
+    host_b.stop()
+
+    with pytest.raises(PullFailed):
+        await _decode(core, handle)
+
+    assert await _all_blocks_back(engine)
+    assert (await a.stats()).live_leases == 1  # half of its pull done: kept, for a retry or the router's release
+    assert await a.release(handle.lease_id)
