@@ -61,13 +61,11 @@ def checked_source(pools: dict[str, MappedPool], pool_id: str, offsets: np.ndarr
         raise XferError(Failure.BAD_REQUEST, f"pool {pool_id} is not covered by the leases of {owner}")
     if len(lengths) == 0:
         return src
-    block, n = src.layout.block_bytes, src.layout.num_blocks
-    first = np.minimum(offsets // block, n)  # n: any block past the pool
-    last = np.minimum((offsets + lengths - 1) // block, n)
-    in_lease = np.zeros(n + 1, dtype=np.int64)
-    in_lease[leased] = 1
-    leased_before = np.concatenate([[0], np.cumsum(in_lease)])  # [i]: leased blocks below block i
-    if (leased_before[last + 1] - leased_before[first] != last - first + 1).any():  # a block of a range not leased
+    block = src.layout.block_bytes
+    first, last = offsets // block, (offsets + lengths - 1) // block
+    ids = np.unique(np.asarray(leased, np.int64))  # all inside the pool (checked when the lease was made)
+    held = np.searchsorted(ids, last, side="right") - np.searchsorted(ids, first)  # leased blocks of each range
+    if (held != last - first + 1).any():
         raise XferError(Failure.BAD_REQUEST, f"{pool_id}: ranges outside the leased blocks")
     return src
 
