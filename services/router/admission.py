@@ -9,7 +9,7 @@ code). Everything here is pure and cheap: the router decides per request, before
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs
@@ -92,6 +92,12 @@ class Prediction:
     tpot_s: float | None
     prefill_instance: str = ""
     decode_instance: str = ""
+    prefill_queue: float = 0.0  # prompt tokens ahead of it that the TTFT counted
+
+    def to_record(self) -> dict[str, float]:
+        """Its fields in the request's record (`ds:requests`), to set against the measured stamps later."""
+        return {"predicted_" + k: v for k, v in (("ttft", self.ttft_s), ("tpot", self.tpot_s),
+                                                  ("prefill_queue", self.prefill_queue)) if v is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,12 +144,28 @@ def predict_tpot(line: DecodeCoeffs, booked: float, prompt: int, max_tokens: int
     return line.seconds(context, others + 1) + handoff_s / max(1, max_tokens - 1)
 
 
+def least_after(loads: list[float], tokens: float) -> float:
+    """The least load once `tokens` more were dispatched, each bit to the least-loaded instance (the dispatcher's
+    rule): the level they fill the lowest loads up to."""
+    level = sorted(loads)
+    below = 0.0  # Σ of the k lowest loads
+    for k, load in enumerate(level, 1):
+        below += load
+        fill = (tokens + below) / k
+        if k == len(level) or fill <= level[k]:
+            return fill
+    return tokens
+
+
 def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate], prompt: int, max_tokens: int,
-            batch_tokens: int, mix: Mix | None = None, arriving_tps: float = 0.0) -> Prediction:
+            batch_tokens: int, mix: Mix | None = None, arriving_tps: float = 0.0, waiting: float = 0.0) -> Prediction:
     """The figures on the instances the dispatcher would choose: the least-loaded of each role; `mix`: what the
     queued and booked requests are taken to be; `arriving_tps`: the prompt tokens per second admitted lately,
-    spread over the prefill instances."""
+    spread over the prefill instances; `waiting`: the prompt tokens admitted but still waiting at the router for
+    a slot (`max_inflight`), which are booked on the prefill instances before this one."""
     p = min(prefill, key=lambda c: c.load, default=None)
+    if p is not None and waiting > 0:
+        p = replace(p, load=least_after([c.load for c in prefill], waiting))
     d = min(decode, key=lambda c: c.load, default=None)
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
@@ -151,7 +173,7 @@ def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate
     return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens, mix, p.running_s, joining_tps) + model.ttft_hops
                       if pl else None,
                       predict_tpot(dl, d.load, prompt, max_tokens, mix, model.handoff) if dl and max_tokens > 1 else None,
-                      p.id if p else "", d.id if d else "")
+                      p.id if p else "", d.id if d else "", p.load if p else 0.0)
 
 
 def decide(prediction: Prediction, slo: RequestSLO, policy: Policy) -> Decision:

@@ -82,9 +82,10 @@ class SloGate:
                           now - since[i.id] if local.get(i.id) and i.id in since else 0.0)
                 for i in self.dispatcher.live(role)]
 
-    def admit(self, req: RouterRequest) -> None:
+    def admit(self, req: RouterRequest, waiting: float = 0.0) -> None:
         """Predicts the request's TTFT and TPOT and decides; raises SloUnmet when it is refused. Without a fitted
-        model every request is admitted unpredicted."""
+        model every request is admitted unpredicted. `waiting`: the prompt tokens of the requests admitted before
+        it that wait at the router for a slot (not yet booked on any instance)."""
         req.slo = (req.slo or RequestSLO()).or_defaults(self.default)
         if self.model is None:
             slo_metrics.DECISIONS.labels("unpredicted").inc()
@@ -93,7 +94,7 @@ class SloGate:
         began = time.perf_counter()
         prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
                              len(req.prompt_ids), req.params.max_tokens, self.batch_tokens, self.mix.mix(),
-                             self.mix.prompt_tokens_per_s())
+                             self.mix.prompt_tokens_per_s(), waiting)
         decision = decide(prediction, req.slo, self.policy)
         slo_metrics.DECISION_SECONDS.observe(time.perf_counter() - began)
         req.prediction, req.best_effort = prediction, decision.best_effort

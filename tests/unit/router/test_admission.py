@@ -13,6 +13,7 @@ from services.router.admission import (
     Mix,
     RecentMix,
     decide,
+    least_after,
     predict,
     predict_tpot,
     predict_ttft,
@@ -147,6 +148,30 @@ def test_prompts_arriving_meanwhile_join_this_ones_batch_up_to_its_room():
         predict_ttft(line, 300, 100, 512, arriving_tps=1000))
 
 
+def test_prompts_waiting_at_the_router_for_a_slot_are_ahead_of_a_newcomer():
+    line = MODEL.prefill["prefill@cpu:0"]
+    # nothing booked on the instance, 3000 prompt tokens admitted but waiting for max_inflight: they are
+    # dispatched first, so the newcomer waits as behind a queue of 3000 (380 ms > 200 ms: refused)
+    waited = predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512, waiting=3000)
+    assert waited.ttft_s == pytest.approx(predict_ttft(line, 3000, 100, 512)) and waited.prefill_queue == 3000
+    assert not decide(waited, SLO, "refuse").admit
+    assert decide(predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512), SLO, "refuse").admit
+    # a short wait still admits: 300 tokens ahead (0.08 s with this prompt)
+    short = predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512, waiting=300)
+    assert short.ttft_s == pytest.approx(predict_ttft(line, 300, 100, 512)) and decide(short, SLO, "refuse").admit
+
+
+def test_waiting_prompts_fill_the_least_loaded_prefill_instances_first():
+    assert least_after([600.0, 0.0], 400) == pytest.approx(400)  # all onto the idle one, still the lesser
+    assert least_after([600.0, 0.0], 1000) == pytest.approx(800)  # 600 to level them, then 200 each
+    assert least_after([0.0, 0.0, 900.0], 600) == pytest.approx(300)
+    assert least_after([], 600) == 600
+    two = [Candidate("p0", "prefill@cpu:0", 600), Candidate("p1", "prefill@cpu:0", 0)]
+    got = predict(MODEL, two, [], 100, 1, 512, waiting=1000)
+    line = MODEL.prefill["prefill@cpu:0"]
+    assert got.ttft_s == pytest.approx(predict_ttft(line, 800, 100, 512)) and got.prefill_instance == "p1"
+
+
 def test_the_least_loaded_instance_of_each_role_is_predicted_for():
     prefill = [Candidate("busy", "prefill@cpu:0", 5000), Candidate("idle", "prefill@cpu:0", 0)]
     decode = [Candidate("d-busy", "decode@cpu:1", 9000), Candidate("d-idle", "decode@cpu:1", 200)]
@@ -160,7 +185,7 @@ def test_the_decision_costs_well_under_a_millisecond():
     costs = []
     for _ in range(2000):
         began = time.perf_counter()
-        decide(predict(MODEL, prefill, decode, 200, 64, 512), SLO, "refuse")
+        decide(predict(MODEL, prefill, decode, 200, 64, 512, Mix(200, 64), 800.0, waiting=2000), SLO, "refuse")
         costs.append(time.perf_counter() - began)
     assert statistics.median(costs) < 1e-4  # 16 instances of each role, on a shared core
 
