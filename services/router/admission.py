@@ -53,6 +53,12 @@ class Mix:
 
     prompt: float
     max_tokens: float
+    prompt_sq: float = 0.0  # mean squared prompt (0: unknown, taken as prompt²)
+
+    def queued_prompt(self) -> float:
+        """The mean prompt a queued token belongs to (long prompts hold more of the queue's tokens): the
+        queue's Σ prompt² per token, and what a batch of whole prompts leaves unused."""
+        return self.prompt_sq / self.prompt if self.prompt_sq and self.prompt else self.prompt
 
 
 @dataclass(slots=True)
@@ -64,6 +70,7 @@ class RecentMix:
     weight: float = 1 / 64
     prompt: float = 0.0
     max_tokens: float = 0.0
+    prompt_sq: float = 0.0
     seen: int = 0
     gap_s: float = 0.0
     last: float | None = None  # monotonic time of the latest admission
@@ -72,6 +79,7 @@ class RecentMix:
         self.seen += 1
         w = max(self.weight, 1 / self.seen)
         self.prompt += w * (prompt - self.prompt)
+        self.prompt_sq += w * (prompt * prompt - self.prompt_sq)
         self.max_tokens += w * (max_tokens - self.max_tokens)
         if self.last is not None:
             # an idle spell counts as 10 s at most: else it would hide a burst after it for many admissions
@@ -80,7 +88,7 @@ class RecentMix:
         self.last = now
 
     def mix(self) -> Mix | None:
-        return Mix(self.prompt, self.max_tokens) if self.seen else None
+        return Mix(self.prompt, self.max_tokens, self.prompt_sq) if self.seen else None
 
     def prompt_tokens_per_s(self) -> float:
         return self.prompt / self.gap_s if self.seen > 1 and self.gap_s > 0 else 0.0
@@ -111,22 +119,26 @@ class Decision:
 
 def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: int, mix: Mix | None = None,
                  running_s: float = 0.0, arriving_tps: float = 0.0) -> float:
-    """Prefill queue drain then this prompt, FCFS in batches of up to `batch_tokens` tokens. A busy instance is
+    """Prefill queue drain then this prompt, FCFS in batches of whole prompts up to `batch_tokens` tokens. A
+    batch closes when the next prompt does not fit, so it carries less than the bound: on average the bound
+    less half the prompt a queued token belongs to (`Mix.queued_prompt`; the mean leftover of a renewal
+    process), and a long queue drains in that many more batches, each with its fixed cost. A busy instance is
     running a step of the first queued tokens (up to a batch), which has run `running_s` already: counted whole,
     it made the prediction up to a step too high whenever a queue stood. The prompts arriving after this one
     (`arriving_tps` prompt tokens per second) join its batch while it waits, up to the batch's room: left out,
     the prediction was too low where the queue is long, which is where admission decides. The queued prompts'
-    lengths are unknown; for the quadratic term they are taken as the mix's mean prompt (without one, as this
-    one's)."""
-    queued_prompt = mix.prompt if mix else prompt
-    running = min(queued, batch_tokens)
+    lengths are unknown: the quadratic term takes Σ prompt² of the queue as its tokens × the mix's
+    `queued_prompt` (without a mix, as prompts of this one's length)."""
+    queued_prompt = mix.queued_prompt() if mix else prompt
+    fill = batch_tokens - min(queued_prompt, batch_tokens) / 2  # the tokens a batch carries on average
+    running = min(queued, fill)
     left = max(0.0, line.seconds(running, running * queued_prompt) - running_s) if running > 0 else 0.0
     rest = queued - running + prompt
-    batches = max(1, math.ceil(rest / batch_tokens))
+    batches = max(1, math.ceil(rest / fill))
     ahead = rest - prompt  # queued tokens still to be taken
-    own = rest - (batches - 1) * batch_tokens  # this one's batch: its prompt and the queue's tail
-    wait = left + (batches - 1) * line.seconds(batch_tokens, batch_tokens * queued_prompt)
-    joining = min(max(0.0, batch_tokens - own), arriving_tps * wait) if queued > 0 else 0.0
+    own = rest - (batches - 1) * fill  # this one's batch: its prompt and the queue's tail
+    wait = left + (batches - 1) * line.seconds(fill, fill * queued_prompt)
+    joining = min(max(0.0, fill - own), arriving_tps * wait) if queued > 0 else 0.0
     return (left + line.seconds(rest + joining, (ahead + joining) * queued_prompt + prompt * prompt)
             + (batches - 1) * line.c0)
 
