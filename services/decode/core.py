@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from services.instance.admission import Admission
 from services.instance.kv_shards import PoolShard, shards_from_handle, site_pulls
 from services.kvxfer.client import KVXferClient
 
+log = logging.getLogger(__name__)
 ABANDONED_COPY_GRACE_S = 1.0
 
 
@@ -76,9 +78,12 @@ class DecodeCore:
         # Ranks on several hosts (the source's, this instance's): one pull per (source kvxfer, destination kvxfer),
         # each through the kvxfer that serves its destination pools, under its source site's lease. All run to
         # their end before a failure is raised, so no copy still lands once the blocks are freed.
+        pulls = site_pulls(handle, copies, self.kv, self.kv_of)
         done = await asyncio.gather(*(p.kv.pull_ranges(p.source, p.copies, timeout_s=self.pull_timeout_s, share=p.share)
-                                      for p in site_pulls(handle, copies, self.kv, self.kv_of)),
-                                    return_exceptions=True)
-        for result in done:
-            if isinstance(result, BaseException):
+                                      for p in pulls), return_exceptions=True)
+        for pull, result in zip(pulls, done):
+            if isinstance(result, Exception) and not pull.copies:  # only ends a lease read nothing of: it expires
+                log.warning("could not end the unread lease %s at %s: %s", pull.source.lease_id,
+                            pull.source.kvxfer_address, result)
+            elif isinstance(result, BaseException):
                 raise result

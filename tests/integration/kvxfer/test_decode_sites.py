@@ -1,7 +1,7 @@
 """A decode instance whose stages' pools lie at two kvxfers (a stage on another host) pulls each pool's part
 through that pool's kvxfer, both from the prefill's one lease, which ends once both are in. When one of those
 kvxfers is down the request fails, every reserved block comes back, and the lease stays for the router to
-release."""
+release; a source site that only holds replicas read elsewhere may be down."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from dataclasses import replace
 
 import pytest
 
+from distserve.v1 import kv_pb2
+from services.common.net import free_port
 from services.common.pool_files import shm_path
 from services.common.sampling import SamplingParams
 from services.decode.core import DecodeCore
@@ -87,3 +89,16 @@ async def test_a_stage_kvxfer_down_fails_the_request_and_gives_every_block_back(
     assert await _all_blocks_back(engine)
     assert (await a.stats()).live_leases == 1  # half of its pull done: kept, for a retry or the router's release
     assert await a.release(handle.lease_id)
+
+
+async def test_a_source_site_read_nothing_of_may_be_down(engine, start_kvxfer, make_pool, clients) -> None:
+    core, handle, _, a, _ = await _setup(engine, start_kvxfer, make_pool, clients)
+    full = handle.layout  # the prefill's rank 1 holds a replica of every layer and head, at a kvxfer gone away
+    whole = {"layer_start": 0, "num_layers": full.num_layers, "kv_head_start": 0, "num_kv_heads": full.num_kv_heads}
+    handle.shards.extend([kv_pb2.KVShard(pool_id="pf", rank=0, **whole),
+                          kv_pb2.KVShard(pool_id="pf.r1", rank=1, kvxfer_address=f"127.0.0.1:{free_port()}",
+                                         lease_id="gone", lease_instance_id="pf.r1", **whole)])
+
+    assert len(await _decode(core, handle)) == 2
+
+    assert (await a.stats()).live_leases == 0 and await _all_blocks_back(engine)
