@@ -15,7 +15,7 @@ from services.common.stamps import Lifetime
 from services.decode.reshard import reshard_copies
 from services.engine.async_engine import AsyncEngine
 from services.instance.admission import Admission
-from services.instance.kv_shards import PoolShard, shards_from_handle, site_pulls
+from services.instance.kv_shards import PoolShard, SitePull, shards_from_handle, site_pulls
 from services.kvxfer.client import KVXferClient
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ class DecodeCore:
         self.instance_id = instance_id
         self.pull_timeout_s = pull_timeout_s
         self.admission = Admission(max_pending, "decode")
+        self._unread: set[asyncio.Future] = set()  # empty pulls ending unread source leases, in flight
 
     async def decode(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
                      handle: kv_pb2.KVHandle) -> AsyncIterator[DecodeChunk]:
@@ -79,11 +80,23 @@ class DecodeCore:
         # each through the kvxfer that serves its destination pools, under its source site's lease. All run to
         # their end before a failure is raised, so no copy still lands once the blocks are freed.
         pulls = site_pulls(handle, copies, self.kv, self.kv_of)
+        for pull in pulls:
+            if not pull.copies:
+                self._end_unread(pull)
         done = await asyncio.gather(*(p.kv.pull_ranges(p.source, p.copies, timeout_s=self.pull_timeout_s, share=p.share)
-                                      for p in pulls), return_exceptions=True)
-        for pull, result in zip(pulls, done):
-            if isinstance(result, Exception) and not pull.copies:  # only ends a lease read nothing of: it expires
-                log.warning("could not end the unread lease %s at %s: %s", pull.source.lease_id,
-                            pull.source.kvxfer_address, result)
-            elif isinstance(result, BaseException):
+                                      for p in pulls if p.copies), return_exceptions=True)
+        for result in done:
+            if isinstance(result, BaseException):
                 raise result
+
+    def _end_unread(self, pull: SitePull) -> None:
+        """Ends a source lease the request reads nothing of, by an empty pull; it copies nothing, so the request
+        does not wait for it, and where it fails (that site's kvxfer away) the lease expires there."""
+        task = asyncio.ensure_future(pull.kv.pull_ranges(pull.source, [], timeout_s=self.pull_timeout_s))
+        self._unread.add(task)
+        task.add_done_callback(self._unread_ended)
+
+    def _unread_ended(self, task: asyncio.Future) -> None:
+        self._unread.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not end a lease the request read nothing of (it expires): %s", task.exception())
