@@ -7,7 +7,8 @@ and the chunk's index: a chunk altered, replayed from another pull or moved to a
 and the pull fails instead of writing it. On the wire: nonce | ciphertext (the clear chunk's length) | tag.
 
 Every frame is staged (packed, sealed, sent; received, opened, unpacked): a pool's bytes never go on the wire
-directly, GPU pools' included, which so lose GPU-direct transfers while encryption is on.
+directly, GPU pools' included, which so lose GPU-direct transfers while encryption is on. Ranges longer than a
+frame are cut into frames first (`chunked`), so sealing, sending and opening overlap within a large range too.
 """
 
 from __future__ import annotations
@@ -60,6 +61,19 @@ class ChunkCodec:
         except (InvalidTag, ValueError) as e:
             raise XferError(Failure.DATA_LOSS, f"encrypted KV chunk {index} failed authentication "
                                                "(altered, replayed or out of place on the wire)") from e
+
+
+def chunked(ranges: PoolRanges, limit: int = FRAME_BYTES) -> PoolRanges:
+    """The same bytes as ranges of at most `limit` bytes (each longer range cut in order), so that a large range
+    travels as several chunks: one is sealed or opened while another is on the wire. Both sides of a pull cut
+    alike, as they plan frames alike, from the lengths alone."""
+    lengths = np.asarray(ranges.lengths, np.int64)
+    if not len(lengths) or lengths.max() <= limit:
+        return ranges
+    pieces = -(-lengths // limit)
+    within = np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # a piece's place in its range
+    offsets = np.repeat(np.asarray(ranges.offsets, np.int64), pieces) + within * limit
+    return PoolRanges(ranges.pool, offsets, np.minimum(np.repeat(lengths, pieces) - within * limit, limit))
 
 
 def _associated(pull_id: bytes, index: int) -> bytes:

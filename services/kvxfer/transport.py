@@ -51,7 +51,7 @@ from services.kvxfer.orders import (
     range_body,
 )
 from services.kvxfer.pools import PoolRanges
-from services.kvxfer.sealing import Sealer
+from services.kvxfer.sealing import Sealer, chunked
 from services.kvxfer.ucx_loop import UcxLoop
 
 log = logging.getLogger(__name__)
@@ -328,6 +328,8 @@ def _post_parts(parts: list[PoolRanges], pack: bool, single: Callable[[PoolRange
     tag = FRAME_TAG
     nbytes = 0
     for part in parts:
+        if sealed is not None:
+            part = chunked(part)
         frames = plan_frames(part.lengths, pack or sealed is not None)
         tagged = [(tag + i, f) for i, f in enumerate(frames)]
         tag += len(frames)

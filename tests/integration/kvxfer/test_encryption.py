@@ -21,25 +21,26 @@ from services.engine.parallel.shard import Span
 from services.instance.kv_shards import PoolShard
 from services.kvxfer.client import KVXferClient, PullFailed
 from services.kvxfer.local import ROOT
-from tests.integration.kvxfer.conftest import LAYOUT, block_bytes
+from tests.integration.kvxfer.conftest import block_bytes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 ON = ("--encrypt-kv", "true")
+LAYOUT = KVLayout(num_blocks=256, num_layers=2, block_size=16, num_kv_heads=2, head_dim=64)  # 32 KB blocks, 8 MB
 HALF = KVLayout(LAYOUT.num_blocks, LAYOUT.num_layers, LAYOUT.block_size, 1, LAYOUT.head_dim)  # one KV head of two
 
 
 async def test_encrypted_cross_host_pulls_are_byte_exact(secret_file, start_kvxfer, make_pool) -> None:
     host_a, host_b = await start_kvxfer(*ON), await start_kvxfer(*ON)
     a, b = KVXferClient(host_a.address, instance_principal("p0")), KVXferClient(host_b.address, instance_principal("d0"))
-    src, dst = make_pool("p0"), make_pool("d0", fill=False)
+    src, dst = make_pool("p0", LAYOUT), make_pool("d0", LAYOUT, fill=False)
     ranks = [make_pool("r0", HALF), make_pool("r0.r1", HALF)]
     try:
         await a.register_pool("p0", src)
         await b.register_pool("d0", dst)
         rng = random.Random(3)
-        # scattered blocks (packed frames), a contiguous run over 1 MB (one range), one block
-        for src_blocks, dst_blocks in ((rng.sample(range(64), 40), rng.sample(range(64), 40)),
-                                       (list(range(10, 50)), list(range(0, 40))), ([63], [7])):
+        # scattered blocks (packed frames), a 5 MB contiguous run (one range, cut into two chunks), one block
+        for src_blocks, dst_blocks in ((rng.sample(range(256), 200), rng.sample(range(256), 200)),
+                                       (list(range(10, 170)), list(range(90, 250))), ([63], [7])):
             handle = await a.create_lease("p0", src_blocks, num_tokens=len(src_blocks) * LAYOUT.block_size)
             result = await b.pull(handle, "d0", dst_blocks, checksum=True)
             assert result.path == "cross-host"

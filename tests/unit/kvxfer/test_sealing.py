@@ -1,5 +1,6 @@
 """A sealed KV chunk opens only as what it was: its own pull, its own position, every byte as sealed; a frame
-sealed from one pool's ranges lands byte-exact in another's, and one that fails to open leaves the pool as it was."""
+sealed from one pool's ranges lands byte-exact in another's, and one that fails to open leaves the pool as it was;
+long ranges are cut into chunks that hold the same bytes in the same order."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import pytest
 from services.common.kv_layout import KVLayout
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.frames import plan_frames
-from services.kvxfer.pools import MappedPool
+from services.kvxfer.pools import MappedPool, PoolRanges
 from services.kvxfer.ranges import block_ranges
-from services.kvxfer.sealing import NONCE_BYTES, OVERHEAD, ChunkCodec, Sealer, kv_key
+from services.kvxfer.sealing import NONCE_BYTES, OVERHEAD, ChunkCodec, Sealer, chunked, kv_key
 
 SECRET = b"0123456789abcdef" * 4
 PULL = b"9f" * 16
@@ -94,3 +95,15 @@ async def test_frames_sealed_from_one_pool_open_byte_exact_into_another_and_a_ba
             assert np.array_equal(dst.data[d * b:(d + 1) * b], src.data[s * b:(s + 1) * b])
     finally:
         sealer.close()
+
+
+def test_long_ranges_are_cut_into_chunks_of_the_same_bytes_in_order() -> None:
+    pool = _pool("p0", fill=2)
+    ranges = PoolRanges(pool, [0, 5000, 9000], [4000, 1000, 2500])
+    cut = chunked(ranges, limit=1024)
+    assert max(cut.lengths) <= 1024 and sum(cut.lengths) == 7500 and len(cut.lengths) == 4 + 1 + 3
+
+    def packed(r: PoolRanges) -> bytes:
+        return b"".join(pool.data[o:o + n].tobytes() for o, n in zip(r.offsets, r.lengths))
+    assert packed(cut) == packed(ranges)
+    assert chunked(ranges, limit=4000) is ranges  # nothing to cut
