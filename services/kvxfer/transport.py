@@ -157,7 +157,7 @@ class UcxServer:
                 grant.parts, order.pack, lambda part, f, tag: self._ucx.send(ep, part.view(f.first), tag),
                 lambda *iov: self._ucx.send_iov(ep, *iov),
                 lambda part, tag, f: self._send_packed(ep, tag, f, part, slots),
-                self._sealer and (lambda part, tag, f: self._send_sealed(ep, tag, f, part, slots, pull_id)))
+                None if self._sealer is None else lambda part, tag, f: self._send_sealed(ep, tag, f, part, slots, pull_id))
             reply = {"ok": True, "nbytes": nbytes, "nframes": nframes, "crc": grant.crc}
             sends.append(self._ucx.send(ep, _encode(reply), REPLY_TAG))
             await _all(sends)
@@ -233,7 +233,7 @@ class UcxPuller:
                 dst, order.pack, lambda part, f, tag: self._ucx.recv(ep, part.view(f.first), tag),
                 lambda *iov: self._ucx.recv_iov(ep, *iov),
                 lambda part, tag, f: self._recv_packed(ep, tag, f, part, slots),
-                self._sealer and (lambda part, tag, f: self._recv_sealed(ep, tag, f, part, slots, pull_id)))
+                None if self._sealer is None else lambda part, tag, f: self._recv_sealed(ep, tag, f, part, slots, pull_id))
             posted += receives
             posted.append(self._ucx.send(ep, encode_order(order), ORDER_TAG))
             if isinstance(order, RangeOrder) and (body := range_body(order)).size:
