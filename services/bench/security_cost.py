@@ -17,13 +17,12 @@ Certificates are self-signed, made for the run (services/bench/self_signed.py).
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from services.bench.router import direct, via_router
+from services.bench.scoped_env import scoped_env
 from services.bench.self_signed import Authority
 from services.bench.xfer import KB, MB
 from services.common.api_keys import add_key
@@ -67,18 +67,8 @@ class World:
     pools: list[KVPool] = field(default_factory=list)
     times: dict[str, list[float]] = field(default_factory=dict)
 
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        before = {key: os.environ.get(key) for key in self.env}
-        os.environ.update(self.env)
-        try:
-            yield
-        finally:
-            for key, value in before.items():
-                if value is None:
-                    os.environ.pop(key)
-                else:
-                    os.environ[key] = value
+    def active(self) -> AbstractContextManager[None]:
+        return scoped_env(self.env)
 
     def record(self, what: str, seconds: float | list[float]) -> None:
         self.times.setdefault(what, []).extend(seconds if isinstance(seconds, list) else [seconds])
