@@ -56,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = subparsers.add_parser("bench-security", help="router per-token latency, same- and cross-host pulls and one "
                               "kvxfer RPC with authentication and TLS off vs on, interleaved in one run")
     s.add_argument("--model", default=None, help="model folder or preset (default small-llama)")
-    s.add_argument("--rounds", type=int, default=8, help="rounds; each measures both sides, in alternating order")
+    s.add_argument("--rounds", type=int, default=16, help="rounds; each measures both sides, the first alternating "
+                   "(more rounds: a narrower interval)")
     s.add_argument("--tokens", type=int, default=32, help="tokens of the router's request in each round")
     s.add_argument("--rpc-calls", type=int, default=200, help="unary kvxfer RPCs per round and side")
     s.add_argument("--device", default="cpu", help="where the pulls' pools live: cpu, or cuda:N (CUDA IPC)")

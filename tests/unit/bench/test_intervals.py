@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from services.bench.intervals import paired_ratio
+from services.bench.intervals import paired_difference, paired_ratio
 
 
 def test_a_constant_ratio_has_a_zero_width_interval():
@@ -36,3 +36,11 @@ def test_unpaired_rounds_are_refused():
         paired_ratio([1.0, 2.0], [1.0])
     with pytest.raises(ValueError, match="paired"):
         paired_ratio([], [])
+
+
+def test_a_paired_difference_keeps_the_unit_and_the_sign():
+    off = [10.0, 11.0, 12.0, 10.5]
+    on = [x - 0.5 for x in off]
+    gap = paired_difference(off, on)
+    assert gap.median == pytest.approx(-0.5) and gap.low == pytest.approx(-0.5) and gap.high == pytest.approx(-0.5)
+    assert gap.text(scale=1e3, digits=0) == "-500 [-500, -500]"
