@@ -6,8 +6,9 @@ TLS on every internal gRPC link; an API key and TLS on the router's client port)
 stack (router, 1 prefill, 1 decode) and its own pair of kvxfer processes (two "hosts" on loopback). Every
 round measures both, the first side alternating, and keeps one figure per side:
 
-- the router's time per streamed token (two requests per side, ABBA order), and the same request made by
-  calling prefill and decode directly; what the router adds is the difference;
+- the router's time per streamed token (the median gap between tokens of two requests per side, ABBA order),
+  and the same for the request made by calling prefill and decode directly; what the router adds is the
+  difference;
 - bench-xfer's pulls, same-host (one kvxfer) and cross-host (two kvxfers, UCX over TCP): the median wall time
   seen by the caller (gRPC included) of the round's pulls, for a few sizes;
 - one unary kvxfer RPC (the mean of a batch).
@@ -145,8 +146,8 @@ async def _run(worlds: tuple[World, World], rounds: int, tokens: int, rpc_calls:
                         else await direct(prefill, decode, PROMPT, tokens, r))
             for world in (first, second):
                 _, _, _, _, (src, same, cross) = dialed[world.name]
-                for how in ("router", "direct"):
-                    world.record(how, statistics.mean(gaps[world.name, how]))
+                for how in ("router", "direct"):  # the median gap: robust to a stall of the host, which either side may draw
+                    world.record(how, statistics.median(gaps[world.name, how]))
                 for size in SIZES:
                     pulls: dict[str, list[float]] = {"same": [], "cross": []}
                     for _ in range(max(1, 4 * MB // size)):
@@ -195,7 +196,7 @@ def _table(off: World, on: World, rounds: int, tokens: int) -> Table:
         table.add_row(name, f"{scale * statistics.median(a):.3f} {unit}", f"{scale * statistics.median(b):.3f} {unit}",
                       paired_ratio(a, b).text())
 
-    row("router: ms per token (mean gap)", "router", 1e3, "ms")
+    row("router: ms per token (median gap)", "router", 1e3, "ms")
     row("direct prefill+decode: ms per token", "direct", 1e3, "ms")
     adds = {w.name: [a - b for a, b in zip(w.rounds["router"], w.rounds["direct"])] for w in (off, on)}
     table.add_row("router adds per token (on - off, ms)", f"{1e3 * statistics.median(adds['off']):.3f} ms",
