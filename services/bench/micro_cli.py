@@ -11,6 +11,10 @@ def _bench_xfer(args: argparse.Namespace) -> int:
         from services.bench.xfer_reshard import run_reshard_bench
 
         return run_reshard_bench(as_json=args.json, quick=args.quick)
+    if args.encrypt:
+        from services.bench.xfer_encrypt import run_encrypt_bench
+
+        return run_encrypt_bench(as_json=args.json, quick=args.quick)
     from services.bench.xfer import run_bench
 
     return run_bench(as_json=args.json, quick=args.quick, device=args.device)
@@ -43,6 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                         "CUDA IPC; the baselines then run on that GPU too)")
     bench.add_argument("--reshard", action="store_true", help="re-sharding pulls between TP/PP layouts (TP 2 → 1, "
                                                                "1 → 2, PP 2 → 1) beside same-layout pulls of the same bytes")
+    bench.add_argument("--encrypt", action="store_true", help="cross-host pulls with KV encryption (--encrypt-kv) "
+                                                               "off and on, in interleaved rounds, and on/off")
     bench.set_defaults(func=_bench_xfer)
 
     b = subparsers.add_parser("bench-router", help="per-token latency the router adds, and tokens/s it relays")

@@ -88,7 +88,7 @@ def _blocks(nblocks: int, contiguous: bool, rng: random.Random) -> list[int]:
     return rng.sample(range(LAYOUT.num_blocks), nblocks)
 
 
-async def _pull(source: KVXferClient, puller: KVXferClient, dst_instance: str, nblocks: int, contiguous: bool,
+async def timed_pull(source: KVXferClient, puller: KVXferClient, dst_instance: str, nblocks: int, contiguous: bool,
                 rng: random.Random) -> tuple[float, float]:
     """(kvxfer seconds, caller seconds) of one pull of nblocks blocks from p0."""
     src_blocks, dst_blocks = _blocks(nblocks, contiguous, rng), _blocks(nblocks, contiguous, rng)
@@ -133,8 +133,8 @@ async def _bench(quick: bool, device: torch.device, say) -> list[Row]:
         rng = random.Random(0)
         for nblocks, contiguous in ((4, False), (4, False), (512, False), (512, True)):
             # warm up both paths: connections, staging buffers, UCX's first large transfers
-            await _pull(a, ad0, "d0", nblocks, contiguous, rng)
-            await _pull(a, bd1, "d1", nblocks, contiguous, rng)
+            await timed_pull(a, ad0, "d0", nblocks, contiguous, rng)
+            await timed_pull(a, bd1, "d1", nblocks, contiguous, rng)
             await sender.timed_send(src_buf[:nblocks * LAYOUT.block_bytes])
 
         rows = []
@@ -144,13 +144,13 @@ async def _bench(quick: bool, device: torch.device, say) -> list[Row]:
             times: dict[str, list[float]] = {k: [] for k in ("memcpy", "raw", "same", "same_e2e", "cross", "cross_e2e")}
             for _ in range(repeats):  # each pull beside its baseline, so both see the same machine load
                 times["memcpy"].append(_memcpy_seconds(dst_buf, src_buf, nbytes, rng))
-                service, e2e = await _pull(a, ad0, "d0", nblocks, contiguous, rng)
+                service, e2e = await timed_pull(a, ad0, "d0", nblocks, contiguous, rng)
                 times["same"].append(service)
                 times["same_e2e"].append(e2e)
             # cross-host apart: a same-host pull right after one (its ack and release still under way) lost ~0.2
             for _ in range(repeats):
                 times["raw"].append(await sender.timed_send(src_buf[:nbytes]))
-                service, e2e = await _pull(a, bd1, "d1", nblocks, contiguous, rng)
+                service, e2e = await timed_pull(a, bd1, "d1", nblocks, contiguous, rng)
                 times["cross"].append(service)
                 times["cross_e2e"].append(e2e)
             rows.append(_row("same-host", contiguous, nbytes, repeats, times["same"], times["same_e2e"],

@@ -1,6 +1,8 @@
 """The instance registry and load book in Redis (docs/architecture.md §6).
 
 - `ds:inst:{id}`: an instance's JSON descriptor, with a TTL its heartbeat refreshes (lapsed = dead).
+- `ds:known:{id}`: the same heartbeat with a long TTL: an instance whose descriptor lapsed only for a while (a
+  stalled loop) keeps the load booked on it; one gone that long is dropped from the load book.
 - `ds:load:{role}`: sorted set of instance ids by load (pending prefill tokens; decode KV tokens).
   The router picks the least-loaded live instance and adds the request's load in one Lua call, so
   several routers do not herd onto the same instance.
@@ -31,9 +33,11 @@ REQUESTS_MAXLEN = 100_000
 MODEL_KEY = "ds:model"
 CRASH_KEY = "ds:crash:{}"  # InstanceInfo.key → JSON list of the request ids in the step its process died in
 CRASH_TTL_S = 60
+KNOWN_KEY = "ds:known:{}"
+FORGET_S = 60  # an instance silent this long leaves the load book
 
 # KEYS[1] = load zset, KEYS[2] = the booking router's own book; ARGV[1] = load to add, ARGV[2] = role.
-# Returns the chosen live id; drops dead ids on the way.
+# Returns the chosen live id; skips lapsed ids and drops those silent past FORGET_S on the way.
 _PICK = """
 local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
 for _, id in ipairs(ids) do
@@ -42,7 +46,7 @@ for _, id in ipairs(ids) do
     redis.call('HINCRBYFLOAT', KEYS[2], ARGV[2] .. '|' .. id, ARGV[1])
     return id
   end
-  redis.call('ZREM', KEYS[1], id)
+  if redis.call('EXISTS', 'ds:known:' .. id) == 0 then redis.call('ZREM', KEYS[1], id) end
 end
 return false
 """
@@ -117,8 +121,7 @@ class Registry:
     async def register(self, info: InstanceInfo) -> None:
         """Announces an instance, with zero load when new; a restarted one keeps the load routers booked on it,
         since they take it off as their requests end."""
-        await self.redis.set(INST_KEY.format(info.id), info.to_json(), px=self.ttl_ms)
-        await self.redis.zadd(LOAD_KEY.format(info.role), {info.id: 0}, nx=True)
+        await self.heartbeat(info)
 
     async def router_beat(self, router_id: str) -> RouterBeat:
         """Renews a router's presence."""
@@ -152,6 +155,7 @@ class Registry:
         """Renews the instance; puts it back in the load book (at zero) after Redis restarted empty."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(INST_KEY.format(info.id), info.to_json(), px=self.ttl_ms)
+            pipe.set(KNOWN_KEY.format(info.id), "1", px=FORGET_S * 1000)
             pipe.zadd(LOAD_KEY.format(info.role), {info.id: 0}, nx=True)
             await pipe.execute()
 
@@ -161,7 +165,7 @@ class Registry:
         return (await self.redis.get(EPOCH_KEY) or b"").decode()
 
     async def deregister(self, info: InstanceInfo) -> None:
-        await self.redis.delete(INST_KEY.format(info.id))
+        await self.redis.delete(INST_KEY.format(info.id), KNOWN_KEY.format(info.id))
         await self.redis.zrem(LOAD_KEY.format(info.role), info.id)
 
     async def instances(self) -> list[InstanceInfo]:

@@ -115,9 +115,12 @@ def _head_services(address: str, redis_url: str, tls: bool) -> dict:
     return {"redis": _redis(address, tls), "router": router, "planner": planner}
 
 
-def _kvxfer(address: str, node: int) -> dict:
+def _kvxfer(address: str, node: int, across_hosts: bool) -> dict:
+    """The host's kvxfer; across hosts its KV pulls go encrypted (UCX has no TLS of its own)."""
+    encrypt = ["--encrypt-kv", "true"] if across_hosts else []
     kvxfer = _service(["distserve", "kvxfer", "--host", address, "--port", str(KVXFER_PORT), "--ucx-port",
-                       str(KVXFER_UCX_PORT), "--metrics-port", str(KVXFER_METRICS_PORT)], f"{address}:{KVXFER_PORT}")
+                       str(KVXFER_UCX_PORT), "--metrics-port", str(KVXFER_METRICS_PORT), *encrypt],
+                      f"{address}:{KVXFER_PORT}")
     # it maps the KV pools of every GPU of its host; it computes nothing, so it claims none for itself
     kvxfer.update(environment={"DISTSERVE_KVXFER_HOST_ID": f"node{node}"}, deploy=_gpus(None), **_shared_memory())
     return kvxfer
@@ -180,13 +183,13 @@ def compose_files(instances: Mapping[str, InstanceSpec], addresses: tuple[str, .
         nodes = sorted({stage.node for stage in spec.stages})
         if nodes[-1] >= len(addresses):
             raise ValueError(f"compose: {name} is on node {nodes[-1]}, but there are {len(addresses)} node addresses")
-    tls = len(addresses) > 1  # internal traffic crosses hosts: mutual TLS, Redis over TLS
+    tls = len(addresses) > 1  # internal traffic crosses hosts: mutual TLS, Redis over TLS, KV pulls encrypted
     url = _redis_url(addresses[0], tls)
     files = {}
     extra = {"router": ("distserve_api_keys",), "planner": ("distserve_admin_keys",)}
     for node, address in enumerate(addresses):
         services = _head_services(address, url, tls) if node == 0 else {}
-        services["kvxfer"] = _kvxfer(address, node)
+        services["kvxfer"] = _kvxfer(address, node, tls)
         here = sorted((gpu, rank, name) for name, spec in instances.items()
                       for rank, (n, gpu) in enumerate(rank_gpus(spec)) if n == node)
         services.update({(f"{name}-rank{rank}" if rank else name):

@@ -22,6 +22,7 @@ from services.kvxfer.iov import helper
 from services.kvxfer.metrics import XferMetrics
 from services.kvxfer.peers import GrpcPeers
 from services.kvxfer.pools import blocks_kernel, copy_kernel
+from services.kvxfer.sealing import Sealer, kv_key
 from services.kvxfer.server import KVXferServicer
 from services.kvxfer.ucx_env import apply_ucx_env, keep_ucx_on_loopback
 
@@ -47,9 +48,10 @@ async def serve(config: KVXferConfig) -> None:
     ucx_loop = UcxLoop()
     secret = deployment_secret()
     ucx_token = token(secret, KVXFER) if secret is not None else ""
-    puller = UcxPuller(ucx_loop, config.connect_timeout_s, ucx_token)
+    sealer = _sealer(config, secret)
+    puller = UcxPuller(ucx_loop, config.connect_timeout_s, ucx_token, sealer)
     core = KVXferCore(address, peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
-    ucx = UcxServer(ucx_loop, core, ucx_token, _admission(config))
+    ucx = UcxServer(ucx_loop, core, ucx_token, _admission(config), sealer)
     ucx_port = ucx.start(config.ucx_port)
     kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port,
                                                                  check_owners=secret is not None), server)
@@ -62,8 +64,9 @@ async def serve(config: KVXferConfig) -> None:
     expiry = asyncio.create_task(core.run_expiry(config.expiry_interval_s))
     for name in ("", SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("kvxfer serving gRPC on %s, UCX on port %d, metrics on %s; C copy loop %s, scatter-gather frames %s",
-             core.address, ucx_port, config.metrics_port or "none", _on(c_loop), _on(iov))
+    log.info("kvxfer serving gRPC on %s, UCX on port %d, metrics on %s; C copy loop %s, scatter-gather frames %s, "
+             "KV encryption %s", core.address, ucx_port, config.metrics_port or "none", _on(c_loop), _on(iov),
+             "on" if sealer else "off")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -78,6 +81,8 @@ async def serve(config: KVXferConfig) -> None:
     puller.close()
     ucx.close()
     ucx_loop.close()
+    if sealer is not None:
+        sealer.close()
     await peers.close()
 
 
@@ -96,6 +101,15 @@ def _admission(config: KVXferConfig):
                     "(its transports stay on loopback; the hello token still decides)")
         return None
     return screen.admits
+
+
+def _sealer(config: KVXferConfig, secret: bytes | None) -> Sealer | None:
+    """What encrypts KV on cross-host pulls, or None (off)."""
+    if not config.encrypt_kv:
+        return None
+    if secret is None:
+        raise SystemExit("--encrypt-kv needs the deployment secret (DISTSERVE_SECRET_FILE): the key derives from it")
+    return Sealer(kv_key(secret))
 
 
 def _on(built: bool) -> str:

@@ -25,6 +25,10 @@ class KVXferConfig(BaseSettings):
     ucx_allow: str = Field("", description="networks (comma-separated, e.g. 10.0.0.0/24) whose peers may connect "
                                            "to the UCX listener; others are rejected before any message. '': "
                                            "loopback only on a loopback host, else anyone with the hello token")
+    encrypt_kv: bool = Field(False, description="encrypt the KV bytes of pulls between hosts (UCX) with AES-GCM under a "
+                                                "key derived from the deployment secret (needs DISTSERVE_SECRET_FILE); "
+                                                "every kvxfer of a deployment must agree. GPU pools then go through "
+                                                "host memory (no GPU-direct)")
     ucx_tls: str = Field("", description="UCX_TLS for this process when unset in the environment ('': UCX's choice)")
     ucx_rndv_scheme: str = Field("put_zcopy", description="UCX_RNDV_SCHEME when unset in the environment; "
                                                           "put_zcopy doubles TCP throughput over auto")

@@ -12,6 +12,7 @@ class Failure(enum.Enum):
     UNAVAILABLE = "source unavailable"   # source kvxfer unreachable, connection reset
     TIMEOUT = "timeout"
     DATA_LOSS = "data loss"              # length or checksum mismatch: the KV is not used
+    MISCONFIGURED = "misconfigured"      # the two kvxfers of a pull disagree on KV encryption
 
 
 class XferError(Exception):

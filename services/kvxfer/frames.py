@@ -57,14 +57,18 @@ def plan_frames(lengths: Sequence[int] | np.ndarray, pack: bool) -> list[Frame]:
 
 
 class Staging:
-    """Host buffers of FRAME_BYTES, reused so packing does not fault fresh pages in for each frame."""
+    """Host buffers of `size` bytes, reused so packing does not fault fresh pages in for each frame."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int = FRAME_BYTES) -> None:
+        self._size = size
         self._free: list[np.ndarray] = []
 
-    def get(self) -> np.ndarray:
-        return self._free.pop() if self._free else np.ones(FRAME_BYTES, dtype=np.uint8)
+    def get(self, nbytes: int = 0) -> np.ndarray:
+        """A buffer of at least nbytes: a kept one, or a fresh one (not kept) where nbytes exceeds the size."""
+        if nbytes > self._size:
+            return np.empty(nbytes, dtype=np.uint8)
+        return self._free.pop() if self._free else np.ones(self._size, dtype=np.uint8)
 
     def put(self, buf: np.ndarray) -> None:
-        if len(self._free) < STAGING_KEPT:
+        if len(self._free) < STAGING_KEPT and len(buf) == self._size:
             self._free.append(buf)

@@ -28,6 +28,7 @@ class PullOrder:
     block_bytes: int
     checksum: bool
     pack: bool  # small ranges may travel packed (frames.py); False into device memory
+    pull_id: str = ""  # the destination's random id of this pull, bound into encrypted chunks (sealing.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class RangeOrder:
     parts: list[SourceSpans]
     checksum: bool
     pack: bool
+    pull_id: str = ""
 
 
 MAX_RANGES = 1 << 24  # per range order: a peer cannot make the source allocate more for one
@@ -68,6 +70,7 @@ class RangeHeader:
     counts: list[int]
     checksum: bool
     pack: bool
+    pull_id: str
 
     @property
     def items(self) -> int:
@@ -78,7 +81,7 @@ class RangeHeader:
         n = sum(self.counts)
         cuts = np.cumsum([0, *self.counts]).tolist()
         parts = [SourceSpans(pool, body[a:b], body[n + a:n + b]) for pool, a, b in zip(self.pools, cuts, cuts[1:])]
-        return RangeOrder(self.lease_id, self.instance_id, parts, self.checksum, self.pack)
+        return RangeOrder(self.lease_id, self.instance_id, parts, self.checksum, self.pack, self.pull_id)
 
 
 def encode_order(order: PullOrder | RangeOrder) -> np.ndarray:
@@ -88,12 +91,12 @@ def encode_order(order: PullOrder | RangeOrder) -> np.ndarray:
     order's numbers, which may run to MBs, go as a second message (range_body)."""
     if isinstance(order, RangeOrder):
         header = json.dumps({"lease": order.lease_id, "instance": order.instance_id, "checksum": order.checksum,
-                             "pack": order.pack, "pools": [p.pool_id for p in order.parts],
+                             "pack": order.pack, "pull": order.pull_id, "pools": [p.pool_id for p in order.parts],
                              "counts": [len(p.offsets) for p in order.parts]}).encode()
         body = b""
     else:
         header = json.dumps([order.lease_id, order.instance_id, order.block_bytes, order.checksum, order.pack,
-                             len(order.src_blocks), len(order.dst_blocks)]).encode()
+                             order.pull_id, len(order.src_blocks), len(order.dst_blocks)]).encode()
         body = np.array([*order.src_blocks, *order.dst_blocks], BLOCK_ID).tobytes()
     return np.frombuffer(len(header).to_bytes(4, "little") + header + body, np.uint8)
 
@@ -112,10 +115,10 @@ def decode_order(buf: np.ndarray) -> PullOrder | RangeHeader:
         if len(counts) != len(header["pools"]) or min(counts, default=0) < 0 or sum(counts) > MAX_RANGES:
             raise ValueError(f"range order of {sum(counts)} ranges in {len(counts)} parts")
         return RangeHeader(header["lease"], header["instance"], list(header["pools"]), counts,
-                           bool(header["checksum"]), bool(header["pack"]))
-    lease_id, instance_id, block_bytes, checksum, pack, n_src, n_dst = header
+                           bool(header["checksum"]), bool(header["pack"]), str(header["pull"]))
+    lease_id, instance_id, block_bytes, checksum, pack, pull_id, n_src, n_dst = header
     ids = np.frombuffer(buf, BLOCK_ID, n_src + n_dst, 4 + size).tolist()
-    return PullOrder(lease_id, instance_id, ids[:n_src], ids[n_src:], block_bytes, checksum, pack)
+    return PullOrder(lease_id, instance_id, ids[:n_src], ids[n_src:], block_bytes, checksum, pack, str(pull_id))
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ CODES = {
     Failure.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Failure.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
     Failure.DATA_LOSS: grpc.StatusCode.DATA_LOSS,
+    Failure.MISCONFIGURED: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 

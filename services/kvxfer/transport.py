@@ -18,14 +18,20 @@ once (ucx_loop.py), not a task each.
 A new endpoint's first message is the puller's hello with the deployment's kvxfer token (auth.py); the
 source serves nothing on an endpoint whose hello is missing, late or wrong, and aborts it. A kvxfer without a
 deployment secret sends and accepts an empty token.
+
+With KV encryption on (`--encrypt-kv`; sealing.py) every frame travels as a sealed chunk bound to the pull's id
+(which the puller draws for each pull) and to its tag. The hello says whether the puller encrypts; a source that
+disagrees answers every order on that endpoint with a MISCONFIGURED refusal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 
 import numpy as np
@@ -45,6 +51,7 @@ from services.kvxfer.orders import (
     range_body,
 )
 from services.kvxfer.pools import PoolRanges
+from services.kvxfer.sealing import Sealer, chunked
 from services.kvxfer.ucx_loop import UcxLoop
 
 log = logging.getLogger(__name__)
@@ -70,11 +77,12 @@ class UcxServer:
     """The source side: a UCX listener serving pull orders from this host's pools."""
 
     def __init__(self, ucx: UcxLoop, source: PullSource, token: str = "",
-                 admit: Callable[[str], bool] | None = None) -> None:
+                 admit: Callable[[str], bool] | None = None, sealer: Sealer | None = None) -> None:
         self._ucx = ucx
         self._source = source
         self._token = token  # what a peer's hello must carry ("": anything)
         self._admit = admit  # which client addresses may connect at all (conn_filter.py; None: any)
+        self._sealer = sealer  # None: frames travel in clear
         self._staging = Staging()
         self._listener: ucxx.Listener | None = None
 
@@ -88,9 +96,11 @@ class UcxServer:
 
     async def _serve(self, ep: ucxx.Endpoint) -> None:
         buf = np.empty(ORDER_BYTES, dtype=np.uint8)  # this endpoint's orders and acks
-        if not await self._hello(ep, buf):
+        hello = await self._hello(ep, buf)
+        if hello is None:
             self._ucx.abort(ep)
             return
+        refusal = self._disagreement(bool(hello.get("encrypt")))
         while True:
             try:
                 await self._ucx.recv(ep, buf, ORDER_TAG)
@@ -102,24 +112,38 @@ class UcxServer:
                     order = order.with_body(body)
             except Exception:  # the peer closed or aborted this endpoint, or sent a malformed order
                 return
-            if not await self._serve_one(ep, order, buf):
+            if not await self._serve_one(ep, order, buf, refusal):
                 self._ucx.abort(ep)
                 return
 
-    async def _hello(self, ep: ucxx.Endpoint, buf: np.ndarray) -> bool:
+    async def _hello(self, ep: ucxx.Endpoint, buf: np.ndarray) -> dict | None:
+        """The peer's hello if it carries the token, else None."""
         try:
             await asyncio.wait_for(self._ucx.recv(ep, buf, ORDER_TAG), HELLO_TIMEOUT_S)
-            presented = str(_decode(buf).get("token", ""))
+            hello = _decode(buf)
+            presented = str(hello.get("token", ""))
         except Exception:  # closed, silent or not a hello
             log.warning("a UCX peer sent no hello; endpoint closed")
-            return False
+            return None
         if self._token and not hmac.compare_digest(presented.encode(), self._token.encode()):
             log.warning("a UCX peer presented a wrong deployment token; endpoint closed")
-            return False
-        return True
+            return None
+        return hello
 
-    async def _serve_one(self, ep: ucxx.Endpoint, order: PullOrder | RangeOrder, buf: np.ndarray) -> bool:
+    def _disagreement(self, peer_encrypts: bool) -> str:
+        """Why this endpoint's pulls are refused ("": they are not): the two sides disagree on encryption."""
+        if peer_encrypts == (self._sealer is not None):
+            return ""
+        log.warning("a UCX peer %s KV and this kvxfer %s: its pulls are refused",
+                    _on_off(peer_encrypts), _on_off(not peer_encrypts))
+        return (f"KV encryption differs between the kvxfers of this pull: source {_on_off(not peer_encrypts)}, "
+                f"destination {_on_off(peer_encrypts)} (--encrypt-kv must be the same on every kvxfer)")
+
+    async def _serve_one(self, ep: ucxx.Endpoint, order: PullOrder | RangeOrder, buf: np.ndarray,
+                         refusal: str) -> bool:
         try:
+            if refusal:
+                raise XferError(Failure.MISCONFIGURED, refusal)
             grant = await self._source.open_pull(order)
         except XferError as e:
             await self._ucx.send(ep, _encode({"ok": False, "failure": e.failure.name, "message": str(e)}), REPLY_TAG)
@@ -127,11 +151,13 @@ class UcxServer:
         ok = False
         try:
             slots = asyncio.Semaphore(STAGED_IN_FLIGHT)
+            pull_id = order.pull_id.encode()
             # frames first: their rendezvous requests go out before the reply's send
             sends, nbytes, nframes = _post_parts(
                 grant.parts, order.pack, lambda part, f, tag: self._ucx.send(ep, part.view(f.first), tag),
                 lambda *iov: self._ucx.send_iov(ep, *iov),
-                lambda part, tag, f: self._send_packed(ep, tag, f, part, slots))
+                lambda part, tag, f: self._send_packed(ep, tag, f, part, slots),
+                None if self._sealer is None else lambda part, tag, f: self._send_sealed(ep, tag, f, part, slots, pull_id))
             reply = {"ok": True, "nbytes": nbytes, "nframes": nframes, "crc": grant.crc}
             sends.append(self._ucx.send(ep, _encode(reply), REPLY_TAG))
             await _all(sends)
@@ -152,25 +178,33 @@ class UcxServer:
             await self._ucx.send(ep, buf[:frame.nbytes], tag)
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
 
+    async def _send_sealed(self, ep: ucxx.Endpoint, tag: int, frame: Frame, src: PoolRanges,
+                           slots: asyncio.Semaphore, pull_id: bytes) -> None:
+        async with slots:
+            await self._sealer.send(lambda buf: self._ucx.send(ep, buf, tag), src, frame, pull_id, tag)
+
 
 class UcxPuller:
     """The destination side: pulls over pooled endpoints to source kvxfers."""
 
-    def __init__(self, ucx: UcxLoop, connect_timeout_s: float, token: str = "") -> None:
+    def __init__(self, ucx: UcxLoop, connect_timeout_s: float, token: str = "", sealer: Sealer | None = None) -> None:
         self._ucx = ucx
         self._connect_timeout_s = connect_timeout_s
-        self._hello = _encode({"token": token})
+        self._sealer = sealer  # None: frames travel in clear
+        self._hello = _encode({"token": token, "encrypt": sealer is not None})
         self._idle: dict[tuple[str, int], list[ucxx.Endpoint]] = {}
         self._staging = Staging()
 
     async def pull(self, peer: tuple[str, int], order: PullOrder | RangeOrder, dst: list[PoolRanges],
                    verify: Callable[[int | None], Awaitable[None]]) -> None:
         """Receive the order's ranges into dst (part after part); verify(source crc) before acknowledging."""
+        if self._sealer is not None:
+            order = dataclasses.replace(order, pull_id=secrets.token_hex(16))
         ep = await self._acquire(peer)
         try:
             crc = await self._exchange(ep, order, dst)
         except XferError:
-            raise  # the source refused or its counts differ: the exchange aborted the endpoint
+            raise  # the source refused, its counts differ or a chunk failed to open: the exchange aborted the endpoint
         except BaseException as e:
             self._ucx.abort(ep)  # cancels receives still writing into the destination pool
             if isinstance(e, Exception) and not isinstance(e, TimeoutError):
@@ -191,13 +225,15 @@ class UcxPuller:
         """Receive the frames; the source's crc once they are all in."""
         slots = asyncio.Semaphore(2 * STAGED_IN_FLIGHT)  # both sides take slots in frame order: no deadlock
         reply_buf = np.empty(REPLY_BYTES, dtype=np.uint8)
+        pull_id = order.pull_id.encode()
         posted: list[asyncio.Future] = []
         try:
             posted.append(reply := self._ucx.recv(ep, reply_buf, REPLY_TAG))
             receives, expected, nframes = _post_parts(
                 dst, order.pack, lambda part, f, tag: self._ucx.recv(ep, part.view(f.first), tag),
                 lambda *iov: self._ucx.recv_iov(ep, *iov),
-                lambda part, tag, f: self._recv_packed(ep, tag, f, part, slots))
+                lambda part, tag, f: self._recv_packed(ep, tag, f, part, slots),
+                None if self._sealer is None else lambda part, tag, f: self._recv_sealed(ep, tag, f, part, slots, pull_id))
             posted += receives
             posted.append(self._ucx.send(ep, encode_order(order), ORDER_TAG))
             if isinstance(order, RangeOrder) and (body := range_body(order)).size:
@@ -211,7 +247,11 @@ class UcxPuller:
                 self._ucx.abort(ep)
                 raise XferError(Failure.DATA_LOSS, f"source offers {answer['nbytes']} bytes in {answer['nframes']} "
                                                    f"frames, destination expects {expected} in {nframes}")
-            await _all(posted)
+            try:
+                await _all(posted)
+            except XferError:  # a chunk failed to open: the source is still sending, and awaits an ack
+                self._ucx.abort(ep)
+                raise
         except BaseException:
             await _cancel(posted)
             raise
@@ -236,6 +276,11 @@ class UcxPuller:
             await self._ucx.recv(ep, buf[:frame.nbytes], tag)
             dst.unpack(frame.first, frame.count, buf)  # cheaper than a thread hop
             self._staging.put(buf)  # not after a failure: an aborted request may still hold it
+
+    async def _recv_sealed(self, ep: ucxx.Endpoint, tag: int, frame: Frame, dst: PoolRanges,
+                           slots: asyncio.Semaphore, pull_id: bytes) -> None:
+        async with slots:
+            await self._sealer.recv(lambda buf: self._ucx.recv(ep, buf, tag), dst, frame, pull_id, tag)
 
     async def _acquire(self, peer: tuple[str, int]) -> ucxx.Endpoint:
         idle = self._idle.get(peer, [])
@@ -272,20 +317,26 @@ def _scatter_gather(ranges: PoolRanges) -> bool:
 
 
 def _post_parts(parts: list[PoolRanges], pack: bool, single: Callable[[PoolRanges, Frame, int], Awaitable[None]],
-                batch: Callable[..., Awaitable[None]],
-                staged: Callable[[PoolRanges, int, Frame], Awaitable[None]]) -> tuple[list[Awaitable[None]], int, int]:
+                batch: Callable[..., Awaitable[None]], staged: Callable[[PoolRanges, int, Frame], Awaitable[None]],
+                sealed: Callable[[PoolRanges, int, Frame], Awaitable[None]] | None) -> tuple[list[Awaitable[None]], int, int]:
     """Post every frame's send or receive, part after part, frame tags running on across parts (both sides plan
     the same frames): `single(part, frame, tag)` for a single range of a pool; a part's packed frames as one
     scatter-gather `batch(*_iov_messages(...))` where this side can, else each through a staging buffer
-    (`staged(part, tag, frame)`). Returns what was posted, and the bytes and frames in all."""
+    (`staged(part, tag, frame)`); with encryption on, every frame, packed, as a sealed chunk (`sealed(part, tag,
+    frame)`). Returns what was posted, and the bytes and frames in all."""
     posted: list[Awaitable[None]] = []
     tag = FRAME_TAG
     nbytes = 0
     for part in parts:
-        frames = plan_frames(part.lengths, pack)
+        if sealed is not None:
+            part = chunked(part)
+        frames = plan_frames(part.lengths, pack or sealed is not None)
         tagged = [(tag + i, f) for i, f in enumerate(frames)]
         tag += len(frames)
         nbytes += sum(f.nbytes for f in frames)
+        if sealed is not None:
+            posted += [asyncio.ensure_future(sealed(part, t, f)) for t, f in tagged]
+            continue
         posted += [single(part, f, t) for t, f in tagged if not f.packed]
         packed = [(t, f) for t, f in tagged if f.packed]
         if packed and _scatter_gather(part):
@@ -319,6 +370,10 @@ async def _cancel(futures: list[asyncio.Future]) -> None:
     for future in futures:
         future.cancel()
     await asyncio.gather(*futures, return_exceptions=True)
+
+
+def _on_off(on: bool) -> str:
+    return "encrypts" if on else "does not encrypt"
 
 
 def _ack_sent(sent: asyncio.Future) -> None:

@@ -9,7 +9,7 @@ code). Everything here is pure and cheap: the router decides per request, before
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs
@@ -53,6 +53,12 @@ class Mix:
 
     prompt: float
     max_tokens: float
+    prompt_sq: float = 0.0  # mean squared prompt (0: unknown, taken as prompt²)
+
+    def queued_prompt(self) -> float:
+        """The mean prompt a queued token belongs to (long prompts hold more of the queue's tokens): the
+        queue's Σ prompt² per token, and what a batch of whole prompts leaves unused."""
+        return self.prompt_sq / self.prompt if self.prompt_sq and self.prompt else self.prompt
 
 
 @dataclass(slots=True)
@@ -64,6 +70,7 @@ class RecentMix:
     weight: float = 1 / 64
     prompt: float = 0.0
     max_tokens: float = 0.0
+    prompt_sq: float = 0.0
     seen: int = 0
     gap_s: float = 0.0
     last: float | None = None  # monotonic time of the latest admission
@@ -72,6 +79,7 @@ class RecentMix:
         self.seen += 1
         w = max(self.weight, 1 / self.seen)
         self.prompt += w * (prompt - self.prompt)
+        self.prompt_sq += w * (prompt * prompt - self.prompt_sq)
         self.max_tokens += w * (max_tokens - self.max_tokens)
         if self.last is not None:
             # an idle spell counts as 10 s at most: else it would hide a burst after it for many admissions
@@ -80,7 +88,7 @@ class RecentMix:
         self.last = now
 
     def mix(self) -> Mix | None:
-        return Mix(self.prompt, self.max_tokens) if self.seen else None
+        return Mix(self.prompt, self.max_tokens, self.prompt_sq) if self.seen else None
 
     def prompt_tokens_per_s(self) -> float:
         return self.prompt / self.gap_s if self.seen > 1 and self.gap_s > 0 else 0.0
@@ -92,6 +100,12 @@ class Prediction:
     tpot_s: float | None
     prefill_instance: str = ""
     decode_instance: str = ""
+    prefill_queue: float = 0.0  # prompt tokens ahead of it that the TTFT counted
+
+    def to_record(self) -> dict[str, float]:
+        """Its fields in the request's record (`ds:requests`), to set against the measured stamps later."""
+        return {"predicted_" + k: v for k, v in (("ttft", self.ttft_s), ("tpot", self.tpot_s),
+                                                  ("prefill_queue", self.prefill_queue)) if v is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,22 +119,26 @@ class Decision:
 
 def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: int, mix: Mix | None = None,
                  running_s: float = 0.0, arriving_tps: float = 0.0) -> float:
-    """Prefill queue drain then this prompt, FCFS in batches of up to `batch_tokens` tokens. A busy instance is
+    """Prefill queue drain then this prompt, FCFS in batches of whole prompts up to `batch_tokens` tokens. A
+    batch closes when the next prompt does not fit, so it carries less than the bound: on average the bound
+    less half the prompt a queued token belongs to (`Mix.queued_prompt`; the mean leftover of a renewal
+    process), and a long queue drains in that many more batches, each with its fixed cost. A busy instance is
     running a step of the first queued tokens (up to a batch), which has run `running_s` already: counted whole,
     it made the prediction up to a step too high whenever a queue stood. The prompts arriving after this one
     (`arriving_tps` prompt tokens per second) join its batch while it waits, up to the batch's room: left out,
     the prediction was too low where the queue is long, which is where admission decides. The queued prompts'
-    lengths are unknown; for the quadratic term they are taken as the mix's mean prompt (without one, as this
-    one's)."""
-    queued_prompt = mix.prompt if mix else prompt
-    running = min(queued, batch_tokens)
+    lengths are unknown: the quadratic term takes Σ prompt² of the queue as its tokens × the mix's
+    `queued_prompt` (without a mix, as prompts of this one's length)."""
+    queued_prompt = mix.queued_prompt() if mix else prompt
+    fill = batch_tokens - min(queued_prompt, batch_tokens) / 2  # the tokens a batch carries on average
+    running = min(queued, fill)
     left = max(0.0, line.seconds(running, running * queued_prompt) - running_s) if running > 0 else 0.0
     rest = queued - running + prompt
-    batches = max(1, math.ceil(rest / batch_tokens))
+    batches = max(1, math.ceil(rest / fill))
     ahead = rest - prompt  # queued tokens still to be taken
-    own = rest - (batches - 1) * batch_tokens  # this one's batch: its prompt and the queue's tail
-    wait = left + (batches - 1) * line.seconds(batch_tokens, batch_tokens * queued_prompt)
-    joining = min(max(0.0, batch_tokens - own), arriving_tps * wait) if queued > 0 else 0.0
+    own = rest - (batches - 1) * fill  # this one's batch: its prompt and the queue's tail
+    wait = left + (batches - 1) * line.seconds(fill, fill * queued_prompt)
+    joining = min(max(0.0, fill - own), arriving_tps * wait) if queued > 0 else 0.0
     return (left + line.seconds(rest + joining, (ahead + joining) * queued_prompt + prompt * prompt)
             + (batches - 1) * line.c0)
 
@@ -138,12 +156,28 @@ def predict_tpot(line: DecodeCoeffs, booked: float, prompt: int, max_tokens: int
     return line.seconds(context, others + 1) + handoff_s / max(1, max_tokens - 1)
 
 
+def least_after(loads: list[float], tokens: float) -> float:
+    """The least load once `tokens` more were dispatched, each bit to the least-loaded instance (the dispatcher's
+    rule): the level they fill the lowest loads up to."""
+    level = sorted(loads)
+    below = 0.0  # Σ of the k lowest loads
+    for k, load in enumerate(level, 1):
+        below += load
+        fill = (tokens + below) / k
+        if k == len(level) or fill <= level[k]:
+            return fill
+    return tokens
+
+
 def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate], prompt: int, max_tokens: int,
-            batch_tokens: int, mix: Mix | None = None, arriving_tps: float = 0.0) -> Prediction:
+            batch_tokens: int, mix: Mix | None = None, arriving_tps: float = 0.0, waiting: float = 0.0) -> Prediction:
     """The figures on the instances the dispatcher would choose: the least-loaded of each role; `mix`: what the
     queued and booked requests are taken to be; `arriving_tps`: the prompt tokens per second admitted lately,
-    spread over the prefill instances."""
+    spread over the prefill instances; `waiting`: the prompt tokens admitted but still waiting at the router for
+    a slot (`max_inflight`), which are booked on the prefill instances before this one."""
     p = min(prefill, key=lambda c: c.load, default=None)
+    if p is not None and waiting > 0:
+        p = replace(p, load=least_after([c.load for c in prefill], waiting))
     d = min(decode, key=lambda c: c.load, default=None)
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
@@ -151,7 +185,7 @@ def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate
     return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens, mix, p.running_s, joining_tps) + model.ttft_hops
                       if pl else None,
                       predict_tpot(dl, d.load, prompt, max_tokens, mix, model.handoff) if dl and max_tokens > 1 else None,
-                      p.id if p else "", d.id if d else "")
+                      p.id if p else "", d.id if d else "", p.load if p else 0.0)
 
 
 def decide(prediction: Prediction, slo: RequestSLO, policy: Policy) -> Decision:

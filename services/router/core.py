@@ -67,20 +67,23 @@ class RouterCore:
         self._admission = asyncio.Semaphore(max_inflight)
         self.cleanups = Cleanups()
         self._queued = 0
+        self._queued_tokens = 0  # prompt tokens of the requests waiting for a slot: booked nowhere yet
 
     async def generate(self, req: RouterRequest) -> AsyncIterator[Chunk]:
         """Streams the request's tokens; cancelling the iteration cancels every downstream call."""
         req.lifetime.arrival = req.lifetime.arrival or time.time()
         if self.gate is not None:
-            self.gate.admit(req)  # refuses before any prefill
+            self.gate.admit(req, self._queued_tokens)  # refuses before any prefill
         if self._queued >= self.max_queued:
             metrics.REQUESTS.labels("overloaded").inc()
             raise Overloaded(f"router queue full ({self._queued} waiting)")
         self._queued += 1
+        self._queued_tokens += len(req.prompt_ids)
         try:
             await self._admission.acquire()
         finally:
             self._queued -= 1
+            self._queued_tokens -= len(req.prompt_ids)
         outcome = "error"
         n_tokens = 0
         try:

@@ -26,6 +26,14 @@ from services.router.slo import RequestSLO
 log = logging.getLogger(__name__)
 
 
+def booked_load(book: float, local: float, local_at_read: float) -> float:
+    """An instance's booked load: the book's (every router's) at the last read, plus this router's own bookings
+    since; at least this router's own. The book can lose an instance's entry while its requests are in flight
+    (its registration lapsed under a stalled core, a dispatch dropped it, its heartbeat put it back at zero),
+    and then read short by all of them until they end: the queue a newcomer waits behind looked empty."""
+    return max(book + local - local_at_read, local)
+
+
 class SloGate:
     def __init__(self, registry: Registry, dispatcher: Dispatcher, policy: Policy, default: RequestSLO,
                  batch_tokens: int, window: int = 200) -> None:
@@ -78,13 +86,14 @@ class SloGate:
     def _candidates(self, role: str) -> list[Candidate]:
         local, since, now = self.dispatcher.local_load, self.dispatcher.step_since, time.monotonic()
         return [Candidate(i.id, f"{role}@{i.device}",
-                          self.loads.get(i.id, 0.0) + local.get(i.id, 0.0) - self.local_at_read.get(i.id, 0.0),
+                          booked_load(self.loads.get(i.id, 0.0), local.get(i.id, 0.0), self.local_at_read.get(i.id, 0.0)),
                           now - since[i.id] if local.get(i.id) and i.id in since else 0.0)
                 for i in self.dispatcher.live(role)]
 
-    def admit(self, req: RouterRequest) -> None:
+    def admit(self, req: RouterRequest, waiting: float = 0.0) -> None:
         """Predicts the request's TTFT and TPOT and decides; raises SloUnmet when it is refused. Without a fitted
-        model every request is admitted unpredicted."""
+        model every request is admitted unpredicted. `waiting`: the prompt tokens of the requests admitted before
+        it that wait at the router for a slot (not yet booked on any instance)."""
         req.slo = (req.slo or RequestSLO()).or_defaults(self.default)
         if self.model is None:
             slo_metrics.DECISIONS.labels("unpredicted").inc()
@@ -93,7 +102,7 @@ class SloGate:
         began = time.perf_counter()
         prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
                              len(req.prompt_ids), req.params.max_tokens, self.batch_tokens, self.mix.mix(),
-                             self.mix.prompt_tokens_per_s())
+                             self.mix.prompt_tokens_per_s(), waiting)
         decision = decide(prediction, req.slo, self.policy)
         slo_metrics.DECISION_SECONDS.observe(time.perf_counter() - began)
         req.prediction, req.best_effort = prediction, decision.best_effort

@@ -56,7 +56,7 @@ class RouterRequest:
         return {"request_id": self.request_id, "label": self.label, "prompt_tokens": len(self.prompt_ids),
                 "output_tokens": n_tokens, "prefill_instance": self.prefill_instance,
                 "decode_instance": self.decode_instance, "mode": mode, "seed": self.params.seed,
-                **self.lifetime.to_record()}
+                **self.lifetime.to_record(), **(self.prediction.to_record() if self.prediction else {})}
 
     def remaining(self) -> float | None:
         """Seconds left before the client's deadline (passed on to every downstream call)."""

@@ -21,9 +21,30 @@ async def test_pick_takes_least_loaded_live_instance(redis_url: str) -> None:
         await registry.register(_info(i))
     await registry.add_load("prefill", "prefill-0", 100)
     await registry.add_load("prefill", "prefill-1", 10)
-    await registry.redis.delete("ds:inst:prefill-2")  # heartbeat lapsed
+    await registry.redis.delete("ds:inst:prefill-2", "ds:known:prefill-2")  # silent past FORGET_S: gone
     assert await registry.pick("prefill", 50) == "prefill-1"
     assert await registry.loads("prefill") == {"prefill-1": 60.0, "prefill-0": 100.0}
+    await registry.close()
+
+
+async def test_a_short_lapse_keeps_the_booked_load(redis_url: str) -> None:
+    """An instance whose descriptor lapsed for a moment (a stalled loop) is skipped, not dropped: when its
+    heartbeat comes back, the load routers booked on it is still there (back at zero, the picks would herd onto
+    its long queue)."""
+    redis.Redis.from_url(redis_url).flushdb()
+    registry = Registry.from_url(redis_url, ttl_s=5)
+    stalled, other = _info(0), _info(1)
+    for info in (stalled, other):
+        await registry.register(info)
+    await registry.add_load("prefill", stalled.id, 4400)
+    await registry.add_load("prefill", other.id, 5000)
+    await registry.redis.delete("ds:inst:prefill-0")  # descriptor lapsed
+    assert await registry.pick("prefill", 50) == other.id
+    await registry.heartbeat(stalled)
+    assert await registry.loads("prefill") == {stalled.id: 4400.0, other.id: 5050.0}
+    assert await registry.pick("prefill", 50) == stalled.id
+    await registry.deregister(stalled)
+    assert await registry.redis.exists("ds:known:prefill-0") == 0
     await registry.close()
 
 

@@ -9,10 +9,19 @@ import torch
 
 from services.common.kv_layout import KVLayout
 from services.common.pool_files import shm_path
+from services.common.secret import SECRET_ENV, ensure_secret
 from services.engine.kv_pool import KVPool
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.local import LocalKVXfer, start_local_kvxfer
 from tests.integration.kvxfer.layout import LAYOUT
+
+
+@pytest.fixture
+def secret_file(tmp_path, monkeypatch) -> str:
+    """A deployment secret for this test: the kvxfer processes it starts and its clients read it."""
+    path = str(ensure_secret(tmp_path / "secret"))
+    monkeypatch.setenv(SECRET_ENV, path)
+    return path
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
 from services.common import local_socket
 from services.common.auth import KVXFER, PRINCIPAL_KEY, TOKEN_KEY, TOOL, instance_principal, token
 from services.common.links import internal_channel
-from services.common.secret import SECRET_ENV, ensure_secret, read_secret
+from services.common.secret import read_secret
 from services.kvxfer.client import KVXferClient, PullFailed
 from services.kvxfer.convert import layout_to_pb
 from services.kvxfer.ranged import RangeCopy
@@ -24,13 +24,6 @@ from tests.tls_certs import Authority
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
-
-
-@pytest.fixture
-def secret_file(tmp_path, monkeypatch) -> str:
-    path = str(ensure_secret(tmp_path / "secret"))
-    monkeypatch.setenv(SECRET_ENV, path)  # the kvxfer process and this test's clients read it
-    return path
 
 
 @pytest.mark.parametrize("link", ["tcp", "same-host socket"])

@@ -1,7 +1,8 @@
 """The UCX transport in one process (source and destination over loopback): the ack goes after the
 pull has returned, and releases the lease; a failed verify keeps it; idle endpoints cost no CPU; a
 frame sent as a scatter-gather message is received packed and the reverse, with several frames in one batch;
-aborting an endpoint withdraws its scatter-gather receives."""
+aborting an endpoint withdraws its scatter-gather receives; with sealing on, pulls are byte-exact and a chunk
+altered on its way fails its pull without writing its blocks."""
 
 from __future__ import annotations
 
@@ -109,6 +110,7 @@ async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypa
                     assert np.array_equal(dst.data[d * block:(d + 1) * block],
                                           src.data[s * block:(s + 1) * block]), sides
 
+        await _encrypted_pulls_are_exact_and_a_tampered_chunk_fails_its_pull(ucx, src, dst, order, verified, monkeypatch)
         if built:
             await _abort_withdraws_scatter_gather_receives(ucx, peer, dst)
     finally:
@@ -116,6 +118,53 @@ async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypa
         server.close()
         await asyncio.sleep(0.05)  # the source's endpoint task sees the abort and ends
         ucx.close()
+
+
+async def _encrypted_pulls_are_exact_and_a_tampered_chunk_fails_its_pull(ucx, src: MappedPool, dst: MappedPool, order,
+                                                                        verified, monkeypatch) -> None:
+    """With sealing on both sides a pull is byte-exact; a chunk altered on its way fails the pull (DATA_LOSS), its
+    blocks are not written, the source keeps the lease, and the next pull goes through."""
+    from services.kvxfer.sealing import ChunkCodec, Sealer, kv_key
+    from services.kvxfer.transport import FRAME_TAG, UcxPuller, UcxServer
+
+    source = Source(src)  # its own: acks of the caller's last pulls may still arrive at the other
+    sealing, opening = Sealer(kv_key(b"s" * 32)), Sealer(kv_key(b"s" * 32))
+    server, puller = UcxServer(ucx, source, sealer=sealing), UcxPuller(ucx, 5.0, sealer=opening)
+    peer = ("127.0.0.1", server.start(0))
+    block = LAYOUT.block_bytes
+    # single-block ranges; frames of 3 blocks (FRAME_BYTES as the caller set it): chunks FRAME_TAG and FRAME_TAG + 1
+    src_blocks, dst_blocks = [1, 3, 5, 7, 9, 11], [0, 2, 4, 6, 8, 10]
+    seal = ChunkCodec.seal
+
+    def on_the_wire(codec, pull_id: bytes, index: int, clear: np.ndarray, out: np.ndarray) -> None:
+        seal(codec, pull_id, index, clear, out)
+        if index == FRAME_TAG + 1:
+            out[len(out) // 2] ^= 0x01
+
+    try:
+        cases = (False, True, False)  # tampered?
+        for i, tampered in enumerate(cases):
+            monkeypatch.setattr(ChunkCodec, "seal", on_the_wire if tampered else seal)
+            dst.data[:] = 0
+            ended = [not t for t in cases[:i + 1]]  # how the source closed each pull: ok, or the lease kept
+            pulled = puller.pull(peer, *order(src_blocks, dst_blocks), verified)
+            if not tampered:
+                await pulled
+                await _until(lambda ended=ended: source.closed == ended)
+                for s, d in zip(src_blocks, dst_blocks):
+                    assert np.array_equal(dst.data[d * block:(d + 1) * block], src.data[s * block:(s + 1) * block])
+                continue
+            with pytest.raises(XferError, match="failed authentication") as failed:
+                await pulled
+            assert failed.value.failure is Failure.DATA_LOSS
+            assert not any(dst.data[d * block:(d + 1) * block].any() for d in dst_blocks[3:])  # the altered chunk's
+            await _until(lambda ended=ended: source.closed == ended)  # the lease is kept
+    finally:
+        monkeypatch.setattr(ChunkCodec, "seal", seal)
+        puller.close()
+        server.close()
+        sealing.close()
+        opening.close()
 
 
 async def _abort_withdraws_scatter_gather_receives(ucx, peer: tuple[str, int], dst: MappedPool) -> None:

@@ -130,7 +130,9 @@ def test_services_wait_for_what_they_depend_on_to_be_healthy(host_doc: dict) -> 
 
 
 def test_every_distserve_service_gets_the_deployment_secret_and_mtls_across_hosts(host_doc: dict) -> None:
-    multi_host = parse(host_doc["services"]["kvxfer"]["command"]).host != "127.0.0.1"  # node addresses: several hosts
+    kvxfer = parse(host_doc["services"]["kvxfer"]["command"])
+    multi_host = kvxfer.host != "127.0.0.1"  # node addresses: several hosts
+    assert (kvxfer.encrypt_kv == "true") == multi_host  # KV pulls encrypted only where they cross hosts
     for name, service in distserve_services(host_doc).items():
         assert service["environment"][SECRET_ENV] == "/run/secrets/distserve_secret", name
         assert set(service["secrets"]) <= host_doc["secrets"].keys()

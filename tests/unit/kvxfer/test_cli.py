@@ -14,6 +14,11 @@ def test_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.host == "127.0.0.1"
 
 
+@pytest.mark.parametrize(("given", "on"), [(["--encrypt-kv", "true"], True), (["--encrypt-kv", "false"], False), ([], False)])
+def test_kv_encryption_is_on_only_when_asked(given: list[str], on: bool) -> None:
+    assert config_from_args(build_parser().parse_args(["kvxfer", *given])).encrypt_kv is on
+
+
 def test_bench_flags() -> None:
     args = build_parser().parse_args(["bench-xfer", "--json", "--quick"])
     assert args.json and args.quick and args.device == "cpu" and callable(args.func)

@@ -19,10 +19,10 @@ from services.kvxfer.orders import (
 BLOCK_IDS = st.lists(st.integers(0, 2**31 - 1), max_size=300)
 
 
-@given(BLOCK_IDS, BLOCK_IDS, st.text(max_size=40), st.booleans(), st.booleans())
+@given(BLOCK_IDS, BLOCK_IDS, st.text(max_size=40), st.booleans(), st.booleans(), st.sampled_from(["", "ab" * 16]))
 def test_an_order_reads_back_as_written(src: list[int], dst: list[int], instance_id: str, checksum: bool,
-                                        pack: bool) -> None:
-    order = PullOrder("9f" * 16, instance_id, src, dst, 65536, checksum, pack)
+                                        pack: bool, pull_id: str) -> None:
+    order = PullOrder("9f" * 16, instance_id, src, dst, 65536, checksum, pack, pull_id)
     buf = np.full(1 << 16, 0xAB, dtype=np.uint8)  # a reused receive buffer: stale bytes after the message
     wire = encode_order(order)
     buf[:len(wire)] = wire
@@ -39,7 +39,7 @@ def test_a_block_id_beyond_int32_is_refused_not_wrapped() -> None:
 def test_a_range_order_reads_back_as_written_from_its_two_messages(parts: list, checksum: bool) -> None:
     order = RangeOrder("lease", "p0", [SourceSpans(pool, np.array([o for o, _ in r], np.int64).reshape(-1),
                                                    np.array([n for _, n in r], np.int64).reshape(-1))
-                                       for pool, r in parts], checksum, pack=True)
+                                       for pool, r in parts], checksum, pack=True, pull_id="cd" * 16)
     buf = np.full(1 << 16, 0xAB, dtype=np.uint8)
     wire = encode_order(order)
     buf[:len(wire)] = wire

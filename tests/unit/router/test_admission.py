@@ -13,6 +13,7 @@ from services.router.admission import (
     Mix,
     RecentMix,
     decide,
+    least_after,
     predict,
     predict_tpot,
     predict_ttft,
@@ -34,7 +35,8 @@ def _prediction(prefill_queue: float, decode_booked: float = 0.0, prompt: int = 
 def test_ttft_is_the_queue_drained_in_batches_then_the_prompt():
     line = MODEL.prefill["prefill@cpu:0"]
     assert predict_ttft(line, 0, 100, 512) == pytest.approx(0.01 + 100 * 1e-4)
-    assert predict_ttft(line, 1000, 100, 512) == pytest.approx(3 * 0.01 + 1100 * 1e-4)  # 3 batches of ≤ 512
+    # 3 batches of whole prompts: 462 tokens each on average (512 less half a prompt), then this one's
+    assert predict_ttft(line, 1000, 100, 512) == pytest.approx(3 * 0.01 + 1100 * 1e-4)
     # booked tokens as requests of this size (200 each), halfway through their outputs, plus this one
     assert predict_tpot(MODEL.decode["decode@cpu:1"], 400, 100, 100) == pytest.approx(0.004 + 3 * 150 * 1e-6 + 3e-3)
 
@@ -55,13 +57,30 @@ def test_the_booked_loads_are_read_as_requests_of_the_recent_mix():
     assert predict_ttft(prefill, 400, 100, 512) == pytest.approx(2 * 0.01 + 500e-4 + 500 * 100 * 1e-6)
 
 
+def test_a_long_queue_of_whole_prompts_drains_in_batches_fuller_by_half_a_prompt_less():
+    line = PrefillCoeffs(0.1, 1e-3, 1e-6)
+    # prompts of mean 200 and mean square 60 000: a queued token belongs to a prompt of 300 on average, so a
+    # batch of whole prompts carries 512 - 150 = 362 tokens and Σ prompt² is 300 per queued token
+    mix = Mix(prompt=200, max_tokens=50, prompt_sq=60_000)
+    assert mix.queued_prompt() == pytest.approx(300)
+    # 3620 queued: 10 batches of 362, then this prompt alone: 11 fixed costs (packed to 512: 8)
+    got = predict_ttft(line, 3620, 100, 512, mix)
+    assert got == pytest.approx(11 * 0.1 + 3720e-3 + (3620 * 300 + 100 * 100) * 1e-6)
+    # 5.92 s: admitted with an SLO of 6 s; refused with 5.5 s, which batches packed to 512 of the mean prompt
+    # (5.25 s) admitted
+    model = FittedModel({"prefill@cpu:0": line}, {})
+    queue = [Candidate("p0", "prefill@cpu:0", 3620)]
+    assert decide(predict(model, queue, [], 100, 1, 512, mix), RequestSLO(ttft_s=6.0), "refuse").admit
+    assert not decide(predict(model, queue, [], 100, 1, 512, mix), RequestSLO(ttft_s=5.5), "refuse").admit
+
+
 def test_a_busy_instances_running_step_counts_only_what_is_left_of_it():
     line = MODEL.prefill["prefill@cpu:0"]
-    # 1000 queued: a step of 512 runs (0.0612 s), then 588 and this prompt's 100 in two batches
+    # 1000 queued: a step of 462 runs (0.0562 s), then 538 and this prompt's 100 in two batches
     whole = predict_ttft(line, 1000, 100, 512)
     assert whole == pytest.approx(3 * 0.01 + 1100e-4)
     assert predict_ttft(line, 1000, 100, 512, running_s=0.05) == pytest.approx(whole - 0.05)
-    assert predict_ttft(line, 1000, 100, 512, running_s=5.0) == pytest.approx(whole - 0.0612)  # overdue: about done
+    assert predict_ttft(line, 1000, 100, 512, running_s=5.0) == pytest.approx(whole - 0.0562)  # overdue: about done
     assert predict_ttft(line, 0, 100, 512, running_s=5.0) == pytest.approx(0.01 + 100e-4)  # idle: nothing runs
     busy = [Candidate("p0", "prefill@cpu:0", 1000, running_s=0.05)]
     assert predict(MODEL, busy, [], 100, 1, 512).ttft_s == pytest.approx(whole - 0.05)
@@ -72,10 +91,10 @@ def test_the_recent_mix_is_a_plain_mean_first_then_weighs_the_latest():
     assert recent.mix() is None and recent.prompt_tokens_per_s() == 0.0
     for t, (prompt, out) in enumerate(((100, 10), (300, 30))):
         recent.add(prompt, out, now=float(t))
-    assert recent.mix() == Mix(200, 20) and recent.prompt_tokens_per_s() == pytest.approx(200.0)  # 1 s apart
+    assert recent.mix() == Mix(200, 20, 50_000) and recent.prompt_tokens_per_s() == pytest.approx(200.0)  # 1 s apart
     recent.add(200, 20, now=1.5)
     recent.add(600, 60, now=2.0)  # weight 1/4 from the fourth on
-    assert recent.mix() == Mix(pytest.approx(300), pytest.approx(30))
+    assert recent.mix() == Mix(pytest.approx(300), pytest.approx(30), pytest.approx(125_000))
     assert recent.gap_s == pytest.approx(2 / 3) and recent.prompt_tokens_per_s() == pytest.approx(450)  # 1, 0.5, 0.5 s
     recent.add(200, 20, now=3600.0)  # an hour idle counts as 10 s
     assert recent.gap_s == pytest.approx(2 / 3 + 0.25 * (10.0 - 2 / 3))
@@ -133,18 +152,42 @@ def test_the_handoff_lies_in_the_first_of_the_intervals_a_tpot_averages():
 
 def test_prompts_arriving_meanwhile_join_this_ones_batch_up_to_its_room():
     line = MODEL.prefill["prefill@cpu:0"]
-    # 1000 queued: a step of 512 running (0.0612 s), then 588 tokens in a full batch (0.0612 s) and one of 76 with
-    # this prompt; the 0.1224 s it waits bring 122.4 tokens at 1000/s, within its room
+    # 1000 queued: a step of 462 running (0.0562 s), then 538 tokens in a batch of 462 (0.0562 s) and one of 76 with
+    # this prompt; the 0.1124 s it waits bring 112.4 tokens at 1000/s, within its room
     whole = predict_ttft(line, 1000, 100, 512)
-    assert predict_ttft(line, 1000, 100, 512, arriving_tps=1000) == pytest.approx(whole + 122.4e-4)
-    # 300 queued (running: 0.04 s); this one's batch has room for 412: 0.04 s x 1000/s brings 40 tokens
+    assert predict_ttft(line, 1000, 100, 512, arriving_tps=1000) == pytest.approx(whole + 112.4e-4)
+    # 300 queued (running: 0.04 s); this one's batch has room for 362: 0.04 s x 1000/s brings 40 tokens
     assert predict_ttft(line, 300, 100, 512, arriving_tps=1000) == pytest.approx(predict_ttft(line, 300, 100, 512) + 40e-4)
-    assert predict_ttft(line, 300, 100, 512, arriving_tps=1e6) == pytest.approx(predict_ttft(line, 300, 100, 512) + 412e-4)
+    assert predict_ttft(line, 300, 100, 512, arriving_tps=1e6) == pytest.approx(predict_ttft(line, 300, 100, 512) + 362e-4)
     assert predict_ttft(line, 0, 100, 512, arriving_tps=1e6) == pytest.approx(0.01 + 100e-4)  # idle: starts at once
     # two prefill instances share the arrivals: half of them join here
     two = [Candidate("p0", "prefill@cpu:0", 300), Candidate("p1", "prefill@cpu:0", 900)]
     assert predict(MODEL, two, [], 100, 1, 512, arriving_tps=2000).ttft_s == pytest.approx(
         predict_ttft(line, 300, 100, 512, arriving_tps=1000))
+
+
+def test_prompts_waiting_at_the_router_for_a_slot_are_ahead_of_a_newcomer():
+    line = MODEL.prefill["prefill@cpu:0"]
+    # nothing booked on the instance, 3000 prompt tokens admitted but waiting for max_inflight: they are
+    # dispatched first, so the newcomer waits as behind a queue of 3000 (380 ms > 200 ms: refused)
+    waited = predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512, waiting=3000)
+    assert waited.ttft_s == pytest.approx(predict_ttft(line, 3000, 100, 512)) and waited.prefill_queue == 3000
+    assert not decide(waited, SLO, "refuse").admit
+    assert decide(predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512), SLO, "refuse").admit
+    # a short wait still admits: 300 tokens ahead (0.08 s with this prompt)
+    short = predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512, waiting=300)
+    assert short.ttft_s == pytest.approx(predict_ttft(line, 300, 100, 512)) and decide(short, SLO, "refuse").admit
+
+
+def test_waiting_prompts_fill_the_least_loaded_prefill_instances_first():
+    assert least_after([600.0, 0.0], 400) == pytest.approx(400)  # all onto the idle one, still the lesser
+    assert least_after([600.0, 0.0], 1000) == pytest.approx(800)  # 600 to level them, then 200 each
+    assert least_after([0.0, 0.0, 900.0], 600) == pytest.approx(300)
+    assert least_after([], 600) == 600
+    two = [Candidate("p0", "prefill@cpu:0", 600), Candidate("p1", "prefill@cpu:0", 0)]
+    got = predict(MODEL, two, [], 100, 1, 512, waiting=1000)
+    line = MODEL.prefill["prefill@cpu:0"]
+    assert got.ttft_s == pytest.approx(predict_ttft(line, 800, 100, 512)) and got.prefill_instance == "p1"
 
 
 def test_the_least_loaded_instance_of_each_role_is_predicted_for():
@@ -160,7 +203,7 @@ def test_the_decision_costs_well_under_a_millisecond():
     costs = []
     for _ in range(2000):
         began = time.perf_counter()
-        decide(predict(MODEL, prefill, decode, 200, 64, 512), SLO, "refuse")
+        decide(predict(MODEL, prefill, decode, 200, 64, 512, Mix(200, 64), 800.0, waiting=2000), SLO, "refuse")
         costs.append(time.perf_counter() - began)
     assert statistics.median(costs) < 1e-4  # 16 instances of each role, on a shared core
 

@@ -1,9 +1,11 @@
-"""Predicted against measured: the error histograms and the attainment over the last window."""
+"""Predicted against measured: the error histograms, the attainment over the last window, the records."""
 
 from prometheus_client import REGISTRY
 
+from services.common.sampling import SamplingParams
 from services.router import slo_metrics
 from services.router.admission import Prediction
+from services.router.request import RouterRequest
 from services.router.slo import RequestSLO
 
 
@@ -31,3 +33,11 @@ def test_errors_are_measured_minus_predicted():
     before = [_bucket(*e) for e in edges]
     slo_metrics.observe(Prediction(0.1, 0.02), 0.13, 0.015)  # TTFT +30 ms, TPOT −5 ms
     assert [_bucket(*e) - b for e, b in zip(edges, before)] == [0, 1, 0, 1]
+
+
+def test_the_request_record_carries_the_prediction_for_later_comparison():
+    req = RouterRequest("r1", [1, 2, 3], SamplingParams(), prediction=Prediction(0.25, None, "p0", "d0", 1200.0))
+    record = req.record(1, "disagg")
+    assert (record["predicted_ttft"], record["predicted_prefill_queue"]) == (0.25, 1200.0)
+    assert "predicted_tpot" not in record  # nothing predicted: no field (a stream's values are never None)
+    assert not any(k.startswith("predicted_") for k in RouterRequest("r2", [1], SamplingParams()).record(1, "disagg"))
