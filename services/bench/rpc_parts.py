@@ -53,8 +53,10 @@ VARIANTS = (
 )
 
 
-def _server_env(check: bool, tls: bool, secret: str, certs: dict[str, str]) -> dict[str, str]:
-    return {SECRET_ENV: secret if check else "", **{var: certs[var] if tls else "" for var in TLS_ENV.values()}}
+def _env(with_secret: bool, with_certs: bool, secret: str, certs: dict[str, str]) -> dict[str, str]:
+    """The environment of a kvxfer or a client: the secret file and the certificates, each set or emptied."""
+    return {SECRET_ENV: secret if with_secret else "",
+            **{var: certs[var] if with_certs else "" for var in TLS_ENV.values()}}
 
 
 def _cpu_ns(pid: int) -> int:
@@ -84,6 +86,7 @@ class Times:
 
 
 async def measure(rounds: int, calls: int, say) -> Times:
+    """Every variant's times in every round; the four kvxfers are started here and stopped at the end."""
     with tempfile.TemporaryDirectory(prefix="distserve-bench-rpc-") as folder:
         certs = Authority("bench-rpc").issue(Path(folder) / "tls", "node")
         secret = str(ensure_secret(Path(folder) / "secret"))
@@ -92,11 +95,11 @@ async def measure(rounds: int, calls: int, say) -> Times:
         try:
             for check in (False, True):
                 for tls in (False, True):
-                    with scoped_env(_server_env(check, tls, secret, certs)):
+                    with scoped_env(_env(check, tls, secret, certs)):
                         servers[check, tls] = await start_local_kvxfer(quiet=True)
             for v in VARIANTS:
                 # The client's environment: the token when it sends one, certificates when it dials TLS.
-                with scoped_env(_server_env(v.token, v.tls and not v.socket, secret, certs)):
+                with scoped_env(_env(v.token, v.tls and not v.socket, secret, certs)):
                     clients[v.name] = KVXferClient(servers[v.check, v.tls].address, local=v.socket)
             pids = {v.name: servers[v.check, v.tls].proc.pid for v in VARIANTS}
             for v in VARIANTS:  # connect (and handshake) before timing
