@@ -28,6 +28,10 @@ def _bench_router(args: argparse.Namespace) -> int:
 
 
 def _bench_security(args: argparse.Namespace) -> int:
+    if args.rpc_parts:
+        from services.bench.rpc_parts import run_rpc_parts
+
+        return run_rpc_parts(args.rounds, args.rpc_calls)
     from services.bench.security_cost import run_security_bench
     from services.engine.presets import resolve_model
 
@@ -58,9 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = subparsers.add_parser("bench-security", help="router per-token latency, same- and cross-host pulls and one "
                               "kvxfer RPC with authentication and TLS off vs on, interleaved in one run")
     s.add_argument("--model", default=None, help="model folder or preset (default small-llama)")
-    s.add_argument("--rounds", type=int, default=8, help="rounds; each measures both sides, in alternating order")
+    s.add_argument("--rounds", type=int, default=16, help="rounds; each measures both sides, the first alternating "
+                   "(more rounds: a narrower interval)")
     s.add_argument("--tokens", type=int, default=32, help="tokens of the router's request in each round")
     s.add_argument("--rpc-calls", type=int, default=200, help="unary kvxfer RPCs per round and side")
     s.add_argument("--device", default="cpu", help="where the pulls' pools live: cpu, or cuda:N (CUDA IPC)")
     s.add_argument("--stack-devices", default="cpu:0,cpu:1", help="the prefill's and the decode's device, in each stack")
+    s.add_argument("--rpc-parts", action="store_true", help="only the unary kvxfer RPC, one security part at a time "
+                   "(token sent, token checked, mutual TLS; same-host socket and TCP): no stack, no model")
     s.set_defaults(func=_bench_security)

@@ -36,6 +36,7 @@ class Point:
     fitted_attainment: float | None = None  # ... with the model fitted to served steps, plus the path's overheads
     replayed_attainment: float | None = None  # ... as fitted, but to this point's own served steps (not a prediction)
     served_fit: dict[str, float] = field(default_factory=dict)  # the latency model fitted to this point's steps
+    prefill_steps: list[tuple[int, int, int, float, float]] = field(default_factory=list)  # ... its prefill steps
     runs: int = 1  # runs of the same requests pooled in this point (--repeats)
     live: list[dict] = field(default_factory=list)  # per run: the router's live model errors (`live.py`, --overload)
 

@@ -21,7 +21,7 @@ from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, r
 from services.bench.overload import REFUSE_ENV, OverloadPoint, admission_env, overload_point, slo_metadata
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
-from services.bench.served import joins_of, loaded_overheads, path_overheads
+from services.bench.served import joins_of, loaded_overheads, path_overheads, prefill_rows
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import fixed_rates_goodput, goodput_search, pooled_runs
 from services.bench.workload import BenchWorkload, Sample
@@ -166,6 +166,7 @@ class Calibration:
     began: float  # unix seconds: the fitted model learns from the steps served from then on
     fit: ServedFit  # the model fitted to the load's steps
     joins: Counter[float]  # requests that joined each decode step of the load (`joins_of`)
+    prefill_steps: list[tuple[int, int, int, float, float]]  # the load's prefill steps (`prefill_rows`)
 
 
 def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profiled: TPCoefficients,
@@ -180,7 +181,7 @@ def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profile
     steps = served_steps(served.redis_url, began)
     joins = joins_of(results)
     fit = fit_steps(steps, profiled, joins)
-    return Calibration(loaded_overheads(lone, results, steps, fit.join_s), began, fit, joins)
+    return Calibration(loaded_overheads(lone, results, steps, fit.join_s), began, fit, joins, prefill_rows(steps))
 
 
 def served_fit(served: Served, since: float, profiled: TPCoefficients, joins: Counter[float]) -> ServedFit:
@@ -269,7 +270,7 @@ class Bench:
                     fit_since, joins = calib.began, Counter(calib.joins)
                     predictors["fitted"] = predictors["simulated"].fitted(calib.fit.coeffs, calib.overheads)
                     calibration |= {"calibration_rate": self.calibration_rate, "served_fit": calib.fit.as_dict(),
-                                    "overheads": calib.overheads.as_dict()}
+                                    "overheads": calib.overheads.as_dict(), "prefill_steps": calib.prefill_steps}
                 for wl in self.cfg.workloads:
                     result = self.measure(served, wl, predictors, fit_since, joins)
                     result.lone, result.calibration = warm.served_lone(), calibration
@@ -337,8 +338,9 @@ class Bench:
             for kind, predictor in predictors.items():
                 setattr(point, f"{kind}_attainment", predictor.attainment(part, rate, slo))
             if "fitted" in predictors:  # the simulator on the point's own served step costs (a diagnostic)
-                own = fit_steps(served_steps(served.redis_url, began), profiled, handed)
-                point.served_fit = own.as_dict()
+                steps = served_steps(served.redis_url, began)
+                own = fit_steps(steps, profiled, handed)
+                point.served_fit, point.prefill_steps = own.as_dict(), prefill_rows(steps)
                 fitted = predictors["fitted"]
                 serving = replace(fitted.serving, join=own.join_s)
                 point.replayed_attainment = fitted.fitted(own.coeffs, serving).attainment(part, rate, slo)

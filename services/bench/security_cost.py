@@ -3,27 +3,30 @@
 Two worlds side by side: "off" (no deployment secret, plaintext everywhere, no API key) and "on" (a fresh
 deployment secret: tokens on every internal RPC, kvxfer owner checks, the UCX hello, Redis's password; mutual
 TLS on every internal gRPC link; an API key and TLS on the router's client port). Each world has its own
-stack (router, 1 prefill, 1 decode) and its own pair of kvxfer processes (two "hosts" on loopback); every
-round measures both, in alternating order, so both see the same machine load:
+stack (router, 1 prefill, 1 decode) and its own pair of kvxfer processes (two "hosts" on loopback). Every
+round measures both, the first side alternating, and keeps one figure per side:
 
-- the router's time per streamed token, and what it adds over calling prefill and decode directly;
-- bench-xfer's pulls, same-host (one kvxfer) and cross-host (two kvxfers, UCX over TCP): the pull's wall
-  time seen by the caller (gRPC included), for a few sizes;
-- one unary kvxfer RPC.
+- the router's time per streamed token (the median gap between tokens of two requests per side, ABBA order),
+  and the same for the request made by calling prefill and decode directly; what the router adds is the
+  difference;
+- bench-xfer's pulls, same-host (one kvxfer) and cross-host (two kvxfers, UCX over TCP): the median wall time
+  seen by the caller (gRPC included) of the round's pulls, for a few sizes;
+- one unary kvxfer RPC (the mean of a batch).
 
-Certificates are self-signed, made for the run (services/bench/self_signed.py).
+Each figure is the median over rounds; on/off is the median of the per-round ratios, with a 95% bootstrap
+interval over rounds (intervals.py): the goal (on/off <= 1.05) is resolved when the interval's upper end is
+below it. Certificates are self-signed, made for the run (services/bench/self_signed.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +35,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from services.bench.intervals import paired_difference, paired_ratio
 from services.bench.router import direct, via_router
+from services.bench.scoped_env import scoped_env
 from services.bench.self_signed import Authority
 from services.bench.xfer import KB, MB
 from services.common.api_keys import add_key
@@ -65,23 +70,13 @@ class World:
     stack: Stack | None = None
     kvxfers: list[LocalKVXfer] = field(default_factory=list)
     pools: list[KVPool] = field(default_factory=list)
-    times: dict[str, list[float]] = field(default_factory=dict)
+    rounds: dict[str, list[float]] = field(default_factory=dict)  # one value per figure and round
 
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        before = {key: os.environ.get(key) for key in self.env}
-        os.environ.update(self.env)
-        try:
-            yield
-        finally:
-            for key, value in before.items():
-                if value is None:
-                    os.environ.pop(key)
-                else:
-                    os.environ[key] = value
+    def active(self) -> AbstractContextManager[None]:
+        return scoped_env(self.env)
 
-    def record(self, what: str, seconds: float | list[float]) -> None:
-        self.times.setdefault(what, []).extend(seconds if isinstance(seconds, list) else [seconds])
+    def record(self, what: str, seconds: float) -> None:
+        self.rounds.setdefault(what, []).append(seconds)
 
 
 def _worlds(folder: Path) -> tuple[World, World]:
@@ -131,22 +126,35 @@ async def _run(worlds: tuple[World, World], rounds: int, tokens: int, rpc_calls:
         say("warming up")
         for world in worlds:
             router, prefill, decode, metadata, (src, same, cross) = dialed[world.name]
-            await via_router(router, PROMPT, 8, metadata)
-            await direct(prefill, decode, PROMPT, 8, -1)
+            for _ in range(2):
+                await via_router(router, PROMPT, tokens, metadata)
+                await direct(prefill, decode, PROMPT, tokens, -1)
             for size in SIZES:
                 await _pull_seconds(src, same, "d0", size // LAYOUT.block_bytes, random.Random(0))
                 await _pull_seconds(src, cross, "d1", size // LAYOUT.block_bytes, random.Random(0))
         rng = random.Random(0)
         for r in range(rounds):
             say(f"round {r + 1}/{rounds}")
-            for world in worlds if r % 2 == 0 else worlds[::-1]:
-                router, prefill, decode, metadata, (src, same, cross) = dialed[world.name]
-                world.record("router", await via_router(router, PROMPT, tokens, metadata))
-                world.record("direct", await direct(prefill, decode, PROMPT, tokens, r))
+            first, second = worlds if r % 2 == 0 else worlds[::-1]
+            # The token streams in ABBA order: a load that drifts during the round weighs on both sides alike.
+            gaps: dict[tuple[str, str], list[float]] = {}
+            for how in ("router", "direct"):
+                for world in (first, second, second, first):
+                    router, prefill, decode, metadata, _ = dialed[world.name]
+                    gaps.setdefault((world.name, how), []).extend(
+                        await via_router(router, PROMPT, tokens, metadata) if how == "router"
+                        else await direct(prefill, decode, PROMPT, tokens, r))
+            for world in (first, second):
+                _, _, _, _, (src, same, cross) = dialed[world.name]
+                for how in ("router", "direct"):  # the median gap: robust to a stall of the host, which either side may draw
+                    world.record(how, statistics.median(gaps[world.name, how]))
                 for size in SIZES:
+                    pulls: dict[str, list[float]] = {"same": [], "cross": []}
                     for _ in range(max(1, 4 * MB // size)):
-                        world.record(f"same {size}", await _pull_seconds(src, same, "d0", size // LAYOUT.block_bytes, rng))
-                        world.record(f"cross {size}", await _pull_seconds(src, cross, "d1", size // LAYOUT.block_bytes, rng))
+                        pulls["same"].append(await _pull_seconds(src, same, "d0", size // LAYOUT.block_bytes, rng))
+                        pulls["cross"].append(await _pull_seconds(src, cross, "d1", size // LAYOUT.block_bytes, rng))
+                    for path, seconds in pulls.items():
+                        world.record(f"{path} {size}", statistics.median(seconds))
                 start = time.perf_counter()
                 for _ in range(rpc_calls):
                     await src.stats()
@@ -178,26 +186,27 @@ async def _dialed(worlds: tuple[World, World], device: torch.device) -> AsyncIte
 
 
 def _table(off: World, on: World, rounds: int, tokens: int) -> Table:
-    table = Table(title=f"security off vs on: {rounds} interleaved rounds (router: one request of {tokens} tokens "
-                        "per round and side)")
-    for name in ("figure", "off", "on", "on/off"):
+    table = Table(title=f"security off vs on: {rounds} interleaved rounds (router and direct: 2 requests of {tokens} "
+                        "tokens per round and side, ABBA); medians over rounds; on/off paired per round, 95% interval")
+    for name in ("figure", "off", "on", "on/off [95% interval]"):
         table.add_column(name, justify="left" if name == "figure" else "right", no_wrap=True)
 
-    def row(name: str, a: float, b: float, unit: str) -> None:
-        table.add_row(name, f"{a:.3f} {unit}", f"{b:.3f} {unit}", f"{b / a:.3f}" if a else "")
+    def row(name: str, key: str, scale: float, unit: str) -> None:
+        a, b = off.rounds[key], on.rounds[key]
+        table.add_row(name, f"{scale * statistics.median(a):.3f} {unit}", f"{scale * statistics.median(b):.3f} {unit}",
+                      paired_ratio(a, b).text())
 
-    ms = {w.name: {k: 1e3 * statistics.mean(v) for k, v in w.times.items() if k in ("router", "direct")} for w in (off, on)}
-    row("router: ms per token (mean gap)", ms["off"]["router"], ms["on"]["router"], "ms")
-    row("direct prefill+decode: ms per token", ms["off"]["direct"], ms["on"]["direct"], "ms")
-    row("router adds per token", ms["off"]["router"] - ms["off"]["direct"], ms["on"]["router"] - ms["on"]["direct"], "ms")
+    row("router: ms per token (median gap)", "router", 1e3, "ms")
+    row("direct prefill+decode: ms per token", "direct", 1e3, "ms")
+    adds = {w.name: [a - b for a, b in zip(w.rounds["router"], w.rounds["direct"])] for w in (off, on)}
+    table.add_row("router adds per token (on - off, ms)", f"{1e3 * statistics.median(adds['off']):.3f} ms",
+                  f"{1e3 * statistics.median(adds['on']):.3f} ms",
+                  paired_difference(adds["off"], adds["on"]).text(scale=1e3) + " ms")
     for path in ("same", "cross"):
         for size in SIZES:
-            key = f"{path} {size}"
             label = f"{size // MB} MB" if size >= MB else f"{size // KB} KB"
-            row(f"{path}-host pull {label}: median wall ms", 1e3 * statistics.median(off.times[key]),
-                1e3 * statistics.median(on.times[key]), "ms")
-    row("unary kvxfer RPC (Stats): median us", 1e6 * statistics.median(off.times["rpc"]),
-        1e6 * statistics.median(on.times["rpc"]), "us")
+            row(f"{path}-host pull {label}: median wall ms", f"{path} {size}", 1e3, "ms")
+    row("unary kvxfer RPC (Stats): us", "rpc", 1e6, "us")
     return table
 
 

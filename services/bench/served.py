@@ -85,3 +85,9 @@ def loaded_overheads(lone: ServingOverheads, results: list[RequestResult], steps
     if handed:
         hops["join"] = join_s
     return replace(lone, **hops)
+
+
+def prefill_rows(steps: list[StepRecord]) -> list[tuple[int, int, int, float, float]]:
+    """The prefill steps as results.json keeps them, (prompts, tokens, Σ prompt², start unix s, seconds), so that
+    a fit can be replayed offline on any part of a run (the calibration's, a point's)."""
+    return [(s.seqs, s.tokens, s.sum_sq, round(s.start, 4), round(s.seconds, 5)) for s in steps if s.kind == "prefill"]

@@ -55,11 +55,15 @@ class TokenCheck(grpc.aio.ServerInterceptor):
         return refusal(handler, grpc.StatusCode.UNAUTHENTICATED, "missing or invalid deployment token")
 
     def valid(self, metadata) -> bool:
-        fields = dict(metadata or ())
-        principal, presented = fields.get(PRINCIPAL_KEY, ""), fields.get(TOKEN_KEY, "")
-        if not isinstance(principal, str) or not isinstance(presented, str):
+        principal = presented = ""
+        for key, value in metadata or ():  # a loop, not a dict per call: this runs on every internal RPC
+            if key == TOKEN_KEY:
+                presented = value
+            elif key == PRINCIPAL_KEY:
+                principal = value
+        if not principal or not isinstance(principal, str) or not isinstance(presented, str):
             return False
-        return bool(principal) and hmac.compare_digest(self._expected(principal), presented)
+        return hmac.compare_digest(self._expected(principal), presented)
 
 
 def refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:

@@ -58,6 +58,11 @@ def test_quick_comparison_reports_consistent_points(tiny_llama_dir, tmp_path):
             # a fit from one size keeps the profiled decode terms (decode_steps 0)
             assert overheads["to_decode"] == overheads["reserve"] == overheads["admit"] == overheads["join"] == 0.0
         assert all(set(p["stages"]) >= ({"prefill", "transfer", "decode"} if disagg else {"prefill", "decode"}) for p in points)
+        # the prefill steps kept (those the fit took, where it fitted them)
+        assert len(result["calibration"]["prefill_steps"]) >= fit["prefill_steps"]
+        assert all(len(p["prefill_steps"]) >= p["served_fit"]["prefill_steps"] for p in points)
+        if disagg:  # prefill steps only
+            assert len(result["calibration"]["prefill_steps"]) == fit["prefill_steps"] > 0
     assert set(doc["ratios"]["chatbot"]) == {"disagg/colocated", "disagg/chunked"}
     assert len(doc["simulator_error"]) == sum(len(r["points"]) for r in doc["results"])
     for name in ("chatbot-attainment.png", "chatbot-breakdown.png"):

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from services.bench.loadgen import RequestResult
-from services.bench.served import joins_of, loaded_overheads, path_overheads
+from services.bench.served import joins_of, loaded_overheads, path_overheads, prefill_rows
 from services.common.stamps import Lifetime
 from services.engine.step_log import StepRecord
 from services.planner.serving import ServingOverheads
@@ -73,3 +73,10 @@ def test_the_hand_offs_of_a_load_are_its_disaggregated_requests_by_decode_step()
                for r, life in (("a", handed), ("b", handed), ("c", colocated))]
     results.append(RequestResult("d", 10, error="UNAVAILABLE: gone", lifetime=handed))
     assert joins_of(results) == Counter({1.03: 2})
+
+
+def test_results_keep_the_prefill_steps_only_with_their_shape_start_and_cost():
+    steps = [StepRecord("prefill", 2, 300, 45000, 300, 1700000000.123456, 0.5123456),
+             StepRecord("decode", 3, 3, 3, 900, 1700000000.7, 0.02),
+             StepRecord("mixed", 2, 120, 10001, 400, 1700000000.8, 0.2)]
+    assert prefill_rows(steps) == [(2, 300, 45000, 1700000000.1235, 0.51235)]
