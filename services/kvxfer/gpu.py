@@ -28,6 +28,20 @@ extern "C" __global__ void copy_blocks(char* dst, const long long* dst_ids, cons
     }
 }
 """, "copy_blocks")
+# Grid rows walk the ranges of a re-sharding pull (or of a frame packed or unpacked), columns their 16-byte words.
+_COPY_SPANS = cupy.RawKernel(r"""
+extern "C" __global__ void copy_spans(char* dst, const long long* dst_at, const char* src, const long long* src_at,
+                                      const long long* words, long long n) {
+    for (long long r = blockIdx.y; r < n; r += gridDim.y) {
+        uint4* d = reinterpret_cast<uint4*>(dst + dst_at[r]);
+        const uint4* s = reinterpret_cast<const uint4*>(src + src_at[r]);
+        for (long long w = blockIdx.x * (long long)blockDim.x + threadIdx.x; w < words[r];
+             w += (long long)gridDim.x * blockDim.x) {
+            d[w] = s[w];
+        }
+    }
+}
+""", "copy_spans")
 THREADS = 256
 
 
@@ -74,6 +88,50 @@ def copy_blocks(dst: cupy.ndarray, dst_ids: Sequence[int], src: cupy.ndarray, sr
         _COPY_BLOCKS(grid, (THREADS,), (dst, ids[0], src, ids[1], np.int64(n), np.int64(words)))
         cupy.cuda.get_current_stream().synchronize()
     return True
+
+
+def copy_spans(dst: cupy.ndarray, dst_at: Sequence[int], src: cupy.ndarray, src_at: Sequence[int],
+               lengths: Sequence[int]) -> bool:
+    """Copy lengths[i] bytes at src_at[i] of src to dst_at[i] of dst in one kernel launch, and wait for it.
+
+    False (nothing copied) unless both arrays are on one device and every address and length is a multiple of
+    16 bytes: copy by views."""
+    at = np.array([dst_at, src_at, lengths], np.int64).reshape(3, -1)
+    if dst.device.id != src.device.id or (at % WORD).any() or dst.data.ptr % WORD or src.data.ptr % WORD:
+        return False
+    if not at.shape[1]:
+        return True
+    at[2] //= WORD
+    with cupy.cuda.Device(dst.device.id):
+        spans = cupy.asarray(at)  # one host-to-device copy
+        grid = (min(-(-int(at[2].max()) // THREADS), 1024), min(at.shape[1], 65535))
+        _COPY_SPANS(grid, (THREADS,), (dst, spans[0], src, spans[1], spans[2], np.int64(at.shape[1])))
+        cupy.cuda.get_current_stream().synchronize()
+    return True
+
+
+def pack(pool: cupy.ndarray, offsets: Sequence[int], lengths: Sequence[int], packed_at: np.ndarray,
+         out: np.ndarray) -> bool:
+    """Gather the pool's ranges back to back (at packed_at) into host buffer out: one kernel into a device
+    staging buffer, one copy to the host. False (nothing copied) where copy_spans declines."""
+    total = int(packed_at[-1] + lengths[-1]) if len(lengths) else 0
+    with cupy.cuda.Device(pool.device.id):
+        staging = cupy.empty(total, cupy.uint8)
+    if not copy_spans(staging, packed_at, pool, offsets, lengths):
+        return False
+    staging.data.copy_to_host(ctypes.c_void_p(out.ctypes.data), total)
+    return True
+
+
+def unpack(pool: cupy.ndarray, offsets: Sequence[int], lengths: Sequence[int], packed_at: np.ndarray,
+           buf: np.ndarray) -> bool:
+    """Scatter host buffer buf (ranges back to back at packed_at) into the pool's ranges: one copy to the device,
+    one kernel. False (nothing copied) where copy_spans declines."""
+    total = int(packed_at[-1] + lengths[-1]) if len(lengths) else 0
+    with cupy.cuda.Device(pool.device.id):
+        staging = cupy.empty(total, cupy.uint8)
+        staging.data.copy_from_host(ctypes.c_void_p(buf.ctypes.data), total)
+    return copy_spans(pool, offsets, staging, packed_at, lengths)
 
 
 def copy_views(dst_views: Sequence, src_views: Sequence) -> None:

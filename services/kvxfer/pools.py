@@ -76,7 +76,10 @@ class PoolRanges:
         """Copy ranges first..first+count-1 into buf, back to back."""
         lengths = self.lengths[first:first + count]
         if self.pool.on_gpu:
-            copy_views(_slices(buf, lengths), self._views(first, count))
+            from services.kvxfer import gpu
+
+            if not gpu.pack(self.pool.data, self.offsets[first:first + count], lengths, _packed_offsets(lengths), buf):
+                copy_views(_slices(buf, lengths), self._views(first, count))
         else:
             copy_all(buf.ctypes.data, _packed_offsets(lengths), self._base, self.offsets[first:first + count], lengths)
 
@@ -84,7 +87,10 @@ class PoolRanges:
         """Copy buf, back to back, into ranges first..first+count-1."""
         lengths = self.lengths[first:first + count]
         if self.pool.on_gpu:
-            copy_views(self._views(first, count), _slices(buf, lengths))
+            from services.kvxfer import gpu
+
+            if not gpu.unpack(self.pool.data, self.offsets[first:first + count], lengths, _packed_offsets(lengths), buf):
+                copy_views(self._views(first, count), _slices(buf, lengths))
         else:
             copy_all(self._base, self.offsets[first:first + count], buf.ctypes.data, _packed_offsets(lengths), lengths)
 

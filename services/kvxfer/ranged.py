@@ -1,6 +1,7 @@
 """Pulls by explicit byte ranges (re-sharding between TP/PP layouts): the puller computes the ranges, kvxfer
-checks they read only leased blocks of pools the lease's instance owns, and copies them (host pools; across
-hosts the source kvxfer checks its side and sends the ranges over UCX, core.py).
+checks they read only leased blocks of pools the lease's instance owns, and copies them (host pools by one C loop,
+device pools by one kernel launch per pool pair; across hosts the source kvxfer checks its side and sends the
+ranges over UCX, packed into frames, core.py).
 
 Ranges travel and are checked as int64 arrays: no Python object per range.
 """
@@ -53,10 +54,10 @@ def checked_pools(pools: dict[str, MappedPool], c: RangeCopy, owner: str,
 
 def checked_source(pools: dict[str, MappedPool], pool_id: str, offsets: np.ndarray, lengths: np.ndarray, owner: str,
                    leased: list[int]) -> MappedPool:
-    """The source pool, once it is a host pool `owner` owns and every block each range touches is leased (a range
+    """The source pool, once `owner` owns it and every block each range touches is leased (a range
     may run over several blocks: a run of them on both sides); the source kvxfer checks this itself on a
     cross-host pull."""
-    src = _host_pool(pools, pool_id, offsets, lengths)
+    src = _registered_pool(pools, pool_id, offsets, lengths)
     if src.leased_by != owner:
         raise XferError(Failure.BAD_REQUEST, f"pool {pool_id} is not covered by the leases of {owner}")
     if len(lengths) == 0:
@@ -72,19 +73,18 @@ def checked_source(pools: dict[str, MappedPool], pool_id: str, offsets: np.ndarr
 
 def checked_destination(pools: dict[str, MappedPool], pool_id: str, offsets: np.ndarray,
                         lengths: np.ndarray) -> MappedPool:
-    """The destination pool, once it is a host pool that holds every range."""
-    dst = _host_pool(pools, pool_id, offsets, lengths)
+    """The destination pool, once it holds every range."""
+    dst = _registered_pool(pools, pool_id, offsets, lengths)
     if len(lengths) and (offsets + lengths).max() > dst.layout.pool_bytes:
         raise XferError(Failure.BAD_REQUEST, f"{pool_id}: ranges past the end of the pool")
     return dst
 
 
-def _host_pool(pools: dict[str, MappedPool], pool_id: str, offsets: np.ndarray, lengths: np.ndarray) -> MappedPool:
+def _registered_pool(pools: dict[str, MappedPool], pool_id: str, offsets: np.ndarray,
+                     lengths: np.ndarray) -> MappedPool:
     pool = pools.get(pool_id)
     if pool is None:
         raise XferError(Failure.BAD_REQUEST, f"pool {pool_id} is not registered here")
-    if pool.on_gpu:
-        raise XferError(Failure.BAD_REQUEST, "re-sharding pulls between device pools are not supported yet")
     if len(offsets) != len(lengths):
         raise XferError(Failure.BAD_REQUEST, f"{pool_id}: offset and length arrays differ in size")
     if len(lengths) and (lengths.min() <= 0 or offsets.min() < 0):
@@ -107,8 +107,11 @@ def absolute_spans(pairs: list[tuple[MappedPool, MappedPool]], copies: list[Rang
 
 async def copy_in_pieces(pairs: list[tuple[MappedPool, MappedPool]], copies: list[RangeCopy], piece_bytes: int) -> None:
     """Copies every range (the C loop, GIL released) in pieces of about `piece_bytes`, yielding in between; a
-    cancelled pull stops between pieces. Without a C compiler: a memmove per range."""
+    cancelled pull stops between pieces. Without a C compiler: a memmove per range. Device pools: `copy_device`."""
     if not copies:
+        return
+    if any(s.on_gpu or d.on_gpu for s, d in pairs):
+        copy_device(pairs, copies)
         return
     dst, src, length = absolute_spans(pairs, copies)
     kernel = spans_kernel()
@@ -126,6 +129,18 @@ async def copy_in_pieces(pairs: list[tuple[MappedPool, MappedPool]], copies: lis
         else:
             for d, s, n in zip(dst[lo:hi].tolist(), src[lo:hi].tolist(), length[lo:hi].tolist()):
                 ctypes.memmove(d, s, n)
+
+
+def copy_device(pairs: list[tuple[MappedPool, MappedPool]], copies: list[RangeCopy]) -> None:
+    """Copies where a pool is in device memory: one kernel launch per copy between pools on one GPU
+    (gpu.copy_spans); between a GPU and the host, or two GPUs, a device copy per range."""
+    from services.kvxfer import gpu
+
+    for (src, dst), c in zip(pairs, copies):
+        if src.on_gpu and dst.on_gpu and gpu.copy_spans(dst.data, c.dst, src.data, c.src, c.length):
+            continue
+        gpu.copy_views(PoolRanges(dst, c.dst.tolist(), c.length.tolist()).views(),
+                       PoolRanges(src, c.src.tolist(), c.length.tolist()).views())
 
 
 def ranges_crc(pairs: list[tuple[MappedPool, MappedPool]], copies: list[RangeCopy], side: str) -> int:

@@ -1,6 +1,6 @@
 """The GPU path: pools in device memory shared with kvxfer by CUDA IPC, copied on the device inside a host and
-sent from device memory over UCX across hosts; pulls between a GPU pool and a host pool either way. Byte-exact,
-random blocks, CRC32 checked. Runs only where torch sees a GPU and cupy imports (scripts/gpu_check.sh)."""
+sent from device memory over UCX across hosts; pulls between a GPU pool and a host pool either way; re-sharding
+pulls between GPU pools. Byte-exact, random blocks, CRC32 checked. Runs only where torch sees a GPU and cupy imports (scripts/gpu_check.sh)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,11 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from services.common.kv_layout import HEAD_AXIS, KVLayout
+from services.decode.reshard import reshard_copies
+from services.engine.kv_pool import KVPool
+from services.engine.parallel.shard import Span
+from services.instance.kv_shards import PoolShard
 from tests.integration.kvxfer.conftest import LAYOUT
 
 pytest.importorskip("cupy", reason="the GPU path needs cupy (the gpu extra)")
@@ -24,8 +29,6 @@ def pool_on(make_pool) -> Iterator:
     def make(instance_id: str, device: str, fill: bool = True):
         if device == "cpu":
             return make_pool(instance_id, fill=fill)
-        from services.engine.kv_pool import KVPool
-
         pool = KVPool(LAYOUT, torch.device("cuda:0"))
         if fill:
             pool.tensor.copy_(torch.randn(LAYOUT.shape))
@@ -72,3 +75,31 @@ async def test_cross_host_pulls_are_byte_exact(start_kvxfer, clients, pool_on, s
     await a.register_pool("p0", src)
     await b.register_pool("d0", dst)
     await _pull_each(a, b, src, dst, 5, "cross-host")
+
+
+@pytest.mark.parametrize("hosts", ["same-host", "cross-host"])
+async def test_resharding_pulls_between_gpu_pools_are_byte_exact(start_kvxfer, clients, hosts) -> None:
+    """A TP 2 prefill's two rank pools (one KV head each) into one decode pool holding both heads, all on the GPU:
+    one kernel launch per pool pair on one host, frames packed and unpacked on the device across hosts."""
+    half = KVLayout(LAYOUT.num_blocks, LAYOUT.num_layers, LAYOUT.block_size, 1, LAYOUT.head_dim)
+    source = clients((await start_kvxfer()).address)
+    puller = source if hosts == "same-host" else clients((await start_kvxfer()).address)
+    ranks = [KVPool(half, torch.device("cuda:0")) for _ in range(2)]
+    for pool in ranks:
+        pool.tensor.copy_(torch.randn(half.shape))
+    dst = KVPool(LAYOUT, torch.device("cuda:0"))
+    await source.register_pool("p0", ranks[0])
+    await source.register_pool("p0.r1", ranks[1], owner="p0")
+    await puller.register_pool("d0", dst)
+    src_blocks, dst_blocks = [5, 6, 7, 40, 2], [9, 10, 30, 31, 0]
+    shards = [PoolShard("p0", Span(0, LAYOUT.num_layers), Span(0, 1), half),
+              PoolShard("p0.r1", Span(0, LAYOUT.num_layers), Span(1, 1), half)]
+    copies = reshard_copies(shards, src_blocks, [PoolShard("d0", Span(0, LAYOUT.num_layers), Span(0, 2), LAYOUT)],
+                            dst_blocks)
+    handle = await source.create_lease("p0", src_blocks, num_tokens=len(src_blocks) * LAYOUT.block_size)
+
+    result = await puller.pull_ranges(handle, copies, checksum=True, timeout_s=30)
+
+    assert (result.nbytes, result.path) == (len(src_blocks) * LAYOUT.block_bytes, hosts)
+    want = torch.cat([ranks[0].tensor[src_blocks], ranks[1].tensor[src_blocks]], dim=HEAD_AXIS)
+    assert torch.equal(dst.tensor[dst_blocks], want)
