@@ -109,6 +109,15 @@ class Prediction:
 
 
 @dataclass(frozen=True, slots=True)
+class Margin:
+    """Seconds added to a prediction before it is set against the SLO: what the model's recent errors say it
+    leaves out (`margin.ErrorWindow`)."""
+
+    ttft_s: float = 0.0
+    tpot_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     admit: bool
     best_effort: bool  # admitted although predicted to miss its SLO
@@ -188,18 +197,25 @@ def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate
                       p.id if p else "", d.id if d else "", p.load if p else 0.0)
 
 
-def decide(prediction: Prediction, slo: RequestSLO, policy: Policy) -> Decision:
-    """Admit what is predicted to meet its SLO (or cannot be predicted); else refuse, or admit as best-effort."""
+def decide(prediction: Prediction, slo: RequestSLO, policy: Policy, margin: Margin = Margin()) -> Decision:
+    """Admit what is predicted, with the margin, to meet its SLO (or cannot be predicted); else refuse, or admit as
+    best-effort."""
+    ttft = None if prediction.ttft_s is None else prediction.ttft_s + margin.ttft_s
+    tpot = None if prediction.tpot_s is None else prediction.tpot_s + margin.tpot_s
     misses = []
-    if slo.ttft_s is not None and prediction.ttft_s is not None and prediction.ttft_s > slo.ttft_s:
-        misses.append(f"predicted TTFT {prediction.ttft_s * 1e3:.1f} ms > SLO {slo.ttft_s * 1e3:g} ms")
-    if slo.tpot_s is not None and prediction.tpot_s is not None and prediction.tpot_s > slo.tpot_s:
-        misses.append(f"predicted TPOT {prediction.tpot_s * 1e3:.1f} ms > SLO {slo.tpot_s * 1e3:g} ms")
+    if slo.ttft_s is not None and ttft is not None and ttft > slo.ttft_s:
+        misses.append(f"predicted TTFT {_ms(prediction.ttft_s, margin.ttft_s)} > SLO {slo.ttft_s * 1e3:g} ms")
+    if slo.tpot_s is not None and tpot is not None and tpot > slo.tpot_s:
+        misses.append(f"predicted TPOT {_ms(prediction.tpot_s, margin.tpot_s)} > SLO {slo.tpot_s * 1e3:g} ms")
     if not misses:
         return Decision(True, False, prediction)
     reason = "; ".join(misses)
     if policy != "refuse":
         return Decision(True, True, prediction, reason)
     # The queue ahead must drain by the excess; a TPOT miss has no such figure: a second, then try again.
-    excess = (prediction.ttft_s - slo.ttft_s) if slo.ttft_s is not None and prediction.ttft_s is not None else 0.0
+    excess = (ttft - slo.ttft_s) if slo.ttft_s is not None and ttft is not None else 0.0
     return Decision(False, False, prediction, reason, max(1.0, math.ceil(excess)))
+
+
+def _ms(predicted: float, margin: float) -> str:
+    return f"{predicted * 1e3:.1f} ms" + (f" {margin * 1e3:+.1f} ms recent error" if margin else "")

@@ -20,6 +20,7 @@ from services.common.registry import LOAD_KEY, MODEL_KEY, Registry
 from services.router import slo_metrics
 from services.router.admission import Candidate, FittedModel, Policy, RecentMix, decide, predict
 from services.router.dispatch import Dispatcher
+from services.router.margin import ErrorWindow
 from services.router.request import RouterRequest
 from services.router.slo import RequestSLO
 
@@ -36,7 +37,7 @@ def booked_load(book: float, local: float, local_at_read: float) -> float:
 
 class SloGate:
     def __init__(self, registry: Registry, dispatcher: Dispatcher, policy: Policy, default: RequestSLO,
-                 batch_tokens: int, window: int = 200) -> None:
+                 batch_tokens: int, errors: ErrorWindow | None = None, window: int = 200) -> None:
         self.registry = registry
         self.dispatcher = dispatcher
         self.policy = policy
@@ -44,6 +45,7 @@ class SloGate:
         self.batch_tokens = batch_tokens
         self.model: FittedModel | None = None
         self.window = slo_metrics.AttainmentWindow(window)
+        self.errors = errors or ErrorWindow(0.0)  # the margin added to predictions
         self.loads: dict[str, float] = {}  # instance id → booked load at the last read (ids are role-unique)
         self.local_at_read: dict[str, float] = {}  # ... and this router's own bookings then
         self.mix = RecentMix()  # what the queued and booked loads are made of: the requests admitted lately
@@ -103,7 +105,7 @@ class SloGate:
         prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
                              len(req.prompt_ids), req.params.max_tokens, self.batch_tokens, self.mix.mix(),
                              self.mix.prompt_tokens_per_s(), waiting)
-        decision = decide(prediction, req.slo, self.policy)
+        decision = decide(prediction, req.slo, self.policy, self.errors.margin)
         slo_metrics.DECISION_SECONDS.observe(time.perf_counter() - began)
         req.prediction, req.best_effort = prediction, decision.best_effort
         if not decision.admit:
@@ -120,4 +122,7 @@ class SloGate:
         ttft = life.first_token - life.arrival
         tpot = (life.finish - life.first_token) / (n_tokens - 1) if n_tokens > 1 else None
         slo_metrics.observe(req.prediction, ttft, tpot)
+        p = req.prediction
+        self.errors.add(None if p.ttft_s is None else ttft - p.ttft_s,
+                        None if p.tpot_s is None or tpot is None else tpot - p.tpot_s)
         self.window.add(slo_metrics.outcome(req.prediction, req.slo, ttft, tpot))

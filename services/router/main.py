@@ -27,6 +27,7 @@ from services.router.dispatch import Dispatcher
 from services.router.gate import SloGate
 from services.router.http import build_app
 from services.router.kv_release import lease_releaser
+from services.router.margin import ErrorWindow
 from services.router.readiness import missing_roles, publish_health
 from services.router.request import RequestBuilder
 from services.router.server import RouterServicer
@@ -54,7 +55,8 @@ async def serve_router(settings: RouterSettings) -> None:
     await dispatcher.keep_book()
     await dispatcher.refresh()
     gate = SloGate(registry, dispatcher, settings.admission, default_slo(settings.slo_ttft_ms, settings.slo_tpot_ms),
-                   settings.prefill_batch_tokens) if settings.mode == "disagg" else None
+                   settings.prefill_batch_tokens, ErrorWindow(settings.slo_error_quantile)) \
+        if settings.mode == "disagg" else None
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
                       settings.retries, release_lease=lease_releaser(dispatcher), gate=gate)
     refresher = asyncio.create_task(dispatcher.run())

@@ -12,6 +12,7 @@ from services.common.registry import MODEL_KEY, InstanceInfo, Registry
 from services.common.sampling import SamplingParams
 from services.router.dispatch import Dispatcher
 from services.router.gate import SloGate
+from services.router.margin import ErrorWindow
 from services.router.request import RouterRequest
 from services.router.slo import RequestSLO
 
@@ -50,17 +51,18 @@ async def test_the_gate_predicts_from_the_stored_model_and_the_booked_loads(regi
     await gate.refresh_loads()
     req = _request()
     gate.admit(req)
-    assert req.prediction.ttft_s == pytest.approx(2 * 0.01 + 1000 * 1e-4)  # 900 queued + 100: two batches
+    # 900 queued + 100: three batches of whole prompts (462 tokens each on average: 512 less half a prompt)
+    assert req.prediction.ttft_s == pytest.approx(3 * 0.01 + 1000 * 1e-4)
     assert req.prediction.tpot_s == pytest.approx(0.004 + 1e-3)  # an idle decode instance: alone in its step
 
-    # this router books 1000 more, seen before the next read: 2000 tokens, four batches
+    # this router books 1000 more, seen before the next read: 2000 tokens, the running batch and four more
     assignment = await dispatcher.acquire("prefill", 1000)
     with pytest.raises(SloUnmet) as refused:
         gate.admit(_request())
-    # 240 ms, less the time its running step has run since this router booked it, plus the prompts foreseen to
-    # join this one's batch at the rate this test admitted them (at most its room: 48 tokens, 4.8 ms)
+    # 260 ms, less the time its running step has run since this router booked it, plus the prompts foreseen to
+    # join this one's batch at the rate this test admitted them (at most its room: 210 tokens, 21 ms)
     predicted = re.search(r"predicted TTFT ([\d.]+) ms > SLO 200 ms", str(refused.value))
-    assert predicted and 230 < float(predicted.group(1)) <= 244.8 and refused.value.retry_after_s == 1.0
+    assert predicted and 250 < float(predicted.group(1)) <= 281 and refused.value.retry_after_s == 1.0
     # its running step began at its first booking there: the time since counts off the prediction
     await asyncio.sleep(0.05)
     (busy,) = gate._candidates("prefill")
@@ -69,4 +71,26 @@ async def test_the_gate_predicts_from_the_stored_model_and_the_booked_loads(regi
     assert gate._candidates("prefill")[0].running_s == 0.0  # none of this router's own left: unknown
     await gate.refresh_loads()
     gate.admit(_request())
+    await dispatcher.close()
+
+
+async def test_the_errors_of_finished_requests_become_the_margin(registry):
+    """Requests that came in 150 ms later than predicted: with their 0.9-quantile error added, a request the bare
+    model admits is refused."""
+    dispatcher = Dispatcher(registry)
+    await dispatcher.refresh()
+    await registry.redis.set(MODEL_KEY, json.dumps(MODEL))
+    gate = SloGate(registry, dispatcher, "refuse", RequestSLO(ttft_s=0.1), batch_tokens=512,
+                   errors=ErrorWindow(0.9, least=5))
+    await gate.refresh()
+    await gate.refresh_loads()
+    for _ in range(5):
+        req = _request()
+        gate.admit(req)  # predicted 20 ms
+        life = req.lifetime
+        life.arrival, life.first_token, life.finish = 10.0, 10.0 + req.prediction.ttft_s + 0.15, 11.0
+        gate.finished(req, n_tokens=20)
+    assert gate.errors.margin.ttft_s == pytest.approx(0.15)
+    with pytest.raises(SloUnmet, match="recent error"):
+        gate.admit(_request())
     await dispatcher.close()
