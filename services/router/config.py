@@ -47,9 +47,12 @@ class RouterSettings(BaseSettings):
                            "its SLO; off: predict only, for the error metrics")
     slo_ttft_ms: float = Field(0.0, ge=0, description="TTFT objective of a request without x-slo-ttft-ms; 0: none")
     slo_tpot_ms: float = Field(0.0, ge=0, description="TPOT objective of a request without x-slo-tpot-ms; 0: none")
-    slo_error_quantile: float = Field(
-        0.9, ge=0, lt=1, description="admission adds this quantile of the model's errors on the last 200 finished "
-                                     "requests to each prediction (after 20); 0: the bare prediction")
+    slo_ttft_error_quantile: float = Field(
+        0.9, ge=0, lt=1, description="admission adds this quantile of the model's TTFT errors on the last 200 "
+                                     "finished requests (of the last 60 s; from 20 on) to each prediction; 0: none")
+    slo_tpot_error_quantile: float = Field(
+        0.0, ge=0, lt=1, description="the same for TPOT (0 by default: where TPOT decides it refused nearly "
+                                     "every request, docs/admission.md)")
     model_refresh_s: float = Field(1.0, gt=0, description="how often the planner's fitted model (ds:model) is re-read")
     prefill_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, ge=1,
                                       description="the prefill instances' batch bound in tokens, for the prediction")

@@ -105,6 +105,7 @@ class SloGate:
         prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
                              len(req.prompt_ids), req.params.max_tokens, self.batch_tokens, self.mix.mix(),
                              self.mix.prompt_tokens_per_s(), waiting)
+        self.errors.expire(time.monotonic())
         decision = decide(prediction, req.slo, self.policy, self.errors.margin)
         slo_metrics.DECISION_SECONDS.observe(time.perf_counter() - began)
         req.prediction, req.best_effort = prediction, decision.best_effort
@@ -123,6 +124,6 @@ class SloGate:
         tpot = (life.finish - life.first_token) / (n_tokens - 1) if n_tokens > 1 else None
         slo_metrics.observe(req.prediction, ttft, tpot)
         p = req.prediction
-        self.errors.add(None if p.ttft_s is None else ttft - p.ttft_s,
+        self.errors.add(time.monotonic(), None if p.ttft_s is None else ttft - p.ttft_s,
                         None if p.tpot_s is None or tpot is None else tpot - p.tpot_s)
         self.window.add(slo_metrics.outcome(req.prediction, req.slo, ttft, tpot))

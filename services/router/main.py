@@ -55,7 +55,7 @@ async def serve_router(settings: RouterSettings) -> None:
     await dispatcher.keep_book()
     await dispatcher.refresh()
     gate = SloGate(registry, dispatcher, settings.admission, default_slo(settings.slo_ttft_ms, settings.slo_tpot_ms),
-                   settings.prefill_batch_tokens, ErrorWindow(settings.slo_error_quantile)) \
+                   settings.prefill_batch_tokens, ErrorWindow(settings.slo_ttft_error_quantile, settings.slo_tpot_error_quantile)) \
         if settings.mode == "disagg" else None
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
                       settings.retries, release_lease=lease_releaser(dispatcher), gate=gate)

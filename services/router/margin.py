@@ -4,7 +4,8 @@ prediction before it is set against the SLO.
 The model leaves out what grows under overload (docs/admission.md, Limits), and by how much shows in its errors
 on the requests that just finished. With the q-quantile of the last errors added (a split-conformal bound), about
 a share q of requests like the recent ones come in within their prediction plus the margin; the errors are taken
-against the bare prediction, so the margin does not feed on itself.
+against the bare prediction, so the margin does not feed on itself. Errors older than `horizon_s` drop out: a
+margin that refuses nearly everything gets no new errors, and would otherwise keep refusing.
 """
 
 from __future__ import annotations
@@ -16,26 +17,37 @@ from services.router.admission import Margin
 
 
 class ErrorWindow:
-    """The last `size` errors per phase; the margin is their `quantile` (none below `least` errors, or with
-    quantile 0)."""
+    """The last `size` errors per phase within `horizon_s`; the margin is their quantile per phase (none below
+    `least` errors, or with quantile 0)."""
 
-    def __init__(self, quantile: float, size: int = 200, least: int = 20) -> None:
-        self.quantile = quantile
+    def __init__(self, ttft_quantile: float, tpot_quantile: float = 0.0, size: int = 200, least: int = 20,
+                 horizon_s: float = 60.0) -> None:
+        self.quantiles = (ttft_quantile, tpot_quantile)
         self.least = least
-        self._ttft: deque[float] = deque(maxlen=size)
-        self._tpot: deque[float] = deque(maxlen=size)
+        self.horizon_s = horizon_s
+        self._errors: tuple[deque[tuple[float, float]], ...] = (deque(maxlen=size), deque(maxlen=size))
         self.margin = Margin()
 
-    def add(self, ttft_error_s: float | None, tpot_error_s: float | None) -> None:
-        """One finished request's errors; the margin is recomputed here, not per decision."""
-        if ttft_error_s is not None:
-            self._ttft.append(ttft_error_s)
-        if tpot_error_s is not None:
-            self._tpot.append(tpot_error_s)
-        self.margin = Margin(self._of(self._ttft), self._of(self._tpot))
+    def add(self, now: float, ttft_error_s: float | None, tpot_error_s: float | None) -> None:
+        """One finished request's errors at monotonic time `now`; the margin is recomputed here."""
+        for errors, error in zip(self._errors, (ttft_error_s, tpot_error_s)):
+            if error is not None:
+                errors.append((now, error))
+        self.expire(now)
+        self.margin = Margin(*(self._of(e, q) for e, q in zip(self._errors, self.quantiles)))
 
-    def _of(self, errors: deque[float]) -> float:
-        if not self.quantile or len(errors) < self.least:
+    def expire(self, now: float) -> None:
+        """Drops the errors older than the horizon (cheap when none is: called per decision)."""
+        dropped = False
+        for errors in self._errors:
+            while errors and errors[0][0] < now - self.horizon_s:
+                errors.popleft()
+                dropped = True
+        if dropped:
+            self.margin = Margin(*(self._of(e, q) for e, q in zip(self._errors, self.quantiles)))
+
+    def _of(self, errors: deque[tuple[float, float]], quantile: float) -> float:
+        if not quantile or len(errors) < self.least:
             return 0.0
-        ordered = sorted(errors)  # the split-conformal rank: ceil((n + 1) q) of n
-        return ordered[min(len(ordered), math.ceil((len(ordered) + 1) * self.quantile)) - 1]
+        ordered = sorted(error for _, error in errors)  # the split-conformal rank: ceil((n + 1) q) of n
+        return ordered[min(len(ordered), math.ceil((len(ordered) + 1) * quantile)) - 1]

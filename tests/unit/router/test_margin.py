@@ -13,28 +13,41 @@ MODEL = FittedModel.from_json({"fitted_at": 5.0, "kinds": {
 
 
 def test_no_margin_until_enough_errors_or_with_quantile_zero():
-    window = ErrorWindow(0.9, least=20)
+    window = ErrorWindow(0.9, 0.9, least=20)
     for _ in range(19):
-        window.add(0.5, 0.01)
+        window.add(1.0, 0.5, 0.01)
     assert window.margin == Margin()
-    window.add(0.5, 0.01)
+    window.add(1.0, 0.5, 0.01)
     assert window.margin == Margin(0.5, 0.01)
-    bare = ErrorWindow(0.0)
+    ttft_only = ErrorWindow(0.9)  # the default: no TPOT margin
     for _ in range(50):
-        bare.add(0.5, 0.01)
-    assert bare.margin == Margin()
+        ttft_only.add(1.0, 0.5, 0.01)
+    assert ttft_only.margin == Margin(0.5, 0.0)
+
+
+def test_old_errors_drop_out_so_a_margin_that_refuses_everything_does_not_last():
+    """Refusing nearly every request brings no new errors: the old ones leave after the horizon and with them
+    the margin, and requests are admitted again."""
+    window = ErrorWindow(0.9, least=5, horizon_s=60)
+    for i in range(10):
+        window.add(100.0 + i, 5.0, None)
+    assert window.margin.ttft_s == 5.0
+    window.expire(150.0)
+    assert window.margin.ttft_s == 5.0
+    window.expire(166.0)  # six of the ten are older than 60 s: four left, fewer than five
+    assert window.margin.ttft_s == 0.0
 
 
 def test_the_margin_is_the_conformal_quantile_of_the_last_errors():
-    window = ErrorWindow(0.9, size=100, least=1)
+    window = ErrorWindow(0.9, 0.9, size=100, least=1)
     for i in range(1000):  # only the last 100 count: 0.900 .. 0.999
-        window.add(i / 1000, None)
+        window.add(1.0, i / 1000, None)
     # rank ceil(101 * 0.9) = 91 of the 100 kept errors
     assert window.margin.ttft_s == pytest.approx(0.990)
     assert window.margin.tpot_s == 0.0  # no TPOT error seen (single-token requests)
     under = ErrorWindow(0.9, least=1)
     for e in (-0.3, -0.2, -0.1):  # the model over-predicts: a negative margin admits more
-        under.add(e, None)
+        under.add(1.0, e, None)
     assert under.margin.ttft_s == pytest.approx(-0.1)
 
 
