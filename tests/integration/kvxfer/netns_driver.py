@@ -41,11 +41,14 @@ class Sniffer:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set() and len(self.captured) < CAPTURE_LIMIT:
+        """Reads until stopped and the socket's queue is drained: on a busy host the thread lags the wire, and
+        frames still queued when the pulls end belong to them."""
+        while len(self.captured) < CAPTURE_LIMIT:
             try:
                 self.captured += self._sock.recv(1 << 18)
             except TimeoutError:
-                continue
+                if self._stop.is_set():
+                    return
 
     def stop(self) -> bytes:
         self._stop.set()
