@@ -114,7 +114,7 @@ def pack(pool: cupy.ndarray, offsets: Sequence[int], lengths: Sequence[int], pac
          out: np.ndarray) -> bool:
     """Gather the pool's ranges back to back (at packed_at) into host buffer out: one kernel into a device
     staging buffer, one copy to the host. False (nothing copied) where copy_spans declines."""
-    total = int(packed_at[-1] + lengths[-1]) if len(lengths) else 0
+    total = int(sum(lengths))
     with cupy.cuda.Device(pool.device.id):
         staging = cupy.empty(total, cupy.uint8)
     if not copy_spans(staging, packed_at, pool, offsets, lengths):
@@ -127,7 +127,7 @@ def unpack(pool: cupy.ndarray, offsets: Sequence[int], lengths: Sequence[int], p
            buf: np.ndarray) -> bool:
     """Scatter host buffer buf (ranges back to back at packed_at) into the pool's ranges: one copy to the device,
     one kernel. False (nothing copied) where copy_spans declines."""
-    total = int(packed_at[-1] + lengths[-1]) if len(lengths) else 0
+    total = int(sum(lengths))
     with cupy.cuda.Device(pool.device.id):
         staging = cupy.empty(total, cupy.uint8)
         staging.data.copy_from_host(ctypes.c_void_p(buf.ctypes.data), total)

@@ -33,18 +33,24 @@ class ErrorWindow:
         for errors, error in zip(self._errors, (ttft_error_s, tpot_error_s)):
             if error is not None:
                 errors.append((now, error))
-        self.expire(now)
-        self.margin = Margin(*(self._of(e, q) for e, q in zip(self._errors, self.quantiles)))
+        self._drop_old(now)
+        self._recompute()
 
     def expire(self, now: float) -> None:
         """Drops the errors older than the horizon (cheap when none is: called per decision)."""
+        if self._drop_old(now):
+            self._recompute()
+
+    def _drop_old(self, now: float) -> bool:
         dropped = False
         for errors in self._errors:
             while errors and errors[0][0] < now - self.horizon_s:
                 errors.popleft()
                 dropped = True
-        if dropped:
-            self.margin = Margin(*(self._of(e, q) for e, q in zip(self._errors, self.quantiles)))
+        return dropped
+
+    def _recompute(self) -> None:
+        self.margin = Margin(*(self._of(e, q) for e, q in zip(self._errors, self.quantiles)))
 
     def _of(self, errors: deque[tuple[float, float]], quantile: float) -> float:
         if not quantile or len(errors) < self.least:
