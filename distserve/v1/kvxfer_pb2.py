@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from distserve.v1 import kv_pb2 as distserve_dot_v1_dot_kv__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64istserve/v1/kvxfer.proto\x12\x0c\x64istserve.v1\x1a\x15\x64istserve/v1/kv.proto\"E\n\rCudaIpcHandle\x12\x0e\n\x06handle\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x14\n\x0c\x64\x65vice_index\x18\x03 \x01(\x05\"\xc0\x01\n\x13RegisterPoolRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12&\n\x06layout\x18\x02 \x01(\x0b\x32\x16.distserve.v1.KVLayout\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\x12\n\x08shm_path\x18\x04 \x01(\tH\x00\x12/\n\x08\x63uda_ipc\x18\x05 \x01(\x0b\x32\x1b.distserve.v1.CudaIpcHandleH\x00\x12\r\n\x05owner\x18\x06 \x01(\tB\x08\n\x06memory\"\x16\n\x14RegisterPoolResponse\",\n\x15UnregisterPoolRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\"0\n\x16UnregisterPoolResponse\x12\x16\n\x0e\x64ropped_leases\x18\x01 \x01(\x05\"n\n\x12\x43reateLeaseRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x11\n\tblock_ids\x18\x02 \x03(\x05\x12\x12\n\nnum_tokens\x18\x03 \x01(\x05\x12\r\n\x05ttl_s\x18\x04 \x01(\x01\x12\r\n\x05pulls\x18\x05 \x01(\x05\")\n\x12WatchLeasesRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\"\xb4\x01\n\nLeaseEvent\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x11\n\tblock_ids\x18\x03 \x03(\x05\x12/\n\x06reason\x18\x04 \x01(\x0e\x32\x1f.distserve.v1.LeaseEvent.Reason\";\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x0c\n\x08RELEASED\x10\x01\x12\x0b\n\x07\x45XPIRED\x10\x02\"\x8a\x01\n\x0bPullRequest\x12&\n\x06source\x18\x01 \x01(\x0b\x32\x16.distserve.v1.KVHandle\x12\x17\n\x0f\x64st_instance_id\x18\x02 \x01(\t\x12\x15\n\rdst_block_ids\x18\x03 \x03(\x05\x12\x10\n\x08\x63hecksum\x18\x04 \x01(\x08\x12\x11\n\ttimeout_s\x18\x05 \x01(\x01\"p\n\tRangeCopy\x12\x13\n\x0bsrc_pool_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_pool_id\x18\x02 \x01(\t\x12\x13\n\x0bsrc_offsets\x18\x03 \x01(\x0c\x12\x13\n\x0b\x64st_offsets\x18\x04 \x01(\x0c\x12\x0f\n\x07lengths\x18\x05 \x01(\x0c\"\x9e\x01\n\x11PullRangesRequest\x12&\n\x06source\x18\x01 \x01(\x0b\x32\x16.distserve.v1.KVHandle\x12\'\n\x06\x63opies\x18\x02 \x03(\x0b\x32\x17.distserve.v1.RangeCopy\x12\x10\n\x08\x63hecksum\x18\x03 \x01(\x08\x12\x11\n\ttimeout_s\x18\x04 \x01(\x01\x12\x13\n\x0blease_share\x18\x05 \x01(\r\"K\n\x0cPullResponse\x12\r\n\x05\x62ytes\x18\x01 \x01(\x03\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\r\n\x05\x63rc32\x18\x04 \x01(\r\"\"\n\x0eReleaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\"\x0e\n\x0cStatsRequest\"\xbb\x01\n\rStatsResponse\x12\r\n\x05pools\x18\x01 \x01(\x05\x12\x13\n\x0blive_leases\x18\x02 \x01(\x05\x12\x17\n\x0fpulls_in_flight\x18\x03 \x01(\x05\x12\x10\n\x08pulls_ok\x18\x04 \x01(\x03\x12\x14\n\x0cpulls_failed\x18\x05 \x01(\x03\x12\x14\n\x0c\x62ytes_pulled\x18\x06 \x01(\x03\x12\x16\n\x0eleases_expired\x18\x07 \x01(\x03\x12\x17\n\x0fleases_released\x18\x08 \x01(\x03\"\x11\n\x0f\x44\x65scribeRequest\"G\n\x10\x44\x65scribeResponse\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x10\n\x08ucx_host\x18\x02 \x01(\t\x12\x10\n\x08ucx_port\x18\x03 \x01(\x05\x32\xb1\x05\n\x06KVXfer\x12U\n\x0cRegisterPool\x12!.distserve.v1.RegisterPoolRequest\x1a\".distserve.v1.RegisterPoolResponse\x12[\n\x0eUnregisterPool\x12#.distserve.v1.UnregisterPoolRequest\x1a$.distserve.v1.UnregisterPoolResponse\x12G\n\x0b\x43reateLease\x12 .distserve.v1.CreateLeaseRequest\x1a\x16.distserve.v1.KVHandle\x12K\n\x0bWatchLeases\x12 .distserve.v1.WatchLeasesRequest\x1a\x18.distserve.v1.LeaseEvent0\x01\x12=\n\x04Pull\x12\x19.distserve.v1.PullRequest\x1a\x1a.distserve.v1.PullResponse\x12I\n\nPullRanges\x12\x1f.distserve.v1.PullRangesRequest\x1a\x1a.distserve.v1.PullResponse\x12\x46\n\x07Release\x12\x1c.distserve.v1.ReleaseRequest\x1a\x1d.distserve.v1.ReleaseResponse\x12@\n\x05Stats\x12\x1a.distserve.v1.StatsRequest\x1a\x1b.distserve.v1.StatsResponse\x12I\n\x08\x44\x65scribe\x12\x1d.distserve.v1.DescribeRequest\x1a\x1e.distserve.v1.DescribeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64istserve/v1/kvxfer.proto\x12\x0c\x64istserve.v1\x1a\x15\x64istserve/v1/kv.proto\"E\n\rCudaIpcHandle\x12\x0e\n\x06handle\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x14\n\x0c\x64\x65vice_index\x18\x03 \x01(\x05\"\xc0\x01\n\x13RegisterPoolRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12&\n\x06layout\x18\x02 \x01(\x0b\x32\x16.distserve.v1.KVLayout\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\x12\n\x08shm_path\x18\x04 \x01(\tH\x00\x12/\n\x08\x63uda_ipc\x18\x05 \x01(\x0b\x32\x1b.distserve.v1.CudaIpcHandleH\x00\x12\r\n\x05owner\x18\x06 \x01(\tB\x08\n\x06memory\"\x16\n\x14RegisterPoolResponse\",\n\x15UnregisterPoolRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\"0\n\x16UnregisterPoolResponse\x12\x16\n\x0e\x64ropped_leases\x18\x01 \x01(\x05\"n\n\x12\x43reateLeaseRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x11\n\tblock_ids\x18\x02 \x03(\x05\x12\x12\n\nnum_tokens\x18\x03 \x01(\x05\x12\r\n\x05ttl_s\x18\x04 \x01(\x01\x12\r\n\x05pulls\x18\x05 \x01(\x05\")\n\x12WatchLeasesRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\"\xb4\x01\n\nLeaseEvent\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x11\n\tblock_ids\x18\x03 \x03(\x05\x12/\n\x06reason\x18\x04 \x01(\x0e\x32\x1f.distserve.v1.LeaseEvent.Reason\";\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x0c\n\x08RELEASED\x10\x01\x12\x0b\n\x07\x45XPIRED\x10\x02\".\n\nCredential\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\"\xb8\x01\n\x0bPullRequest\x12&\n\x06source\x18\x01 \x01(\x0b\x32\x16.distserve.v1.KVHandle\x12\x17\n\x0f\x64st_instance_id\x18\x02 \x01(\t\x12\x15\n\rdst_block_ids\x18\x03 \x03(\x05\x12\x10\n\x08\x63hecksum\x18\x04 \x01(\x08\x12\x11\n\ttimeout_s\x18\x05 \x01(\x01\x12,\n\ncredential\x18\x06 \x01(\x0b\x32\x18.distserve.v1.Credential\"p\n\tRangeCopy\x12\x13\n\x0bsrc_pool_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_pool_id\x18\x02 \x01(\t\x12\x13\n\x0bsrc_offsets\x18\x03 \x01(\x0c\x12\x13\n\x0b\x64st_offsets\x18\x04 \x01(\x0c\x12\x0f\n\x07lengths\x18\x05 \x01(\x0c\"\xcc\x01\n\x11PullRangesRequest\x12&\n\x06source\x18\x01 \x01(\x0b\x32\x16.distserve.v1.KVHandle\x12\'\n\x06\x63opies\x18\x02 \x03(\x0b\x32\x17.distserve.v1.RangeCopy\x12\x10\n\x08\x63hecksum\x18\x03 \x01(\x08\x12\x11\n\ttimeout_s\x18\x04 \x01(\x01\x12\x13\n\x0blease_share\x18\x05 \x01(\r\x12,\n\ncredential\x18\x06 \x01(\x0b\x32\x18.distserve.v1.Credential\"K\n\x0cPullResponse\x12\r\n\x05\x62ytes\x18\x01 \x01(\x03\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\r\n\x05\x63rc32\x18\x04 \x01(\r\"\"\n\x0eReleaseRequest\x12\x10\n\x08lease_id\x18\x01 \x01(\t\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\"\x0e\n\x0cStatsRequest\"\xbb\x01\n\rStatsResponse\x12\r\n\x05pools\x18\x01 \x01(\x05\x12\x13\n\x0blive_leases\x18\x02 \x01(\x05\x12\x17\n\x0fpulls_in_flight\x18\x03 \x01(\x05\x12\x10\n\x08pulls_ok\x18\x04 \x01(\x03\x12\x14\n\x0cpulls_failed\x18\x05 \x01(\x03\x12\x14\n\x0c\x62ytes_pulled\x18\x06 \x01(\x03\x12\x16\n\x0eleases_expired\x18\x07 \x01(\x03\x12\x17\n\x0fleases_released\x18\x08 \x01(\x03\"\x11\n\x0f\x44\x65scribeRequest\"G\n\x10\x44\x65scribeResponse\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12\x10\n\x08ucx_host\x18\x02 \x01(\t\x12\x10\n\x08ucx_port\x18\x03 \x01(\x05\x32\xb1\x05\n\x06KVXfer\x12U\n\x0cRegisterPool\x12!.distserve.v1.RegisterPoolRequest\x1a\".distserve.v1.RegisterPoolResponse\x12[\n\x0eUnregisterPool\x12#.distserve.v1.UnregisterPoolRequest\x1a$.distserve.v1.UnregisterPoolResponse\x12G\n\x0b\x43reateLease\x12 .distserve.v1.CreateLeaseRequest\x1a\x16.distserve.v1.KVHandle\x12K\n\x0bWatchLeases\x12 .distserve.v1.WatchLeasesRequest\x1a\x18.distserve.v1.LeaseEvent0\x01\x12=\n\x04Pull\x12\x19.distserve.v1.PullRequest\x1a\x1a.distserve.v1.PullResponse\x12I\n\nPullRanges\x12\x1f.distserve.v1.PullRangesRequest\x1a\x1a.distserve.v1.PullResponse\x12\x46\n\x07Release\x12\x1c.distserve.v1.ReleaseRequest\x1a\x1d.distserve.v1.ReleaseResponse\x12@\n\x05Stats\x12\x1a.distserve.v1.StatsRequest\x1a\x1b.distserve.v1.StatsResponse\x12I\n\x08\x44\x65scribe\x12\x1d.distserve.v1.DescribeRequest\x1a\x1e.distserve.v1.DescribeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -50,26 +50,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEASEEVENT']._serialized_end=788
   _globals['_LEASEEVENT_REASON']._serialized_start=729
   _globals['_LEASEEVENT_REASON']._serialized_end=788
-  _globals['_PULLREQUEST']._serialized_start=791
-  _globals['_PULLREQUEST']._serialized_end=929
-  _globals['_RANGECOPY']._serialized_start=931
-  _globals['_RANGECOPY']._serialized_end=1043
-  _globals['_PULLRANGESREQUEST']._serialized_start=1046
-  _globals['_PULLRANGESREQUEST']._serialized_end=1204
-  _globals['_PULLRESPONSE']._serialized_start=1206
-  _globals['_PULLRESPONSE']._serialized_end=1281
-  _globals['_RELEASEREQUEST']._serialized_start=1283
-  _globals['_RELEASEREQUEST']._serialized_end=1317
-  _globals['_RELEASERESPONSE']._serialized_start=1319
-  _globals['_RELEASERESPONSE']._serialized_end=1354
-  _globals['_STATSREQUEST']._serialized_start=1356
-  _globals['_STATSREQUEST']._serialized_end=1370
-  _globals['_STATSRESPONSE']._serialized_start=1373
-  _globals['_STATSRESPONSE']._serialized_end=1560
-  _globals['_DESCRIBEREQUEST']._serialized_start=1562
-  _globals['_DESCRIBEREQUEST']._serialized_end=1579
-  _globals['_DESCRIBERESPONSE']._serialized_start=1581
-  _globals['_DESCRIBERESPONSE']._serialized_end=1652
-  _globals['_KVXFER']._serialized_start=1655
-  _globals['_KVXFER']._serialized_end=2344
+  _globals['_CREDENTIAL']._serialized_start=790
+  _globals['_CREDENTIAL']._serialized_end=836
+  _globals['_PULLREQUEST']._serialized_start=839
+  _globals['_PULLREQUEST']._serialized_end=1023
+  _globals['_RANGECOPY']._serialized_start=1025
+  _globals['_RANGECOPY']._serialized_end=1137
+  _globals['_PULLRANGESREQUEST']._serialized_start=1140
+  _globals['_PULLRANGESREQUEST']._serialized_end=1344
+  _globals['_PULLRESPONSE']._serialized_start=1346
+  _globals['_PULLRESPONSE']._serialized_end=1421
+  _globals['_RELEASEREQUEST']._serialized_start=1423
+  _globals['_RELEASEREQUEST']._serialized_end=1457
+  _globals['_RELEASERESPONSE']._serialized_start=1459
+  _globals['_RELEASERESPONSE']._serialized_end=1494
+  _globals['_STATSREQUEST']._serialized_start=1496
+  _globals['_STATSREQUEST']._serialized_end=1510
+  _globals['_STATSRESPONSE']._serialized_start=1513
+  _globals['_STATSRESPONSE']._serialized_end=1700
+  _globals['_DESCRIBEREQUEST']._serialized_start=1702
+  _globals['_DESCRIBEREQUEST']._serialized_end=1719
+  _globals['_DESCRIBERESPONSE']._serialized_start=1721
+  _globals['_DESCRIBERESPONSE']._serialized_end=1792
+  _globals['_KVXFER']._serialized_start=1795
+  _globals['_KVXFER']._serialized_end=2484
 # @@protoc_insertion_point(module_scope)

@@ -90,19 +90,29 @@ class LeaseEvent(_message.Message):
     reason: LeaseEvent.Reason
     def __init__(self, lease_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., reason: _Optional[_Union[LeaseEvent.Reason, str]] = ...) -> None: ...
 
+class Credential(_message.Message):
+    __slots__ = ("principal", "token")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    token: str
+    def __init__(self, principal: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
 class PullRequest(_message.Message):
-    __slots__ = ("source", "dst_instance_id", "dst_block_ids", "checksum", "timeout_s")
+    __slots__ = ("source", "dst_instance_id", "dst_block_ids", "checksum", "timeout_s", "credential")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     DST_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     DST_BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     source: _kv_pb2.KVHandle
     dst_instance_id: str
     dst_block_ids: _containers.RepeatedScalarFieldContainer[int]
     checksum: bool
     timeout_s: float
-    def __init__(self, source: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., dst_instance_id: _Optional[str] = ..., dst_block_ids: _Optional[_Iterable[int]] = ..., checksum: _Optional[bool] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+    credential: Credential
+    def __init__(self, source: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., dst_instance_id: _Optional[str] = ..., dst_block_ids: _Optional[_Iterable[int]] = ..., checksum: _Optional[bool] = ..., timeout_s: _Optional[float] = ..., credential: _Optional[_Union[Credential, _Mapping]] = ...) -> None: ...
 
 class RangeCopy(_message.Message):
     __slots__ = ("src_pool_id", "dst_pool_id", "src_offsets", "dst_offsets", "lengths")
@@ -119,18 +129,20 @@ class RangeCopy(_message.Message):
     def __init__(self, src_pool_id: _Optional[str] = ..., dst_pool_id: _Optional[str] = ..., src_offsets: _Optional[bytes] = ..., dst_offsets: _Optional[bytes] = ..., lengths: _Optional[bytes] = ...) -> None: ...
 
 class PullRangesRequest(_message.Message):
-    __slots__ = ("source", "copies", "checksum", "timeout_s", "lease_share")
+    __slots__ = ("source", "copies", "checksum", "timeout_s", "lease_share", "credential")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     COPIES_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     LEASE_SHARE_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     source: _kv_pb2.KVHandle
     copies: _containers.RepeatedCompositeFieldContainer[RangeCopy]
     checksum: bool
     timeout_s: float
     lease_share: int
-    def __init__(self, source: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., copies: _Optional[_Iterable[_Union[RangeCopy, _Mapping]]] = ..., checksum: _Optional[bool] = ..., timeout_s: _Optional[float] = ..., lease_share: _Optional[int] = ...) -> None: ...
+    credential: Credential
+    def __init__(self, source: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., copies: _Optional[_Iterable[_Union[RangeCopy, _Mapping]]] = ..., checksum: _Optional[bool] = ..., timeout_s: _Optional[float] = ..., lease_share: _Optional[int] = ..., credential: _Optional[_Union[Credential, _Mapping]] = ...) -> None: ...
 
 class PullResponse(_message.Message):
     __slots__ = ("bytes", "seconds", "path", "crc32")

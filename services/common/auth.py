@@ -4,6 +4,11 @@ A token is HMAC-SHA256(deployment secret, principal): services present `service:
 `instance:<id>` (what kvxfer authorizes pool operations by). One server interceptor checks it in constant
 time and refuses anything else with UNAUTHENTICATED before the handler runs; health and reflection stay open
 (they are read-only). One client interceptor attaches it. Without a secret (see secret.py) both are left out.
+
+The hot-path methods in BODY_CREDENTIAL_METHODS carry the principal and token in their request instead (a
+`credential` field), and no metadata: grpc.aio pays per call for sending any metadata at all, which a same-host
+KV pull (one such call) feels. The interceptor lets exactly those through; their handler calls
+`require_credential` before anything else, the same check in constant time against the same cached tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import grpc
 PRINCIPAL_KEY = "x-distserve-principal"
 TOKEN_KEY = "x-distserve-token"
 OPEN_METHODS = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+# Full method names whose handler checks the request's `credential` itself (a metadata token is not enough).
+BODY_CREDENTIAL_METHODS = frozenset({"/distserve.v1.KVXfer/Pull", "/distserve.v1.KVXfer/PullRanges"})
 
 ROUTER = "service:router"
 KVXFER = "service:kvxfer"
@@ -50,7 +57,8 @@ class TokenCheck(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
                                 details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
-        if handler is None or details.method.startswith(OPEN_METHODS) or self.valid(details.invocation_metadata):
+        if (handler is None or details.method.startswith(OPEN_METHODS) or details.method in BODY_CREDENTIAL_METHODS
+                or self.valid(details.invocation_metadata)):
             return handler
         return refusal(handler, grpc.StatusCode.UNAUTHENTICATED, "missing or invalid deployment token")
 
@@ -61,9 +69,24 @@ class TokenCheck(grpc.aio.ServerInterceptor):
                 presented = value
             elif key == PRINCIPAL_KEY:
                 principal = value
+        return self.proves(principal, presented)
+
+    def proves(self, principal: str, presented: str) -> bool:
+        """Whether `presented` is `principal`'s token (constant-time compare)."""
         if not principal or not isinstance(principal, str) or not isinstance(presented, str):
             return False
         return hmac.compare_digest(self._expected(principal), presented)
+
+
+async def require_credential(check: TokenCheck | None, principal: str, presented: str,
+                             context: grpc.aio.ServicerContext) -> str:
+    """A BODY_CREDENTIAL_METHODS handler's first step: abort with UNAUTHENTICATED unless the request's credential
+    (principal, token) is valid; returns the principal. `check` None (no deployment secret): nothing is checked."""
+    if check is not None and not check.proves(principal, presented):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                            "missing or invalid deployment token in the request's credential (this method takes it "
+                            "in the body, not in call metadata)")
+    return principal
 
 
 def refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
@@ -122,4 +145,10 @@ def attach_token(secret: bytes, principal: str) -> list[grpc.aio.ClientIntercept
 
 def token_metadata(secret: bytes | None, principal: str) -> tuple[tuple[str, str], ...]:
     """The call metadata for a blocking (non-aio) stub call; empty without a secret."""
-    return () if secret is None else ((PRINCIPAL_KEY, principal), (TOKEN_KEY, token(secret, principal)))
+    pair = token_pair(secret, principal)
+    return () if pair is None else ((PRINCIPAL_KEY, pair[0]), (TOKEN_KEY, pair[1]))
+
+
+def token_pair(secret: bytes | None, principal: str) -> tuple[str, str] | None:
+    """(principal, token) for a request body's credential (BODY_CREDENTIAL_METHODS); None without a secret."""
+    return None if secret is None else (principal, token(secret, principal))

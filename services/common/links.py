@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import grpc
 
 from services.common import local_socket
-from services.common.auth import TokenCheck, attach_token, token_metadata
+from services.common.auth import TokenCheck, attach_token, token_metadata, token_pair
 from services.common.net import EXCLUSIVE_PORT, bind_port
 from services.common.secret import SECRET_ENV, client_secret, deployment_secret
 from services.common.tls import channel_credentials, channel_options, server_credentials, tls_files
@@ -73,6 +73,11 @@ def internal_channel(address: str, principal: str, attach: bool = True, local: b
 def call_metadata(principal: str) -> tuple[tuple[str, str], ...]:
     """The token metadata of `principal` for one call (empty without a secret)."""
     return token_metadata(client_secret(), principal)
+
+
+def call_credential(principal: str) -> tuple[str, str] | None:
+    """(principal, token) for the request body of a BODY_CREDENTIAL_METHODS call (auth.py); None without a secret."""
+    return token_pair(client_secret(), principal)
 
 
 def blocking_channel(address: str, options: Sequence[tuple[str, int]] = ()) -> grpc.Channel:

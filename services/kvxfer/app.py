@@ -11,7 +11,7 @@ from prometheus_client import start_http_server
 
 from distserve.v1 import kvxfer_pb2_grpc
 from services.common import local_socket
-from services.common.auth import KVXFER, token
+from services.common.auth import KVXFER, TokenCheck, token
 from services.common.links import add_local_port, add_port, internal_server
 from services.common.secret import deployment_secret
 from services.kvxfer.config import KVXferConfig
@@ -53,8 +53,9 @@ async def serve(config: KVXferConfig) -> None:
     core = KVXferCore(address, peers, puller, config.lease_ttl_s, config.pull_timeout_s, metrics)
     ucx = UcxServer(ucx_loop, core, ucx_token, _admission(config), sealer)
     ucx_port = ucx.start(config.ucx_port)
-    kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port,
-                                                                 check_owners=secret is not None), server)
+    tokens = TokenCheck(secret) if secret is not None else None  # the pulls' body credentials (auth.py)
+    kvxfer_pb2_grpc.add_KVXferServicer_to_server(KVXferServicer(core, config.host_id, config.host, ucx_port, tokens),
+                                                 server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if config.metrics_port:

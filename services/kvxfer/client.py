@@ -20,7 +20,7 @@ from services.common.auth import TOOL
 from services.common.cuda_ipc import export_ipc
 from services.common.errors import ServingError
 from services.common.kv_layout import KVLayout
-from services.common.links import call_metadata, internal_channel
+from services.common.links import call_credential, call_metadata, internal_channel
 from services.kvxfer.convert import layout_to_pb, stats_from_pb
 from services.kvxfer.leases import LeaseEnd, LeaseState
 from services.kvxfer.ranged import RangeCopy
@@ -61,6 +61,9 @@ class KVXferClient:
         self.address = address
         self._channel = internal_channel(address, principal, attach=False, local=local)
         self._md = call_metadata(principal)  # on every call: cheaper than a channel interceptor
+        # The pulls carry it in the request body and send no metadata (auth.BODY_CREDENTIAL_METHODS).
+        pair = call_credential(principal)
+        self._credential = None if pair is None else kvxfer_pb2.Credential(principal=pair[0], token=pair[1])
         self._stub = kvxfer_pb2_grpc.KVXferStub(self._channel)
 
     async def wait_ready(self, timeout_s: float = 30.0) -> None:
@@ -121,10 +124,10 @@ class KVXferClient:
         and kept (until expiry) on failure, so the pull may be retried.
         """
         request = kvxfer_pb2.PullRequest(source=handle, dst_instance_id=dst_instance_id,
-                                         dst_block_ids=dst_block_ids, checksum=checksum, timeout_s=timeout_s or 0.0)
+                                         dst_block_ids=dst_block_ids, checksum=checksum, timeout_s=timeout_s or 0.0,
+                                         credential=self._credential)
         try:
-            reply = await self._stub.Pull(request, timeout=None if timeout_s is None else timeout_s + RPC_MARGIN_S,
-                                          metadata=self._md)
+            reply = await self._stub.Pull(request, timeout=None if timeout_s is None else timeout_s + RPC_MARGIN_S)
         except BaseException as e:  # cancelled too: kvxfer then aborts the transfer within milliseconds
             if on_failure is not None:
                 on_failure(list(dst_block_ids))
@@ -139,14 +142,13 @@ class KVXferClient:
         PullFailed. Lease rules as `pull`: released on success, kept on failure; `share`: this pull is one of that
         many (into pools at several kvxfers) that together count as one pull of the lease."""
         request = kvxfer_pb2.PullRangesRequest(source=handle, checksum=checksum, timeout_s=timeout_s or 0.0,
-                                               lease_share=share)
+                                               lease_share=share, credential=self._credential)
         for c in copies:
             src, dst, length = c.to_bytes()
             request.copies.add(src_pool_id=c.src_pool, dst_pool_id=c.dst_pool, src_offsets=src, dst_offsets=dst,
                                lengths=length)
         try:
-            reply = await self._stub.PullRanges(request, timeout=None if timeout_s is None else timeout_s + RPC_MARGIN_S,
-                                                metadata=self._md)
+            reply = await self._stub.PullRanges(request, timeout=None if timeout_s is None else timeout_s + RPC_MARGIN_S)
         except grpc.aio.AioRpcError as e:
             raise PullFailed(e.code(), e.details() or "") from e
         return PullResult(reply.bytes, reply.seconds, reply.path, reply.crc32 if checksum else None)

@@ -5,13 +5,16 @@ Registering, unregistering, leasing from and watching a pool, and pulling into o
 A lease may be released by its pool's owner or by the router (which holds the handle when a request ends
 before decode). A pull needs the lease's id, which only the handle issued for it carries. With internal
 authentication off (no deployment secret) nothing is checked.
+
+Every check takes the caller's principal as proven by its token: `caller(context)` on calls that carry it as
+metadata, the request's credential on the pulls (auth.BODY_CREDENTIAL_METHODS).
 """
 
 from __future__ import annotations
 
 import grpc
 
-from services.common.auth import ROUTER, caller, instance_principal
+from services.common.auth import ROUTER, instance_principal
 from services.kvxfer.leases import LeaseTable
 from services.kvxfer.pools import MappedPool
 
@@ -26,26 +29,27 @@ class Owners:
         pool = self._pools.get(pool_id)
         return (pool.owner or pool_id) if pool is not None else pool_id
 
-    async def require_instance(self, context: grpc.aio.ServicerContext, pool_id: str) -> None:
-        """Abort with PERMISSION_DENIED unless the caller is the instance that owns pool `pool_id`."""
-        await self._require(context, self.owner_of(pool_id), pool_id)
+    async def require_instance(self, context: grpc.aio.ServicerContext, caller: str, pool_id: str) -> None:
+        """Abort with PERMISSION_DENIED unless `caller` is the instance that owns pool `pool_id`."""
+        await self._require(context, caller, self.owner_of(pool_id), pool_id)
 
-    async def require_registrant(self, context: grpc.aio.ServicerContext, pool_id: str, owner: str) -> None:
-        """Abort unless the caller is `owner` (or `pool_id` itself) and no other instance holds the pool id."""
+    async def require_registrant(self, context: grpc.aio.ServicerContext, caller: str, pool_id: str,
+                                 owner: str) -> None:
+        """Abort unless `caller` is `owner` (or `pool_id` itself) and no other instance holds the pool id."""
         claimed = owner or pool_id
-        await self._require(context, claimed, pool_id)
+        await self._require(context, caller, claimed, pool_id)
         if self.enforce and self.owner_of(pool_id) != claimed and pool_id in self._pools:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"pool {pool_id!r} belongs to another instance")
 
-    async def _require(self, context: grpc.aio.ServicerContext, owner: str, pool_id: str) -> None:
-        if self.enforce and caller(context) != instance_principal(owner):
+    async def _require(self, context: grpc.aio.ServicerContext, caller: str, owner: str, pool_id: str) -> None:
+        if self.enforce and caller != instance_principal(owner):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                f"only instance {owner!r} may use pool {pool_id!r} (caller {caller(context)!r})")
+                                f"only instance {owner!r} may use pool {pool_id!r} (caller {caller!r})")
 
-    async def require_releaser(self, context: grpc.aio.ServicerContext, lease_id: str) -> None:
-        """Abort with PERMISSION_DENIED unless the caller owns the lease's pool or is the router."""
+    async def require_releaser(self, context: grpc.aio.ServicerContext, caller: str, lease_id: str) -> None:
+        """Abort with PERMISSION_DENIED unless `caller` owns the lease's pool or is the router."""
         lease = self._leases.leases.get(lease_id)
-        if self.enforce and lease is not None and caller(context) not in (
+        if self.enforce and lease is not None and caller not in (
                 ROUTER, instance_principal(self.owner_of(lease.instance_id))):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                 f"lease {lease_id} belongs to instance {lease.instance_id!r}")

@@ -1,4 +1,10 @@
-"""The KVXfer gRPC servicer: converts messages and calls the core; failures map to status codes."""
+"""The KVXfer gRPC servicer: converts messages and calls the core; failures map to status codes.
+
+Pull and PullRanges carry the caller's credential in the request (auth.BODY_CREDENTIAL_METHODS): they check it
+first and authorize by its principal. A metadata token does not stand in for it: every client of these two
+methods is KVXferClient, which sends the body credential, so accepting either would only add a second way in
+(and a second path to test) for no caller.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
+from services.common.auth import TokenCheck, caller, require_credential
 from services.kvxfer.convert import (
     layout_from_pb,
     layout_to_pb,
@@ -32,14 +39,17 @@ CODES = {
 
 
 class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
-    def __init__(self, core: KVXferCore, host_id: str, ucx_host: str, ucx_port: int, check_owners: bool) -> None:
+    def __init__(self, core: KVXferCore, host_id: str, ucx_host: str, ucx_port: int,
+                 tokens: TokenCheck | None) -> None:
+        """`tokens`: the deployment's token check (None: no secret, no credential or owner checks)."""
         self._core = core
-        self._owners = Owners(core.leases, core.pools, check_owners)
+        self._tokens = tokens
+        self._owners = Owners(core.leases, core.pools, tokens is not None)
         self._describe = kvxfer_pb2.DescribeResponse(host_id=host_id, ucx_host=ucx_host, ucx_port=ucx_port)
 
     async def RegisterPool(self, request: kvxfer_pb2.RegisterPoolRequest,
                            context: grpc.aio.ServicerContext) -> kvxfer_pb2.RegisterPoolResponse:
-        await self._owners.require_registrant(context, request.instance_id, request.owner)
+        await self._owners.require_registrant(context, caller(context), request.instance_id, request.owner)
         ipc = None
         if request.HasField("cuda_ipc"):
             ipc = CudaIpc(request.cuda_ipc.handle, request.cuda_ipc.offset, request.cuda_ipc.device_index)
@@ -49,12 +59,12 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
 
     async def UnregisterPool(self, request: kvxfer_pb2.UnregisterPoolRequest,
                              context: grpc.aio.ServicerContext) -> kvxfer_pb2.UnregisterPoolResponse:
-        await self._owners.require_instance(context, request.instance_id)
+        await self._owners.require_instance(context, caller(context), request.instance_id)
         return kvxfer_pb2.UnregisterPoolResponse(dropped_leases=self._core.unregister_pool(request.instance_id))
 
     async def CreateLease(self, request: kvxfer_pb2.CreateLeaseRequest,
                           context: grpc.aio.ServicerContext) -> kv_pb2.KVHandle:
-        await self._owners.require_instance(context, request.instance_id)
+        await self._owners.require_instance(context, caller(context), request.instance_id)
         lease, layout = await _call(context, self._core.create_lease, request.instance_id,
                                     list(request.block_ids), request.num_tokens, request.ttl_s,
                                     request.pulls)
@@ -64,7 +74,7 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
 
     async def WatchLeases(self, request: kvxfer_pb2.WatchLeasesRequest,
                           context: grpc.aio.ServicerContext) -> AsyncIterator[kvxfer_pb2.LeaseEvent]:
-        await self._owners.require_instance(context, request.instance_id)
+        await self._owners.require_instance(context, caller(context), request.instance_id)
         queue = self._core.watch(request.instance_id)
         try:
             while True:
@@ -74,7 +84,9 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
 
     async def Pull(self, request: kvxfer_pb2.PullRequest,
                    context: grpc.aio.ServicerContext) -> kvxfer_pb2.PullResponse:
-        await self._owners.require_instance(context, request.dst_instance_id)
+        principal = await require_credential(self._tokens, request.credential.principal, request.credential.token,
+                                             context)
+        await self._owners.require_instance(context, principal, request.dst_instance_id)
         result = await _acall(context, self._core.pull(source_from_pb(request.source), request.dst_instance_id,
                                                        list(request.dst_block_ids), request.checksum,
                                                        request.timeout_s))
@@ -83,13 +95,15 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
 
     async def PullRanges(self, request: kvxfer_pb2.PullRangesRequest,
                          context: grpc.aio.ServicerContext) -> kvxfer_pb2.PullResponse:
+        principal = await require_credential(self._tokens, request.credential.principal, request.credential.token,
+                                             context)
         try:
             copies = [RangeCopy.from_bytes(c.src_pool_id, c.dst_pool_id, c.src_offsets, c.dst_offsets, c.lengths)
                       for c in request.copies]
         except (XferError, ValueError) as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad ranges: {e}")
         for dst_pool in {c.dst_pool for c in copies}:  # as Pull: only the destination's instance writes into it
-            await self._owners.require_instance(context, dst_pool)
+            await self._owners.require_instance(context, principal, dst_pool)
         result = await _acall(context, self._core.pull_ranges(source_from_pb(request.source), copies, request.checksum,
                                                               request.timeout_s, request.lease_share or 1))
         return kvxfer_pb2.PullResponse(bytes=result.nbytes, seconds=result.seconds, path=result.path,
@@ -97,7 +111,7 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
 
     async def Release(self, request: kvxfer_pb2.ReleaseRequest,
                       context: grpc.aio.ServicerContext) -> kvxfer_pb2.ReleaseResponse:
-        await self._owners.require_releaser(context, request.lease_id)
+        await self._owners.require_releaser(context, caller(context), request.lease_id)
         return kvxfer_pb2.ReleaseResponse(released=self._core.release(request.lease_id))
 
     async def Stats(self, request: kvxfer_pb2.StatsRequest,

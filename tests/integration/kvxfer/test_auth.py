@@ -45,8 +45,6 @@ async def test_calls_without_a_valid_token_are_refused_and_change_nothing(link, 
                 instance_id="d0", layout=layout_to_pb(LAYOUT), device="cpu", shm_path=dst.path), metadata=md),
             "lease": lambda md: stub.CreateLease(kvxfer_pb2.CreateLeaseRequest(
                 instance_id="p0", block_ids=[3], num_tokens=10, ttl_s=30), metadata=md),
-            "pull": lambda md: stub.Pull(kvxfer_pb2.PullRequest(
-                source=handle, dst_instance_id="p0", dst_block_ids=[5, 6]), metadata=md),
             "release": lambda md: stub.Release(kvxfer_pb2.ReleaseRequest(lease_id=handle.lease_id), metadata=md),
             "unregister": lambda md: stub.UnregisterPool(kvxfer_pb2.UnregisterPoolRequest(instance_id="p0"), metadata=md),
         }
@@ -55,6 +53,27 @@ async def test_calls_without_a_valid_token_are_refused_and_change_nothing(link, 
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
                     await call(metadata)
                 assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED, name
+
+        # The pulls take the credential in the body; a valid metadata token does not stand in for it.
+        p0 = instance_principal("p0")
+        valid_md = ((PRINCIPAL_KEY, p0), (TOKEN_KEY, token(read_secret(Path(secret_file)), p0)))
+        src_at, dst_at, length = RangeCopy("p0", "p0", *(np.array([n * LAYOUT.block_bytes]) for n in (1, 5, 1))).to_bytes()
+        ranges = [kvxfer_pb2.RangeCopy(src_pool_id="p0", dst_pool_id="p0", src_offsets=src_at, dst_offsets=dst_at,
+                                       lengths=length)]
+        pulls = {
+            "pull": lambda cred, md: stub.Pull(kvxfer_pb2.PullRequest(
+                source=handle, dst_instance_id="p0", dst_block_ids=[5, 6], credential=cred), metadata=md),
+            "pull ranges": lambda cred, md: stub.PullRanges(kvxfer_pb2.PullRangesRequest(
+                source=handle, copies=ranges, credential=cred), metadata=md),
+        }
+        bodies = (None, kvxfer_pb2.Credential(principal=p0, token=forged[1][1]), kvxfer_pb2.Credential(principal=p0),
+                  kvxfer_pb2.Credential(token=valid_md[1][1]))
+        for name, call in pulls.items():
+            for credential, metadata in [*((body, ()) for body in bodies), (None, valid_md)]:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await call(credential, metadata)
+                assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED, (name, credential, metadata)
+                assert "credential" in (refused.value.details() or ""), refused.value.details()
     assert await owner.stats() == before  # still one pool, one live lease, no pull
     assert await owner.release(handle.lease_id)
     await owner.close()
