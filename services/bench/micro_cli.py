@@ -68,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--rpc-calls", type=int, default=200, help="unary kvxfer RPCs per round and side")
     s.add_argument("--device", default="cpu", help="where the pulls' pools live: cpu, or cuda:N (CUDA IPC)")
     s.add_argument("--stack-devices", default="cpu:0,cpu:1", help="the prefill's and the decode's device, in each stack")
-    s.add_argument("--rpc-parts", action="store_true", help="only the unary kvxfer RPC, one security part at a time "
-                   "(token sent, token checked, mutual TLS; same-host socket and TCP): no stack, no model")
+    s.add_argument("--rpc-parts", action="store_true", help="only unary kvxfer RPCs, one security part at a time "
+                   "(token sent, token checked, mutual TLS; same-host socket and TCP; a same-host pull with the "
+                   "token as metadata or in the body): no stack, no model")
     s.set_defaults(func=_bench_security)
