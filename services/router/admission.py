@@ -178,16 +178,32 @@ def least_after(loads: list[float], tokens: float) -> float:
     return tokens
 
 
+def heading_to_decode(prefill: list[Candidate], waiting: float, prompt: int, max_tokens: int,
+                      mix: Mix | None = None) -> float:
+    """The decode tokens (prompt + max_tokens per request) of the requests admitted ahead of this one that have not
+    reached a decode instance yet: the prompts queued at the prefill instances and waiting at the router, read as
+    requests of the mix. They join the decode batches before this request does, and most are still there while
+    it decodes: left out, every admission saw the batch short by the whole prefill pipeline, so the batches grew
+    past what the TPOT objective allows and the admitted requests missed it together."""
+    mix = mix or Mix(prompt, max_tokens)
+    pending = sum(c.load for c in prefill) + waiting
+    return pending * (mix.prompt + mix.max_tokens) / mix.prompt if mix.prompt > 0 else 0.0
+
+
 def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate], prompt: int, max_tokens: int,
             batch_tokens: int, mix: Mix | None = None, arriving_tps: float = 0.0, waiting: float = 0.0) -> Prediction:
     """The figures on the instances the dispatcher would choose: the least-loaded of each role; `mix`: what the
     queued and booked requests are taken to be; `arriving_tps`: the prompt tokens per second admitted lately,
     spread over the prefill instances; `waiting`: the prompt tokens admitted but still waiting at the router for
-    a slot (`max_inflight`), which are booked on the prefill instances before this one."""
+    a slot (`max_inflight`), which are booked on the prefill instances before this one. The decode instance's
+    load counts the requests on their way to decode (`heading_to_decode`), spread as the dispatcher will."""
     p = min(prefill, key=lambda c: c.load, default=None)
     if p is not None and waiting > 0:
         p = replace(p, load=least_after([c.load for c in prefill], waiting))
     d = min(decode, key=lambda c: c.load, default=None)
+    heading = heading_to_decode(prefill, waiting, prompt, max_tokens, mix)
+    if d is not None and heading > 0:
+        d = replace(d, load=least_after([c.load for c in decode], heading))
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
     joining_tps = arriving_tps / max(1, len(prefill))

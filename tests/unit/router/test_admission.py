@@ -13,6 +13,7 @@ from services.router.admission import (
     Mix,
     RecentMix,
     decide,
+    heading_to_decode,
     least_after,
     predict,
     predict_tpot,
@@ -188,6 +189,24 @@ def test_waiting_prompts_fill_the_least_loaded_prefill_instances_first():
     got = predict(MODEL, two, [], 100, 1, 512, waiting=1000)
     line = MODEL.prefill["prefill@cpu:0"]
     assert got.ttft_s == pytest.approx(predict_ttft(line, 800, 100, 512)) and got.prefill_instance == "p1"
+
+
+def test_requests_on_their_way_to_decode_count_in_the_batch_a_newcomer_joins():
+    line, mix = MODEL.decode["decode@cpu:1"], Mix(100, 100)
+    # 3000 prompt tokens queued at prefill and 1000 waiting at the router: 40 requests of the mix, which reach
+    # decode before the newcomer: 8000 decode tokens booked ahead of it
+    queued = [Candidate("p0", "prefill@cpu:0", 3000)]
+    assert heading_to_decode(queued, 1000, 50, 10, mix) == pytest.approx(8000)
+    got = predict(MODEL, queued, [Candidate("d0", "decode@cpu:1", 0)], 100, 100, 512, mix, waiting=1000)
+    assert got.tpot_s == pytest.approx(predict_tpot(line, 8000, 100, 100, mix))
+    # an empty decode instance admits, the same with the pipeline ahead of it does not (5.2 ms vs 51.2 ms > 50 ms)
+    idle = predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [Candidate("d0", "decode@cpu:1", 0)], 100, 100, 512, mix)
+    assert decide(idle, RequestSLO(tpot_s=0.05), "refuse").admit
+    assert not decide(got, RequestSLO(tpot_s=0.05), "refuse").admit
+    # spread as the dispatcher will: onto the least-loaded decode instance first
+    two = [Candidate("d0", "decode@cpu:1", 6000), Candidate("d1", "decode@cpu:1", 0)]
+    spread = predict(MODEL, queued, two, 100, 100, 512, mix, waiting=1000)
+    assert spread.tpot_s == pytest.approx(predict_tpot(line, 7000, 100, 100, mix)) and spread.decode_instance == "d1"
 
 
 def test_the_least_loaded_instance_of_each_role_is_predicted_for():
