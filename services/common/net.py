@@ -20,14 +20,23 @@ def bindable(host: str, port: int) -> bool:
     return True
 
 
+_handed_out: set[int] = set()  # ports free_port returned in this process
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port of `host` that is free now and that this process has not handed out before: a launcher picks
+    several ports before any of their servers binds, and one picked twice left two servers racing for it
+    (the planner lost its port to kvxfer's metrics and the stack ran without it)."""
     for _ in range(100):
         port = random.randrange(_LOW, _HIGH)
-        if bindable(host, port):
+        if port not in _handed_out and bindable(host, port):
+            _handed_out.add(port)
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port = sock.getsockname()[1]
+    _handed_out.add(port)
+    return port
 
 
 # gRPC servers set SO_REUSEPORT by default, so a second server binds a taken port and the two share its
