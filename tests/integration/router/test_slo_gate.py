@@ -53,7 +53,9 @@ async def test_the_gate_predicts_from_the_stored_model_and_the_booked_loads(regi
     gate.admit(req)
     # 900 queued + 100: three batches of whole prompts (462 tokens each on average: 512 less half a prompt)
     assert req.prediction.ttft_s == pytest.approx(3 * 0.01 + 1000 * 1e-4)
-    assert req.prediction.tpot_s == pytest.approx(0.004 + 1e-3)  # an idle decode instance: alone in its step
+    # an idle decode instance, but the 900 queued prompt tokens are 9 requests of the mix (the one admitted: 100
+    # + 20 tokens) on their way to it: a step of 10
+    assert req.prediction.tpot_s == pytest.approx(0.004 + 10 * 1e-3)
 
     # this router books 1000 more, seen before the next read: 2000 tokens, the running batch and four more
     assignment = await dispatcher.acquire("prefill", 1000)
