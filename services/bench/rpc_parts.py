@@ -31,12 +31,12 @@ from services.bench.scoped_env import scoped_env
 from services.bench.self_signed import Authority
 from services.common.auth import instance_principal
 from services.common.kv_layout import KVLayout
-from services.common.links import call_credential, call_metadata, internal_channel
+from services.common.links import call_metadata, internal_channel
 from services.common.pool_files import shm_path
 from services.common.secret import SECRET_ENV, ensure_secret
 from services.common.tls import ENV as TLS_ENV
 from services.engine.kv_pool import KVPool
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.client import KVXferClient, pull_credential
 from services.kvxfer.local import LocalKVXfer, start_local_kvxfer
 
 LAYOUT = KVLayout(num_blocks=4, num_layers=4, block_size=16, num_kv_heads=2, head_dim=64)  # 64 KB blocks
@@ -122,9 +122,8 @@ class _Pulls:
     def caller(self, channel, body: bool, token: bool):
         """An async function making one pull as d0, with d0's token in the body or as metadata (or none)."""
         stub = kvxfer_pb2_grpc.KVXferStub(channel)
-        pair = call_credential(instance_principal("d0")) if token and body else None
-        request = kvxfer_pb2.PullRequest(source=self.handle, dst_instance_id="d0", dst_block_ids=[1], credential=(
-            None if pair is None else kvxfer_pb2.Credential(principal=pair[0], token=pair[1])))
+        request = kvxfer_pb2.PullRequest(source=self.handle, dst_instance_id="d0", dst_block_ids=[1],
+                                         credential=pull_credential(instance_principal("d0")) if token and body else None)
         metadata = call_metadata(instance_principal("d0")) if token and not body else ()
         return lambda: stub.Pull(request, metadata=metadata)
 

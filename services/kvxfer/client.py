@@ -53,6 +53,13 @@ class PullFailed(ServingError):
         super().__init__(f"KV pull failed: {code.name}: {message}")
 
 
+def pull_credential(principal: str) -> kvxfer_pb2.Credential | None:
+    """`principal`'s token as a pull request carries it: in the body, with no call metadata
+    (auth.BODY_CREDENTIAL_METHODS); None without a deployment secret."""
+    pair = call_credential(principal)
+    return None if pair is None else kvxfer_pb2.Credential(principal=pair[0], token=pair[1])
+
+
 class KVXferClient:
     def __init__(self, address: str, principal: str = TOOL, local: bool = True) -> None:
         """`principal`: who calls (auth.py); an instance calls as itself, so kvxfer lets it use its own pool only.
@@ -61,9 +68,7 @@ class KVXferClient:
         self.address = address
         self._channel = internal_channel(address, principal, attach=False, local=local)
         self._md = call_metadata(principal)  # on every call: cheaper than a channel interceptor
-        # The pulls carry it in the request body and send no metadata (auth.BODY_CREDENTIAL_METHODS).
-        pair = call_credential(principal)
-        self._credential = None if pair is None else kvxfer_pb2.Credential(principal=pair[0], token=pair[1])
+        self._credential = pull_credential(principal)
         self._stub = kvxfer_pb2_grpc.KVXferStub(self._channel)
 
     async def wait_ready(self, timeout_s: float = 30.0) -> None:
