@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field, fields
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_args, get_type_hints
 
 from pydantic import Field, create_model
 from pydantic_settings import BaseSettings
 
 from services.common import defaults
+
+OnOff = Literal["on", "off"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -19,13 +21,15 @@ class EngineSettings:
     max_batch_tokens: int = field(default=defaults.MAX_BATCH_TOKENS,
                                   metadata={"help": "Lm for prefill; the token budget per step for colocated and chunked"})
     max_num_seqs: int = field(default=defaults.MAX_NUM_SEQS, metadata={"help": "most sequences in one batch"})
+    prefix_caching: OnOff = field(default="on", metadata={
+        "help": "reuse the K/V of full blocks that earlier requests computed (automatic prefix caching)"})
 
     def flags(self) -> list[str]:
         """The instance command-line flags that carry these settings."""
         return [arg for name, value in engine_fields(self).items() for arg in (_flag(name), str(value))]
 
 
-def engine_fields(config: Any) -> dict[str, int]:
+def engine_fields(config: Any) -> dict[str, int | str]:
     """The engine settings a config carries (any config that inherits them), as keyword arguments."""
     return {f.name: getattr(config, f.name) for f in fields(EngineSettings)}
 
@@ -36,14 +40,18 @@ def _flag(name: str) -> str:
 
 def add_engine_arguments(parser: argparse.ArgumentParser | Any) -> None:
     """The settings as flags (a parser or an argument group); unset ones keep their defaults."""
+    hints = get_type_hints(EngineSettings)
     for f in fields(EngineSettings):
-        parser.add_argument(_flag(f.name), type=int, default=f.default, help=f.metadata["help"])
+        choices = get_args(hints[f.name]) or None
+        parser.add_argument(_flag(f.name), type=str if choices else int, choices=choices, default=f.default,
+                            help=f.metadata["help"])
 
 
 def _settings_base() -> type[BaseSettings]:
     hints = get_type_hints(EngineSettings)
     return create_model("EngineSettingsFields", __base__=BaseSettings, **{
-        f.name: (hints[f.name], Field(f.default, gt=0, description=f.metadata["help"])) for f in fields(EngineSettings)})
+        f.name: (hints[f.name], Field(f.default, description=f.metadata["help"]) if get_args(hints[f.name])
+                 else Field(f.default, gt=0, description=f.metadata["help"])) for f in fields(EngineSettings)})
 
 
 EngineSettingsFields = _settings_base()

@@ -1,7 +1,10 @@
 """Hands out KV blocks of a fixed-size pool: plain integers, no tensors.
 
-A block may be shared (the n samples of one prompt hold its K/V once): it counts its holders and goes back to
-the pool when the last one frees it.
+A block may be shared (the n samples of one prompt hold its K/V once; requests with a common prefix hold its
+cached blocks): it counts its holders. A full block can be registered under its content hash
+(services/common/prefix_hash.py); when its last holder lets go it stays cached, found by `match`, until the pool
+needs it and evicts it, least recently released first. A block with a holder (a sequence, a kvxfer lease) is never
+evicted.
 
 Thread-safe: the engine thread grows and frees sequences' blocks while a decode instance's event loop reserves
 blocks for pulls without waiting for the step to end.
@@ -10,34 +13,58 @@ blocks for pulls without waiting for the step to end.
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class CacheCounters:
+    """Prompt tokens looked up in the prefix cache and tokens found there, since the start."""
+
+    queried: int = 0
+    hit: int = 0
+
+
+MAX_EVENTS = 1 << 16  # kept between two takes; past it the index resyncs
+CacheEvent = tuple[bool, int]  # (stored: True, evicted: False), the block's content hash
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, caching: bool = True) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self._free: deque[int] = deque(range(num_blocks))
+        self.caching = caching
+        self._free: deque[int] = deque(range(num_blocks))  # hold nothing: neither holders nor cached content
         self._refs: dict[int, int] = {}  # allocated block → its holders
+        self._cached: OrderedDict[int, None] = OrderedDict()  # cached blocks without holders, least recent first
+        self._hash_of: dict[int, int] = {}  # registered block → its content hash
+        self._by_hash: dict[int, int] = {}
+        self._events: list[CacheEvent] | None = []  # None: more than MAX_EVENTS since the last take
         self._lock = threading.Lock()
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        """Blocks an allocation can take: never used, or cached without holders (evicted on demand)."""
+        return len(self._free) + len(self._cached)
 
     @property
     def num_used(self) -> int:
         return len(self._refs)
 
+    @property
+    def num_cached(self) -> int:
+        """Cached blocks that no one holds."""
+        return len(self._cached)
+
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
     def try_allocate(self, num_blocks: int) -> list[int] | None:
-        """Takes `num_blocks` free blocks, or none when fewer are free."""
+        """Takes `num_blocks` free blocks (evicting cached ones when it must), or none when fewer are free."""
         with self._lock:
-            if num_blocks > len(self._free):
+            if num_blocks > len(self._free) + len(self._cached):
                 return None
-            blocks = [self._free.popleft() for _ in range(num_blocks)]
+            blocks = [self._take() for _ in range(num_blocks)]
             self._refs.update(dict.fromkeys(blocks, 1))
             return blocks
 
@@ -45,7 +72,7 @@ class BlockManager:
         """Takes `num_blocks` free blocks, or raises MemoryError taking none."""
         blocks = self.try_allocate(num_blocks)
         if blocks is None:
-            raise MemoryError(f"need {num_blocks} KV blocks, {len(self._free)} free")
+            raise MemoryError(f"need {num_blocks} KV blocks, {self.num_free} free")
         return blocks
 
     def share(self, blocks: list[int]) -> None:
@@ -56,14 +83,72 @@ class BlockManager:
                 self._refs[b] += 1
 
     def free(self, blocks: list[int]) -> None:
-        """Drops one holder of each block; a block without holders goes back. Frees none if any is not allocated."""
+        """Drops one holder of each block; a block without holders stays cached if registered, else goes back.
+        Frees none if any is not allocated."""
         with self._lock:
             self._check(blocks)
             for b in blocks:
                 self._refs[b] -= 1
                 if not self._refs[b]:
                     del self._refs[b]
-                    self._free.append(b)
+                    if b in self._hash_of:
+                        self._cached[b] = None
+                    else:
+                        self._free.append(b)
+
+    def match(self, hashes: list[int]) -> list[int]:
+        """Holds and returns the cached blocks of the longest prefix of `hashes`; the caller frees them like
+        allocated ones."""
+        with self._lock:
+            blocks: list[int] = []
+            for h in hashes:
+                b = self._by_hash.get(h)
+                if b is None:
+                    break
+                blocks.append(b)
+            for b in blocks:
+                if b in self._cached:
+                    del self._cached[b]
+                self._refs[b] = self._refs.get(b, 0) + 1
+            return blocks
+
+    def register(self, block: int, content_hash: int) -> None:
+        """Records that held `block` is full and holds the content `content_hash` addresses. A second block of
+        the same content stays unregistered (it goes back to the pool when freed)."""
+        with self._lock:
+            if not self.caching or content_hash in self._by_hash or block in self._hash_of:
+                return
+            self._check([block])
+            self._hash_of[block] = content_hash
+            self._by_hash[content_hash] = block
+            self._record(True, content_hash)
+
+    def cached_hashes(self) -> list[int]:
+        """The content hashes of every registered block, held or not (what an index of this pool lists)."""
+        with self._lock:
+            return list(self._by_hash)
+
+    def take_events(self) -> list[CacheEvent] | None:
+        """The hashes registered and evicted since the last call, in order (an index of this pool applies them);
+        None when there were too many to keep: the index resyncs from `cached_hashes`."""
+        with self._lock:
+            events, self._events = self._events, []
+            return events
+
+    def _record(self, stored: bool, content_hash: int) -> None:
+        if self._events is not None:
+            self._events.append((stored, content_hash))
+            if len(self._events) > MAX_EVENTS:
+                self._events = None
+
+    def _take(self) -> int:
+        if self._free:
+            return self._free.popleft()
+        b, _ = self._cached.popitem(last=False)
+        evicted = self._hash_of.pop(b)
+        del self._by_hash[evicted]
+        self._record(False, evicted)
+        return b
 
     def _check(self, blocks: list[int]) -> None:
         stray = [b for b in blocks if b not in self._refs]

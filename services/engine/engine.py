@@ -56,6 +56,7 @@ class StepOutput:
     step_end: float = 0.0
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # of new_token_ids, when the request asked
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # with the first token, when asked: of prompt tokens 1..
+    num_cached_tokens: int = 0  # with the first token: prompt tokens whose K/V came from the prefix cache
     error: str = ""  # the step failed for this request alone: it ends here (finish_reason ABORT)
 
     @property
@@ -90,7 +91,7 @@ class LLMEngine:
                                          config.rendezvous)
         else:
             self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device(config.device), config.pool_path)
-        self.blocks = BlockManager(config.num_blocks, config.block_size)
+        self.blocks = BlockManager(config.num_blocks, config.block_size, caching=config.prefix_caching == "on")
         self.scheduler = SCHEDULERS[config.policy](
             self.blocks, SchedulerConfig(config.max_batch_tokens, config.max_num_seqs, mc.max_position))
         self.prefilled: dict[str, Prefilled] = {}
@@ -113,27 +114,31 @@ class LLMEngine:
             raise EngineInputError(
                 "max_tokens", f"prompt + max_tokens needs {needed} KV blocks, the pool has {self.blocks.num_blocks}")
 
-    def _new_sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+    def _new_sequence(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+                      cache_namespace: str) -> Sequence:
         if request_id in self._ids:
             raise EngineInputError("request_id", f"{request_id!r} is already in the engine")
         self.validate(prompt_ids, params)
         if params.seed is None:
             params.seed = random.getrandbits(63)
         self._ids.add(request_id)
-        return Sequence(request_id, list(prompt_ids), params)
+        return Sequence(request_id, list(prompt_ids), params, cache_namespace=cache_namespace)
 
-    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> list[str]:
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, n: int = 1,
+                    cache_namespace: str = "") -> list[str]:
         """Queues a request; returns its choices' ids. n > 1 (colocated, chunked): the n choices share one prefill.
-        Choice i > 0 (`fork_id`, seeded `choice_seed(seed, i)`) forks from choice 0 once the prompt is computed."""
+        Choice i > 0 (`fork_id`, seeded `choice_seed(seed, i)`) forks from choice 0 once the prompt is computed.
+        Its prompt reuses cached blocks of `cache_namespace` only."""
         if n != 1 and (self.config.policy not in ("colocated", "chunked") or not 1 <= n <= MAX_N):
             raise EngineInputError("n", f"must be 1 on a {self.config.policy} instance, else in [1, {MAX_N}]")
         taken = [fork_id(request_id, i) for i in range(1, n) if fork_id(request_id, i) in self._ids]
         if taken:
             raise EngineInputError("request_id", f"{taken[0]!r} is already in the engine")
-        seq = self._new_sequence(request_id, prompt_ids, params)
+        seq = self._new_sequence(request_id, prompt_ids, params, cache_namespace)
         for i in range(1, n):
             seq.forks.append(Sequence(fork_id(request_id, i), list(prompt_ids),
-                                      replace(seq.params, seed=choice_seed(seq.params.seed or 0, i))))
+                                      replace(seq.params, seed=choice_seed(seq.params.seed or 0, i)),
+                                      cache_namespace=cache_namespace))
             self._ids.add(seq.forks[-1].request_id)
         self.scheduler.add(seq)
         return [f.request_id for f in seq.all_forks()]
@@ -147,14 +152,14 @@ class LLMEngine:
         self.blocks.free(block_ids)
 
     def add_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
-                      block_ids: list[int]) -> None:
+                      block_ids: list[int], cache_namespace: str = "") -> None:
         """Decode: admit a request whose prompt K/V already sits in `block_ids` (reserved, then pulled).
 
         Without `first_token` the last prompt token is computed again, as a decode step, to sample the first
         token here with this request's seed (n samples sharing one prefill). The engine owns the blocks from
-        here on: refused, they go back to the pool."""
+        here on: refused, they go back to the pool. Its full blocks join the prefix cache of `cache_namespace`."""
         try:
-            seq = self._new_sequence(request_id, prompt_ids, params)
+            seq = self._new_sequence(request_id, prompt_ids, params, cache_namespace)
         except EngineInputError:
             self.blocks.free(block_ids)
             raise
@@ -228,7 +233,8 @@ class LLMEngine:
         seq = adv.seq
         out = StepOutput(seq.request_id, [adv.token], adv.finish_reason, num_prompt_tokens=len(seq.prompt_ids),
                          step_start=step_start, step_end=step_end, logprobs=[adv.logprobs] if adv.logprobs else [],
-                         prompt_logprobs=seq.prompt_logprobs if len(seq.output_ids) == 1 else [])
+                         prompt_logprobs=seq.prompt_logprobs if len(seq.output_ids) == 1 else [],
+                         num_cached_tokens=seq.num_cached if len(seq.output_ids) == 1 else 0)
         if adv.finish_reason is not None:
             self._ids.discard(seq.request_id)
         elif seq.status is SeqStatus.PREFILLED:

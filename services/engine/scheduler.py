@@ -13,7 +13,7 @@ from typing import Literal
 
 from services.common import defaults
 from services.common.sampling import FinishReason, TokenLogprobs
-from services.engine.block_manager import BlockManager
+from services.engine.block_manager import BlockManager, CacheCounters
 from services.engine.finish import FinishRule
 from services.engine.sampler import Sampled
 from services.engine.sequence import SeqStatus, Sequence
@@ -69,6 +69,7 @@ class Scheduler:
         self.config = config
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.cache = CacheCounters()  # prompt tokens looked up in the prefix cache at admission, and found
 
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
@@ -78,6 +79,7 @@ class Scheduler:
         """A sequence whose K/V is already in its blocks (decode: pulled from a prefill instance)."""
         seq.status = SeqStatus.RUNNING
         self.running.append(seq)
+        self._register(seq)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -100,6 +102,31 @@ class Scheduler:
     def free(self, seq: Sequence) -> None:
         self.blocks.free(seq.block_table)
         seq.block_table = []
+        seq.num_registered = 0
+
+    def _start_cached(self, seq: Sequence) -> None:
+        """A sequence without blocks starts on the cached blocks of its longest cached prefix (at least its last
+        token is computed, to sample from). Prompt logprobs ask for every position, so they skip the cache."""
+        if seq.block_table or not self.blocks.caching or seq.params.prompt_logprobs is not None:
+            return
+        bs = self.blocks.block_size
+        seq.block_table = self.blocks.match(seq.hashes(bs, (seq.num_tokens - 1) // bs))
+        seq.num_computed = seq.num_registered = len(seq.block_table) * bs
+
+    def _drop_cached(self, seq: Sequence) -> None:
+        """Undoes `_start_cached` for a sequence that goes on waiting."""
+        self.free(seq)
+        seq.num_computed = 0
+
+    def _register(self, seq: Sequence) -> None:
+        """Registers the blocks that its computed tokens filled since the last call."""
+        bs = self.blocks.block_size
+        full = min(seq.num_computed // bs, len(seq.block_table))
+        if not self.blocks.caching or full <= seq.num_registered:
+            return
+        for i, h in enumerate(seq.hashes(bs, full)[seq.num_registered:], seq.num_registered):
+            self.blocks.register(seq.block_table[i], h)
+        seq.num_registered = full
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -116,17 +143,26 @@ class Scheduler:
         items: list[ScheduledSeq] = []
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
+            self._start_cached(seq)
             take = min(seq.num_uncomputed, budget) if chunk else seq.num_uncomputed
-            if items and take > budget:
-                break
-            if not self._grow(seq, seq.num_computed + take):
-                break  # FCFS: the head waits for blocks, nothing overtakes it
+            if (items and take > budget) or not self._grow(seq, seq.num_computed + take):
+                self._drop_cached(seq)
+                break  # FCFS: the head waits (for the budget or for blocks), nothing overtakes it
+            self._count_cached(seq)
             self.waiting.popleft()
             seq.status = SeqStatus.RUNNING
             self.running.append(seq)
             items.append(ScheduledSeq(seq, take))
             budget -= take
         return items
+
+    def _count_cached(self, seq: Sequence) -> None:
+        """An admitted sequence's prefix-cache lookup, counted once: its prompt on the first admission."""
+        if seq.output_ids or not self.blocks.caching:
+            return
+        seq.num_cached = min(seq.num_computed, len(seq.prompt_ids))
+        self.cache.queried += len(seq.prompt_ids)
+        self.cache.hit += seq.num_cached
 
     def _continue_running(self, budget: int) -> list[ScheduledSeq]:
         """Advance running sequences (a decode token, or the next prompt chunk), preempting the newest when blocks run out."""
@@ -152,6 +188,7 @@ class Scheduler:
         for it in batch.items:
             seq, samples = it.seq, it.samples  # before the advance, which changes it
             seq.num_computed += it.num_new
+            self._register(seq)
             seq.prompt_logprobs.extend(sampled.prompt_logprobs.get(seq.request_id, ()))
             if not samples:
                 continue

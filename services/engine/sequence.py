@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+from services.common.prefix_hash import extend_hashes
 from services.common.sampling import FinishReason, SamplingParams, TokenLogprobs
 
 
@@ -29,6 +30,10 @@ class Sequence:
     arrival: float = field(default_factory=time.time)
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # asked: of prompt tokens 1.. computed so far
     forks: list[Sequence] = field(default_factory=list)  # choices that take this prompt's K/V once it is computed
+    cache_namespace: str = ""  # prefix caching: blocks are shared only within one namespace (tenant, salt)
+    block_hashes: list[int] = field(default_factory=list)  # content hashes of its first full blocks, as computed
+    num_registered: int = 0  # leading blocks of block_table registered in (or found in) the prefix cache
+    num_cached: int = 0  # prompt tokens whose K/V was found in the prefix cache at admission
 
     @property
     def num_tokens(self) -> int:
@@ -41,6 +46,12 @@ class Sequence:
     def all_forks(self) -> list[Sequence]:
         """This sequence and the choices still waiting to fork from it."""
         return [self, *self.forks]
+
+    def hashes(self, block_size: int, full: int) -> list[int]:
+        """The content hashes of its first `full` blocks (services/common/prefix_hash.py), computed once."""
+        if len(self.block_hashes) < full:
+            extend_hashes(self.block_hashes, self.token_slice(0, full * block_size), block_size, self.cache_namespace, full)
+        return self.block_hashes[:full]
 
     def token_slice(self, start: int, stop: int) -> list[int]:
         prompt_len = len(self.prompt_ids)

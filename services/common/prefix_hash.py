@@ -1,0 +1,42 @@
+"""Content addresses of full KV blocks: a chained hash of (parent hash, the block's token ids), rooted in a namespace.
+
+The same function runs in the engine (to find and register cached blocks) and in the router (to look up which
+instance holds a prompt's prefix), so it must not depend on the process: blake2b, not Python's `hash`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+
+ROOT = 0
+
+
+def namespace_root(namespace: str) -> int:
+    """The parent hash of a namespace's first block: tenants (and salts) never share a block."""
+    if not namespace:
+        return ROOT
+    return int.from_bytes(hashlib.blake2b(namespace.encode(), digest_size=8).digest(), "little")
+
+
+def chain(parent: int, tokens: list[int]) -> int:
+    """The hash of a full block of `tokens` whose preceding blocks hash to `parent`."""
+    h = hashlib.blake2b(parent.to_bytes(8, "little"), digest_size=8)
+    h.update(array("q", tokens).tobytes())
+    return int.from_bytes(h.digest(), "little")
+
+
+def block_hashes(tokens: list[int], block_size: int, namespace: str = "", limit: int | None = None) -> list[int]:
+    """The hashes of the full blocks of `tokens` (the first `limit` of them at most)."""
+    full = len(tokens) // block_size if limit is None else min(limit, len(tokens) // block_size)
+    hashes: list[int] = []
+    extend_hashes(hashes, tokens, block_size, namespace, full)
+    return hashes
+
+
+def extend_hashes(hashes: list[int], tokens: list[int], block_size: int, namespace: str, full: int) -> None:
+    """Appends to `hashes` (of the first blocks of `tokens`) until it covers `full` blocks."""
+    parent = hashes[-1] if hashes else namespace_root(namespace)
+    for i in range(len(hashes), full):
+        parent = chain(parent, tokens[i * block_size:(i + 1) * block_size])
+        hashes.append(parent)
