@@ -66,74 +66,84 @@ class Stamps(_message.Message):
     def __init__(self, prefill_queued: _Optional[float] = ..., prefill_start: _Optional[float] = ..., prefill_end: _Optional[float] = ..., xfer_start: _Optional[float] = ..., xfer_end: _Optional[float] = ..., decode_queued: _Optional[float] = ..., decode_start: _Optional[float] = ...) -> None: ...
 
 class PrefillRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "sampling", "pulls")
+    __slots__ = ("request_id", "prompt_token_ids", "sampling", "pulls", "cache_namespace")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     PULLS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     sampling: SamplingParams
     pulls: int
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., pulls: _Optional[int] = ...) -> None: ...
+    cache_namespace: str
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., pulls: _Optional[int] = ..., cache_namespace: _Optional[str] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
-    __slots__ = ("first_token", "finish_reason", "kv", "stamps", "logprobs", "prompt_logprobs")
+    __slots__ = ("first_token", "finish_reason", "kv", "stamps", "logprobs", "prompt_logprobs", "cached_tokens")
     FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     KV_FIELD_NUMBER: _ClassVar[int]
     STAMPS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     first_token: int
     finish_reason: str
     kv: _kv_pb2.KVHandle
     stamps: Stamps
     logprobs: _containers.RepeatedCompositeFieldContainer[_logprobs_pb2.TokenLogprobs]
     prompt_logprobs: _containers.RepeatedCompositeFieldContainer[_logprobs_pb2.TokenLogprobs]
-    def __init__(self, first_token: _Optional[int] = ..., finish_reason: _Optional[str] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ...) -> None: ...
+    cached_tokens: int
+    def __init__(self, first_token: _Optional[int] = ..., finish_reason: _Optional[str] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "first_token", "sampling", "kv")
+    __slots__ = ("request_id", "prompt_token_ids", "first_token", "sampling", "kv", "cache_namespace")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     KV_FIELD_NUMBER: _ClassVar[int]
+    CACHE_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     first_token: int
     sampling: SamplingParams
     kv: _kv_pb2.KVHandle
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., first_token: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ...) -> None: ...
+    cache_namespace: str
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., first_token: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., cache_namespace: _Optional[str] = ...) -> None: ...
 
 class TokenChunk(_message.Message):
-    __slots__ = ("token_ids", "finish_reason", "stamps", "logprobs", "prompt_logprobs", "index")
+    __slots__ = ("token_ids", "finish_reason", "stamps", "logprobs", "prompt_logprobs", "index", "cached_tokens")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     STAMPS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     finish_reason: str
     stamps: Stamps
     logprobs: _containers.RepeatedCompositeFieldContainer[_logprobs_pb2.TokenLogprobs]
     prompt_logprobs: _containers.RepeatedCompositeFieldContainer[_logprobs_pb2.TokenLogprobs]
     index: int
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[str] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., index: _Optional[int] = ...) -> None: ...
+    cached_tokens: int
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[str] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., index: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class ColocatedRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "sampling", "n")
+    __slots__ = ("request_id", "prompt_token_ids", "sampling", "n", "cache_namespace")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
+    CACHE_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     sampling: SamplingParams
     n: int
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., n: _Optional[int] = ...) -> None: ...
+    cache_namespace: str
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., n: _Optional[int] = ..., cache_namespace: _Optional[str] = ...) -> None: ...
 
 class InstanceStatsRequest(_message.Message):
     __slots__ = ("steps_since",)
@@ -160,7 +170,7 @@ class StepStat(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., seqs: _Optional[int] = ..., tokens: _Optional[int] = ..., sum_sq: _Optional[int] = ..., context: _Optional[int] = ..., start: _Optional[float] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class InstanceStatsResponse(_message.Message):
-    __slots__ = ("instance_id", "role", "blocks_total", "blocks_used", "waiting", "running", "held", "steps", "step_log")
+    __slots__ = ("instance_id", "role", "blocks_total", "blocks_used", "waiting", "running", "held", "steps", "step_log", "blocks_cached", "computed_tokens", "prefix_cache_queried", "prefix_cache_hit")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +180,10 @@ class InstanceStatsResponse(_message.Message):
     HELD_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     STEP_LOG_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_CACHED_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_QUERIED_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     role: str
     blocks_total: int
@@ -179,7 +193,11 @@ class InstanceStatsResponse(_message.Message):
     held: int
     steps: int
     step_log: _containers.RepeatedCompositeFieldContainer[StepStat]
-    def __init__(self, instance_id: _Optional[str] = ..., role: _Optional[str] = ..., blocks_total: _Optional[int] = ..., blocks_used: _Optional[int] = ..., waiting: _Optional[int] = ..., running: _Optional[int] = ..., held: _Optional[int] = ..., steps: _Optional[int] = ..., step_log: _Optional[_Iterable[_Union[StepStat, _Mapping]]] = ...) -> None: ...
+    blocks_cached: int
+    computed_tokens: int
+    prefix_cache_queried: int
+    prefix_cache_hit: int
+    def __init__(self, instance_id: _Optional[str] = ..., role: _Optional[str] = ..., blocks_total: _Optional[int] = ..., blocks_used: _Optional[int] = ..., waiting: _Optional[int] = ..., running: _Optional[int] = ..., held: _Optional[int] = ..., steps: _Optional[int] = ..., step_log: _Optional[_Iterable[_Union[StepStat, _Mapping]]] = ..., blocks_cached: _Optional[int] = ..., computed_tokens: _Optional[int] = ..., prefix_cache_queried: _Optional[int] = ..., prefix_cache_hit: _Optional[int] = ...) -> None: ...
 
 class EndChoiceRequest(_message.Message):
     __slots__ = ("request_id", "index")

@@ -35,7 +35,7 @@ class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):
             with self.admission.slot():
                 stamps = Lifetime(prefill_queued=time.time())
                 first = True
-                async for out in self.engine.generate(request.request_id, prompt, params, n):
+                async for out in self.engine.generate(request.request_id, prompt, params, n, request.cache_namespace):
                     if first:
                         stamps.prefill_start, stamps.prefill_end = out.step_start, out.step_end
                         stamps.decode_start = out.step_end
@@ -44,7 +44,8 @@ class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):
                                                 stamps=stamps.to_proto() if first else None,
                                                 logprobs=logprobs_to_proto(out.logprobs),
                                                 prompt_logprobs=logprobs_to_proto(out.prompt_logprobs),
-                                                index=index.get(out.request_id, 0))
+                                                index=index.get(out.request_id, 0),
+                                                cached_tokens=out.num_cached_tokens)
                     first = False
         except Exception as exc:
             await abort_with(context, exc)

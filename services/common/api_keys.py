@@ -108,12 +108,17 @@ class ApiKeys:
                 found = name
         return found
 
+    def tenant(self, authorization: str | None) -> str:
+        """The name of the key an `Authorization: Bearer <key>` value carries; "" without keys (one tenant)."""
+        return (self._bearer_name(authorization) or "") if self.enabled else ""
+
     def allows_bearer(self, authorization: str | None) -> bool:
         """Whether an `Authorization: Bearer <key>` value carries a current key (always, with no keys set)."""
-        if not self.enabled:
-            return True
+        return not self.enabled or self._bearer_name(authorization) is not None
+
+    def _bearer_name(self, authorization: str | None) -> str | None:
         scheme, _, key = (authorization or "").partition(" ")
-        return scheme.lower() == "bearer" and self.name_of(key.strip()) is not None
+        return self.name_of(key.strip()) if scheme.lower() == "bearer" else None
 
 
 def is_loopback(host: str) -> bool:

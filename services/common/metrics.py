@@ -17,6 +17,22 @@ KV_USED = Gauge("distserve_kv_blocks_used", "KV blocks in use (held or reserved 
 KV_RESERVED = Gauge("distserve_kv_blocks_reserved", "KV blocks reserved for pulls not yet admitted", ["instance"])
 KV_HELD = Gauge("distserve_kv_blocks_held", "KV blocks of prefilled requests waiting to be pulled", ["instance"])
 KV_TOTAL = Gauge("distserve_kv_blocks_total", "KV blocks in the pool", ["instance"])
+KV_CACHED = Gauge("distserve_kv_blocks_cached", "cached KV blocks no request holds (evicted on demand)", ["instance"])
+PREFIX_CACHE_QUERIES = Counter("distserve_prefix_cache_queries", "prompt tokens looked up in the prefix cache",
+                               ["instance"])
+PREFIX_CACHE_HITS = Counter("distserve_prefix_cache_hits", "prompt tokens found in the prefix cache", ["instance"])
+COMPUTED_TOKENS = Counter("distserve_computed_tokens", "tokens whose K/V the engine computed", ["instance"])
+
+
+_totals: dict[int, float] = {}  # a labelled counter (by id: prometheus keeps each one for the process) → its total
+
+
+def advance_counter(counter: Counter, total: float) -> None:
+    """Brings a labelled counter up to a total kept elsewhere (an engine's own count, read at each heartbeat)."""
+    delta = total - _totals.get(id(counter), 0.0)
+    if delta > 0:
+        counter.inc(delta)
+        _totals[id(counter)] = total
 
 
 def serve_metrics(port: int, host: str = "127.0.0.1") -> None:

@@ -43,7 +43,7 @@ class DecodeCore:
         self._unread: set[asyncio.Future] = set()  # empty pulls ending unread source leases, in flight
 
     async def decode(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
-                     handle: kv_pb2.KVHandle) -> AsyncIterator[DecodeChunk]:
+                     handle: kv_pb2.KVHandle, cache_namespace: str = "") -> AsyncIterator[DecodeChunk]:
         self.engine.validate(prompt_ids, params)
         if handle.num_tokens != len(prompt_ids):
             raise EngineInputError("kv.num_tokens", f"{handle.num_tokens} != prompt length {len(prompt_ids)}")
@@ -63,7 +63,8 @@ class DecodeCore:
                 raise
             stamps.xfer_end = time.time()
             first = True
-            async for out in self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, blocks):
+            async for out in self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, blocks,
+                                                            cache_namespace):
                 if first:
                     stamps.decode_start = out.step_start
                 reason = out.finish_reason.value if out.finish_reason else ""

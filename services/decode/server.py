@@ -27,7 +27,8 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
         try:
             first = request.first_token if request.HasField("first_token") else None
             async for chunk in self.core.decode(request.request_id, list(request.prompt_token_ids), first,
-                                                sampling_from_proto(request.sampling), request.kv):
+                                                sampling_from_proto(request.sampling), request.kv,
+                                                request.cache_namespace):
                 yield worker_pb2.TokenChunk(token_ids=chunk.token_ids, finish_reason=chunk.finish_reason,
                                             stamps=chunk.stamps.to_proto() if chunk.stamps else None,
                                             logprobs=logprobs_to_proto(chunk.logprobs))

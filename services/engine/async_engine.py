@@ -97,16 +97,17 @@ class AsyncEngine:
         return await self.call(lambda e: e.stats(self.worker.steps, steps_since))
 
     def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
-                 n: int = 1) -> AsyncIterator[StepOutput]:
+                 n: int = 1, cache_namespace: str = "") -> AsyncIterator[StepOutput]:
         """Streams a new request's outputs (prefill policy: one output, with the K/V held); n > 1: those of its
         choices, which share one prefill (`LLMEngine.add_request`), told apart by request id (`fork_id`)."""
         ids = [request_id, *(fork_id(request_id, i) for i in range(1, n))]
-        return self._stream(ids, lambda e: e.add_request(request_id, prompt_ids, params, n))
+        return self._stream(ids, lambda e: e.add_request(request_id, prompt_ids, params, n, cache_namespace))
 
     def continue_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
-                           block_ids: list[int]) -> AsyncIterator[StepOutput]:
+                           block_ids: list[int], cache_namespace: str = "") -> AsyncIterator[StepOutput]:
         """Decode: streams a request whose prompt K/V already sits in `block_ids`."""
-        return self._stream([request_id], lambda e: e.add_prefilled(request_id, prompt_ids, first_token, params, block_ids))
+        return self._stream([request_id], lambda e: e.add_prefilled(request_id, prompt_ids, first_token, params, block_ids,
+                                                                    cache_namespace))
 
     async def reserve_blocks(self, num_tokens: int) -> list[int]:
         """Waits (FCFS) until the pool can hold `num_tokens` tokens and returns the reserved blocks. The allocator

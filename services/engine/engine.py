@@ -101,6 +101,7 @@ class LLMEngine:
         self.guard = StepGuard()
         self.finish_rule = FinishRule(frozenset(mc.eos_token_ids), mc.max_position)
         self.journal: StepJournal | None = None  # set by an instance whose supervisor reads it after a crash
+        self.computed_tokens = 0  # tokens whose K/V the steps computed, since the start
 
     # ---- admission -------------------------------------------------------------------------------
 
@@ -207,6 +208,7 @@ class LLMEngine:
         ran = self.guard.run(self._execute, batch, self.runner.lost_rank)
         step_end = time.time()
         self.last_step = StepRecord.of(ran.batch, step_start, step_end - step_start) if ran.batch.items else None
+        self.computed_tokens += ran.batch.num_tokens
         outputs = [self._fail(item.seq, exc) for item, exc in ran.failed]
         for it in ran.batch.items:
             if it.samples and it.seq.forks:  # before update: a choice that ends at its first token frees its blocks
@@ -285,7 +287,9 @@ class LLMEngine:
             blocks_total=self.blocks.num_blocks, blocks_used=used,
             blocks_reserved=used - held - len({b for s in seqs for b in s.block_table}), blocks_held=held,
             waiting=len(self.scheduler.waiting), running=len(self.scheduler.running), held=len(self.prefilled),
-            steps=steps, step_log=self.step_log.since(steps_since) if steps_since else [])
+            steps=steps, step_log=self.step_log.since(steps_since) if steps_since else [],
+            blocks_cached=self.blocks.num_cached, computed_tokens=self.computed_tokens,
+            cache_queried=self.scheduler.cache.queried, cache_hit=self.scheduler.cache.hit)
 
     # ---- offline use --------------------------------------------------------------------------------
 

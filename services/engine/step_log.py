@@ -48,6 +48,10 @@ class EngineStats:
     held: int  # prefill: requests whose K/V waits for a pull
     steps: int  # steps served since start
     step_log: list[StepRecord]
+    blocks_cached: int = 0  # cached blocks without holders
+    computed_tokens: int = 0  # tokens computed since start (cache hits are not)
+    cache_queried: int = 0  # prompt tokens looked up in the prefix cache since start
+    cache_hit: int = 0
 
 
 class StepLog:

@@ -28,6 +28,7 @@ class PrefillResult:
     stamps: Lifetime = field(default_factory=Lifetime)
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # of the first token, when asked
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # of prompt tokens 1.., when asked
+    cached_tokens: int = 0  # prompt tokens whose K/V came from the prefix cache
 
 
 @dataclass(slots=True)
@@ -92,19 +93,21 @@ class PrefillCore:
         with_site_leases(handle, {client.address: h for client, h in made[1:]})
         return handle
 
-    async def prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams, pulls: int = 1) -> PrefillResult:
+    async def prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams, pulls: int = 1,
+                      cache_namespace: str = "") -> PrefillResult:
         self.engine.validate(prompt_ids, params)
         stamps = Lifetime(prefill_queued=time.time())
         with self.admission.slot():
-            async for out in self.engine.generate(request_id, prompt_ids, params):
+            async for out in self.engine.generate(request_id, prompt_ids, params, cache_namespace=cache_namespace):
                 last = out
         stamps.prefill_start, stamps.prefill_end = last.step_start, last.step_end
         if last.finished:
             return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps, last.logprobs,
-                                 last.prompt_logprobs)
+                                 last.prompt_logprobs, last.num_cached_tokens)
         self._holder[last.held_blocks[0]] = _Held(request_id, len(self._sites))
         try:
             handle = await self._lease(last.held_blocks, len(prompt_ids), pulls)
         except grpc.aio.AioRpcError as exc:  # kvxfer away or restarted: retryable, not this request's fault
             raise Unavailable(f"KV transfer service: {exc.code().name}") from exc
-        return PrefillResult(last.new_token_ids[0], "", handle, stamps, last.logprobs, last.prompt_logprobs)
+        return PrefillResult(last.new_token_ids[0], "", handle, stamps, last.logprobs, last.prompt_logprobs,
+                             last.num_cached_tokens)

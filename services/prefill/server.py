@@ -26,13 +26,15 @@ class PrefillServicer(InstanceServicer, worker_pb2_grpc.PrefillServicer):
     async def Prefill(self, request: worker_pb2.PrefillRequest, context: grpc.aio.ServicerContext) -> worker_pb2.PrefillResponse:
         try:
             result = await self.core.prefill(request.request_id, list(request.prompt_token_ids),
-                                             sampling_from_proto(request.sampling), max(1, request.pulls))
+                                             sampling_from_proto(request.sampling), max(1, request.pulls),
+                                             request.cache_namespace)
         except Exception as exc:
             await abort_with(context, exc)
         return worker_pb2.PrefillResponse(first_token=result.first_token, finish_reason=result.finish_reason,
                                           kv=result.handle, stamps=result.stamps.to_proto(),
                                           logprobs=logprobs_to_proto(result.logprobs),
-                                          prompt_logprobs=logprobs_to_proto(result.prompt_logprobs))
+                                          prompt_logprobs=logprobs_to_proto(result.prompt_logprobs),
+                                          cached_tokens=result.cached_tokens)
 
 
 async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,

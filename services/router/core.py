@@ -40,6 +40,7 @@ class Chunk:
     index: int = 0  # the choice
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # one per token, when asked
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # a choice's first chunk: of prompt tokens 1..
+    cached_tokens: int = 0  # a choice's first chunk: prompt tokens whose K/V came from the prefix cache
 
 
 def _instance_gone(exc: BaseException) -> bool:
@@ -91,6 +92,7 @@ class RouterCore:
                 async for chunk in chunks:
                     if n_tokens == 0:
                         req.lifetime.first_token = time.time()
+                    req.cached_tokens = max(req.cached_tokens, chunk.cached_tokens)
                     n_tokens += len(chunk.token_ids)
                     yield chunk
             outcome = "ok"
@@ -132,7 +134,7 @@ class RouterCore:
                 delta = text.push(list(tokens.token_ids), final=bool(reason))
                 logprobs = logprobs_from_proto(tokens.logprobs[: len(delta.token_ids)])
                 yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index, logprobs,
-                            logprobs_from_proto(tokens.prompt_logprobs))
+                            logprobs_from_proto(tokens.prompt_logprobs), tokens.cached_tokens)
                 if delta.stopped:
                     if stopped is not None and not reason:
                         await stopped()
@@ -172,7 +174,8 @@ class RouterCore:
         streamed = False
         try:
             yield worker_pb2.TokenChunk(token_ids=[prefilled.first_token], finish_reason=prefilled.finish_reason,
-                                        logprobs=prefilled.logprobs, prompt_logprobs=prefilled.prompt_logprobs)
+                                        logprobs=prefilled.logprobs, prompt_logprobs=prefilled.prompt_logprobs,
+                                        cached_tokens=prefilled.cached_tokens if req.attempt == 0 else 0)
             if prefilled.finish_reason:
                 return
             load = len(prompt_ids) + params.max_tokens
@@ -219,6 +222,7 @@ class RouterCore:
                 async for chunk in self._decode(req, req.prompt_ids, params, prefilled, assignment, sample_first=True):
                     if first:  # every choice gets the prompt's logprobs, computed once by the shared prefill
                         chunk.prompt_logprobs.extend(prefilled.prompt_logprobs)
+                        chunk.cached_tokens = prefilled.cached_tokens
                         first = False
                     yield chunk
             except Exception as exc:
@@ -262,7 +266,7 @@ class RouterCore:
         stub = worker_pb2_grpc.PrefillStub(self.dispatcher.channel(assignment.info.address))
         response = await stub.Prefill(worker_pb2.PrefillRequest(
             request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params),
-            pulls=pulls),
+            pulls=pulls, cache_namespace=req.cache_namespace),
             timeout=req.remaining())
         req.lifetime.merge(response.stamps)
         return response
@@ -275,7 +279,8 @@ class RouterCore:
         call = stub.Decode(worker_pb2.DecodeRequest(
             request_id=req.downstream_id, prompt_token_ids=prompt_ids,
             first_token=None if sample_first else prefilled.first_token,
-            sampling=sampling_to_proto(replace(params, prompt_logprobs=None)), kv=prefilled.kv), timeout=req.remaining())
+            sampling=sampling_to_proto(replace(params, prompt_logprobs=None)), kv=prefilled.kv,
+            cache_namespace=req.cache_namespace), timeout=req.remaining())
         async for chunk in self._relay(req, call, assignment):
             yield chunk
 
@@ -299,7 +304,7 @@ class RouterCore:
         stub = worker_pb2_grpc.ColocatedStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Generate(worker_pb2.ColocatedRequest(
             request_id=req.downstream_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params),
-            n=req.n), timeout=req.remaining())
+            n=req.n, cache_namespace=req.cache_namespace), timeout=req.remaining())
         async for chunk in self._relay(req, call, assignment):
             yield chunk
 

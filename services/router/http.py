@@ -173,7 +173,9 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
             if not prompts or any(not p for p in prompts):
                 raise EngineInputError("prompt", "must not be empty")
             reqs = [builder.build(prompt=p if isinstance(p, str) else "", prompt_ids=[] if isinstance(p, str) else p,
-                                  params=replace(params), model=body.model, n=_samples(body)) for p in prompts]
+                                  params=replace(params), model=body.model, n=_samples(body),
+                                  tenant=keys.tenant(headers.get("authorization")), cache_salt=body.cache_salt)
+                    for p in prompts]
             for req in reqs:
                 req.slo = requested_slo(headers)
             streams = [core.generate(req) for req in reqs]
@@ -229,7 +231,8 @@ class Batch:
 
     def usage(self, completion: int) -> dict:
         prompt = sum(len(r.prompt_ids) for r in self.reqs)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": sum(r.cached_tokens for r in self.reqs)}}
 
 
 async def _numbered(base: int, first: Chunk, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:

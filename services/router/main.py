@@ -64,7 +64,7 @@ async def serve_router(settings: RouterSettings) -> None:
 
     checks = [KeyCheck(keys, settings.close_reflection)] if keys.enabled else []
     server = grpc.aio.server(interceptors=checks, options=[*server_options(), *EXCLUSIVE_PORT])
-    router_pb2_grpc.add_RouterServicer_to_server(RouterServicer(core, builder, settings.default_max_tokens), server)
+    router_pb2_grpc.add_RouterServicer_to_server(RouterServicer(core, builder, settings.default_max_tokens, keys), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (router_pb2.DESCRIPTOR.services_by_name["Router"].full_name, reflection.SERVICE_NAME, health.SERVICE_NAME)

@@ -46,6 +46,8 @@ class SamplingBody(BaseModel):
     repetition_penalty: float = Field(1.0, description="extension (vLLM's): 1 = off")
     logit_bias: dict[int, float] | None = Field(None, description="token id -> bias added to its logit")
     min_tokens: int = Field(0, description="extension: EOS and stop tokens cannot end the output earlier")
+    cache_salt: str | None = Field(None, description="prefix caching (vLLM's name): only requests of one API key "
+                                                     "and salt share cached K/V")
 
 
 class CompletionBody(SamplingBody):

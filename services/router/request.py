@@ -18,6 +18,17 @@ from services.router.choices import SharedPrefill
 from services.router.slo import RequestSLO
 
 MAX_REQUEST_ID_CHARS = 128
+MAX_CACHE_SALT_CHARS = 256
+
+
+def cache_namespace(tenant: str, cache_salt: str | None) -> str:
+    """The prefix-cache namespace of a tenant's request: requests share cached K/V only within one tenant (API key
+    name) and salt, so that no one can time another's prompts. Raises EngineInputError for a bad salt."""
+    if cache_salt is not None and not 1 <= len(cache_salt) <= MAX_CACHE_SALT_CHARS:
+        raise EngineInputError("cache_salt", f"must be 1 to {MAX_CACHE_SALT_CHARS} characters when given")
+    if cache_salt is None:
+        return tenant and f"tenant:{tenant}"
+    return f"tenant:{tenant}\x00salt:{cache_salt}"
 
 
 @dataclass(slots=True)
@@ -37,6 +48,8 @@ class RouterRequest:
     slo: RequestSLO | None = None  # as requested, then with the router's defaults filled in at admission
     prediction: Prediction | None = None  # TTFT/TPOT predicted at admission (None: no fitted model)
     best_effort: bool = False  # admitted although predicted to miss its SLO
+    cache_namespace: str = ""  # prefix caching: its tenant and salt (`cache_namespace`); "" shares with all
+    cached_tokens: int = 0  # prompt tokens whose K/V the prefill found in its prefix cache
 
     @property
     def public_id(self) -> str:
@@ -54,7 +67,7 @@ class RouterRequest:
     def record(self, n_tokens: int, mode: str) -> dict[str, str | int | float]:
         """Its entry in the request stream (`ds:requests`): the client's id is `label`, ours `request_id`."""
         return {"request_id": self.request_id, "label": self.label, "prompt_tokens": len(self.prompt_ids),
-                "output_tokens": n_tokens, "prefill_instance": self.prefill_instance,
+                "output_tokens": n_tokens, "cached_tokens": self.cached_tokens, "prefill_instance": self.prefill_instance,
                 "decode_instance": self.decode_instance, "mode": mode, "seed": self.params.seed,
                 **self.lifetime.to_record(), **(self.prediction.to_record() if self.prediction else {})}
 
@@ -73,7 +86,8 @@ class RequestBuilder:
     max_prompt_chars: int
 
     def build(self, *, prompt: str, prompt_ids: list[int], params: SamplingParams, model: str = "",
-              request_id: str = "", timeout_s: float | None = None, n: int = 1) -> RouterRequest:
+              request_id: str = "", timeout_s: float | None = None, n: int = 1, tenant: str = "",
+              cache_salt: str | None = None) -> RouterRequest:
         if model and model != self.model_name:
             raise EngineInputError("model", f"unknown model {model!r}; this router serves {self.model_name!r}")
         if prompt and prompt_ids:
@@ -89,10 +103,12 @@ class RequestBuilder:
             raise EngineInputError("prompt", f"longer than {self.max_prompt_chars} characters")
         if not 1 <= n <= MAX_N:
             raise EngineInputError("n", f"must be in [1, {MAX_N}], got {n}")
+        namespace = cache_namespace(tenant, cache_salt)
         ids = list(prompt_ids) if prompt_ids else (self.tokenizer.encode(prompt) if prompt else [])
         validate_request(self.config, ids, params)
         if params.seed is None:
             # Drawn here, once, and kept with the request: every attempt downstream continues the same sample.
             params = replace(params, seed=random.getrandbits(63))
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        return RouterRequest(uuid.uuid4().hex, ids, params, deadline=deadline, label=request_id, n=n)
+        return RouterRequest(uuid.uuid4().hex, ids, params, deadline=deadline, label=request_id, n=n,
+                             cache_namespace=namespace)

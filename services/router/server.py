@@ -7,6 +7,7 @@ from contextlib import aclosing
 import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
+from services.common.api_keys import ApiKeys
 from services.common.convert import logprobs_to_proto, penalties_from_proto
 from services.common.errors import abort_with
 from services.common.sampling import SamplingParams
@@ -31,18 +32,23 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
 
 
 class RouterServicer(router_pb2_grpc.RouterServicer):
-    def __init__(self, core: RouterCore, builder: RequestBuilder, default_max_tokens: int) -> None:
+    def __init__(self, core: RouterCore, builder: RequestBuilder, default_max_tokens: int,
+                 keys: ApiKeys | None = None) -> None:
         self.core = core
+        self.keys = keys or ApiKeys()
         self.builder = builder
         self.default_max_tokens = default_max_tokens
 
     async def Generate(self, request: router_pb2.GenerateRequest, context: grpc.aio.ServicerContext):
         try:
+            metadata = dict(context.invocation_metadata() or ())
             req = self.builder.build(prompt=request.prompt, prompt_ids=list(request.prompt_token_ids),
                                      params=params_from_request(request, self.default_max_tokens),
                                      model=request.model, request_id=request.request_id,
-                                     timeout_s=context.time_remaining(), n=request.n if request.HasField("n") else 1)
-            req.slo = requested_slo(dict(context.invocation_metadata()))
+                                     timeout_s=context.time_remaining(), n=request.n if request.HasField("n") else 1,
+                                     tenant=self.keys.tenant(metadata.get("authorization")),
+                                     cache_salt=request.cache_salt if request.HasField("cache_salt") else None)
+            req.slo = requested_slo(metadata)
             completion = [0] * req.n
             async with aclosing(self.core.generate(req)) as stream:  # a cancelled client closes it at once
                 async for chunk in stream:
@@ -53,6 +59,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                         request_id=req.public_id, prompt_tokens=len(req.prompt_ids) if last else 0,
                         completion_tokens=completion[chunk.index] if last else 0, index=chunk.index,
                         logprobs=logprobs_to_proto(chunk.logprobs),
-                        prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs))
+                        prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs),
+                        cached_tokens=req.cached_tokens if last else 0)
         except Exception as exc:
             await abort_with(context, exc)
