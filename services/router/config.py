@@ -54,6 +54,10 @@ class RouterSettings(BaseSettings):
         0.0, ge=0, lt=1, description="the same for TPOT (0 by default: where TPOT decides it refused nearly "
                                      "every request, docs/admission.md)")
     model_refresh_s: float = Field(1.0, gt=0, description="how often the planner's fitted model (ds:model) is re-read")
+    routing: Literal["model", "queue"] = Field(
+        "model", description="how the prefill instance is picked (disagg): model: the least predicted TTFT, its queue "
+                             "plus the prefill of the prompt's suffix it has not cached; queue: the fewest pending "
+                             "prefill tokens")
     prefill_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, ge=1,
                                       description="the prefill instances' batch bound in tokens, for the prediction")
 
