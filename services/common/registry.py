@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 import redis.asyncio as aioredis
 
 from services.common.redis_auth import resolve_url, tls_options
+from services.common.registry_cache import CacheIndex
 
 INST_KEY = "ds:inst:{}"
 LOAD_KEY = "ds:load:{}"
@@ -108,6 +109,7 @@ class Registry:
         self._pick = client.register_script(_PICK)
         self._add = client.register_script(_ADD)
         self._reclaim = client.register_script(_RECLAIM)
+        self.cache = CacheIndex(client, self.ttl_ms)  # the instances' prefix-cache block hashes
 
     @classmethod
     def from_url(cls, url: str, ttl_s: float = 3.0, max_connections: int = 64, pool_wait_s: float = 5.0) -> Registry:
@@ -166,6 +168,7 @@ class Registry:
 
     async def deregister(self, info: InstanceInfo) -> None:
         await self.redis.delete(INST_KEY.format(info.id), KNOWN_KEY.format(info.id))
+        await self.cache.drop(info.id)
         await self.redis.zrem(LOAD_KEY.format(info.role), info.id)
 
     async def instances(self) -> list[InstanceInfo]:

@@ -84,10 +84,11 @@ class BlockManager:
 
     def free(self, blocks: list[int]) -> None:
         """Drops one holder of each block; a block without holders stays cached if registered, else goes back.
-        Frees none if any is not allocated."""
+        Frees none if any is not allocated. `blocks` are taken as a sequence's, in order: its last ones are evicted
+        first, so that a prefix outlives its extensions."""
         with self._lock:
             self._check(blocks)
-            for b in blocks:
+            for b in reversed(blocks):
                 self._refs[b] -= 1
                 if not self._refs[b]:
                     del self._refs[b]

@@ -23,6 +23,7 @@ from services.common.step_journal import StepJournal
 from services.engine.async_engine import AsyncEngine
 from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
+from services.instance.cache_publisher import CachePublisher
 from services.instance.config import InstanceSettings
 from services.instance.kv_shards import instance_pools, pool_sites, rank_pool_id, register_site
 from services.instance.pool_keeper import PoolKeeper
@@ -70,6 +71,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     serve_metrics(settings.metrics_port, settings.host)
 
     registry = Registry.from_url(settings.redis_url, ttl_s=3 * settings.heartbeat_s)
+    cache_index = CachePublisher(engine.blocks, registry.cache, instance_id, incarnation)
     info = InstanceInfo(instance_id, settings.role, f"{settings.host}:{port}", settings.node, settings.device,
                         settings.kvxfer, incarnation, journaled=settings.step_journal)
     await registry.register(info)
@@ -87,6 +89,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
                 ready = all([await keeper.check() for keeper in keepers])
                 await health_servicer.set("", SERVING if ready else NOT_SERVING)
             await registry.heartbeat(info)
+            await cache_index.beat()
             export_gauges(await async_engine.stats(), instance_id)
         except Exception as exc:  # Redis briefly away: keep serving, retry next beat
             log.warning("heartbeat failed: %s", exc)
