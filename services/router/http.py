@@ -1,4 +1,5 @@
-"""OpenAI-compatible HTTP front end (/v1/completions, /v1/chat/completions, /v1/models, /health) over RouterCore."""
+"""OpenAI-compatible HTTP front end (/v1/completions, /v1/chat/completions, /v1/models, /health) over RouterCore,
+and vLLM's /tokenize and /detokenize."""
 
 from __future__ import annotations
 
@@ -24,9 +25,12 @@ from services.router.choices import merge
 from services.router.closing_response import ClosingStreamingResponse
 from services.router.core import Chunk, RouterCore
 from services.router.openai_logprobs import Echo, chat_logprobs, completion_logprobs, echo_of
-from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, chat_prompt
+from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, chat_prompt
 from services.router.request import RequestBuilder, RouterRequest
 from services.router.slo import requested_slo
+from services.router.tokenization import detokenize, tokenize
+
+KEYED_PATHS = ("/tokenize", "/detokenize")  # besides /v1/...: what only callers with a key may use
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +148,8 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
 
     @app.middleware("http")
     async def check_key(request: Request, call_next):
-        if request.url.path.startswith("/v1/") and not keys.allows_bearer(request.headers.get("authorization")):
+        path = request.url.path
+        if (path.startswith("/v1/") or path in KEYED_PATHS) and not keys.allows_bearer(request.headers.get("authorization")):
             return _error(401, "missing or wrong API key", "authentication_error")
         return await call_next(request)
 
@@ -158,6 +163,20 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
+
+    @app.post("/tokenize")
+    async def tokenize_route(body: TokenizeBody):
+        try:
+            return tokenize(builder, body)
+        except EngineInputError as exc:
+            return _status_of(exc)
+
+    @app.post("/detokenize")
+    async def detokenize_route(body: DetokenizeBody):
+        try:
+            return detokenize(builder, body)
+        except EngineInputError as exc:
+            return _status_of(exc)
 
     async def run(body: CompletionBody | ChatBody, prompts: list[str | list[int]], max_tokens: int | None, chat: bool,
                   headers: Mapping[str, str]):
