@@ -41,6 +41,7 @@ class Chunk:
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # one per token, when asked
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # a choice's first chunk: of prompt tokens 1..
     cached_tokens: int = 0  # a choice's first chunk: prompt tokens whose K/V came from the prefix cache
+    starts: list[int] = field(default_factory=list)  # each token's first character in the choice's whole text
 
 
 def _instance_gone(exc: BaseException) -> bool:
@@ -127,14 +128,14 @@ class RouterCore:
                       stopped: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[Chunk]:
         """One choice's text: detokenized, ended at a stop string (which closes the source: the downstream
         calls are cancelled and the K/V freed; a choice of a shared colocated call tells `stopped` first)."""
-        text = OutputText(self.tokenizer, req.params.stop)
+        text = OutputText(self.tokenizer, req.params.stop, req.prompt_ids)
         async with aclosing(source):
             async for tokens in source:
                 reason = tokens.finish_reason
                 delta = text.push(list(tokens.token_ids), final=bool(reason))
                 logprobs = logprobs_from_proto(tokens.logprobs[: len(delta.token_ids)])
                 yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index, logprobs,
-                            logprobs_from_proto(tokens.prompt_logprobs), tokens.cached_tokens)
+                            logprobs_from_proto(tokens.prompt_logprobs), tokens.cached_tokens, delta.starts)
                 if delta.stopped:
                     if stopped is not None and not reason:
                         await stopped()

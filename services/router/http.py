@@ -1,4 +1,5 @@
-"""OpenAI-compatible HTTP front end (/v1/completions, /v1/chat/completions, /v1/models, /health) over RouterCore."""
+"""OpenAI-compatible HTTP front end (/v1/completions, /v1/chat/completions, /v1/models, /health) over RouterCore,
+and vLLM's /tokenize and /detokenize."""
 
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ from services.common.tokenizer import Tokenizer
 from services.router.choices import merge
 from services.router.closing_response import ClosingStreamingResponse
 from services.router.core import Chunk, RouterCore
-from services.router.openai_logprobs import chat_logprobs, completion_logprobs
-from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, chat_prompt
+from services.router.openai_logprobs import Echo, chat_logprobs, completion_logprobs, echo_of
+from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, chat_prompt
 from services.router.request import RequestBuilder, RouterRequest
 from services.router.slo import requested_slo
+from services.router.tokenization import detokenize, tokenize
+
+KEYED_PATHS = ("/tokenize", "/detokenize")  # besides /v1/...: what only callers with a key may use
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +56,6 @@ def _status_of(exc: Exception) -> JSONResponse:
 
 
 @dataclass(frozen=True, slots=True)
-class Echo:
-    """A completion's prompt written before its choices' text: its text, and its first token (no logprob)."""
-
-    text: str
-    first_token: int
-
-
-@dataclass(frozen=True, slots=True)
 class Shape:
     """How one request's answer is written."""
 
@@ -69,17 +65,19 @@ class Shape:
     logprobs: bool
     echo: tuple[Echo, ...] = ()  # completions with echo: one per prompt
 
-    def choice(self, chunks: list[Chunk], index: int, delta: bool, offset: int = 0, echo: Echo | None = None) -> dict:
-        """`echo`: the chunks begin the choice, so its prompt comes first (with its logprobs, when asked)."""
+    def choice(self, chunks: list[Chunk], index: int, delta: bool, echo: Echo | None = None, first: bool = True) -> dict:
+        """`echo`: the choice's prompt, written first (with its logprobs, when asked) when the chunks are `first`."""
         text = "".join(c.text for c in chunks)
         reason = next((c.finish_reason for c in chunks if c.finish_reason), None)
         items = [lp for c in chunks for lp in c.logprobs]
         if not self.chat:
+            prompt = echo if echo and first else None
             logprobs = None
             if self.logprobs:
-                prompt = [lp for c in chunks for lp in c.prompt_logprobs] if echo else []
-                logprobs = completion_logprobs(self.tokenizer, prompt + items, offset, echo.first_token if echo else None)
-            return {"index": index, "text": (echo.text if echo else "") + text, "finish_reason": reason,
+                base = len(echo.text) if echo else 0  # the output's offsets count from the end of the echo
+                logprobs = completion_logprobs(self.tokenizer, items, [base + s for c in chunks for s in c.starts],
+                                               prompt, [lp for c in chunks for lp in c.prompt_logprobs])
+            return {"index": index, "text": (prompt.text if prompt else "") + text, "finish_reason": reason,
                     "logprobs": logprobs}
         out = {"index": index, "delta" if delta else "message": {"role": "assistant", "content": text},
                "finish_reason": reason}
@@ -150,7 +148,8 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
 
     @app.middleware("http")
     async def check_key(request: Request, call_next):
-        if request.url.path.startswith("/v1/") and not keys.allows_bearer(request.headers.get("authorization")):
+        path = request.url.path
+        if (path.startswith("/v1/") or path in KEYED_PATHS) and not keys.allows_bearer(request.headers.get("authorization")):
             return _error(401, "missing or wrong API key", "authentication_error")
         return await call_next(request)
 
@@ -164,6 +163,20 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
+
+    @app.post("/tokenize")
+    async def tokenize_route(body: TokenizeBody):
+        try:
+            return tokenize(builder, body)
+        except EngineInputError as exc:
+            return _status_of(exc)
+
+    @app.post("/detokenize")
+    async def detokenize_route(body: DetokenizeBody):
+        try:
+            return detokenize(builder, body)
+        except EngineInputError as exc:
+            return _status_of(exc)
 
     async def run(body: CompletionBody | ChatBody, prompts: list[str | list[int]], max_tokens: int | None, chat: bool,
                   headers: Mapping[str, str]):
@@ -188,8 +201,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
             for stream in streams:
                 await stream.aclose()
             return _status_of(exc)
-        echo = () if chat or not getattr(body, "echo", False) else tuple(
-            Echo(p if isinstance(p, str) else builder.tokenizer.decode(p), r.prompt_ids[0]) for p, r in zip(prompts, reqs))
+        echo = () if chat or not getattr(body, "echo", False) else tuple(echo_of(builder.tokenizer, p) for p in prompts)
         shape = Shape(chat, builder.model_name, builder.tokenizer, _asked_logprobs(body), echo)
         chunks = merge([_numbered(i * _samples(body), first, s) for i, (first, s) in enumerate(zip(firsts, streams))])
         if body.stream:
@@ -263,7 +275,6 @@ async def _sse(batch: Batch, chunks: AsyncIterator[Chunk], shape: Shape, usage: 
     kind = "chat.completion.chunk" if shape.chat else "text_completion"
     created = int(time.time())
     total = len(batch.reqs) * batch.n
-    offsets = [0] * total  # for text_offset
     begun = [False] * total
     completion = 0
 
@@ -276,9 +287,8 @@ async def _sse(batch: Batch, chunks: AsyncIterator[Chunk], shape: Shape, usage: 
         try:
             async for chunk in chunks:
                 i = chunk.index
-                echo = shape.echo[i // batch.n] if shape.echo and not begun[i] else None  # with the choice's first chunk
-                choice = shape.choice([chunk], i, delta=True, offset=offsets[i], echo=echo)
-                offsets[i] += len(chunk.text) + (len(echo.text) if echo else 0)
+                echo = shape.echo[i // batch.n] if shape.echo else None
+                choice = shape.choice([chunk], i, delta=True, echo=echo, first=not begun[i])
                 begun[i] = True
                 completion += len(chunk.token_ids)
                 yield event([choice], token_ids=chunk.token_ids, **({"usage": None} if usage else {}))

@@ -71,6 +71,28 @@ class ChatBody(SamplingBody):
     top_logprobs: int | None = Field(None, description="with logprobs: this many top tokens per position (<= 20)")
 
 
-def chat_prompt(messages: list[ChatMessage]) -> str:
+class TokenizeBody(BaseModel):
+    """vLLM's POST /tokenize: a prompt, or chat messages through the chat template."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = ""
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
+    add_special_tokens: bool = Field(True, description="the BOS token, which the completion endpoints add")
+    add_generation_prompt: bool = Field(True, description="with messages: end with the assistant's turn")
+    return_token_strs: bool = Field(False, description="also each token's text")
+
+
+class DetokenizeBody(BaseModel):
+    """vLLM's POST /detokenize."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = ""
+    tokens: list[int]
+
+
+def chat_prompt(messages: list[ChatMessage], generation_prompt: bool = True) -> str:
     """The plain chat template of the random-weight presets: one 'role: content' line each, then 'assistant:'."""
-    return "".join(f"{m.role}: {m.content}\n" for m in messages) + "assistant:"
+    return "".join(f"{m.role}: {m.content}\n" for m in messages) + ("assistant:" if generation_prompt else "")

@@ -88,19 +88,12 @@ class RequestBuilder:
     def build(self, *, prompt: str, prompt_ids: list[int], params: SamplingParams, model: str = "",
               request_id: str = "", timeout_s: float | None = None, n: int = 1, tenant: str = "",
               cache_salt: str | None = None) -> RouterRequest:
-        if model and model != self.model_name:
-            raise EngineInputError("model", f"unknown model {model!r}; this router serves {self.model_name!r}")
+        self.check_model(model)
         if prompt and prompt_ids:
             raise EngineInputError("prompt", "give prompt or prompt_token_ids, not both")
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise EngineInputError("request_id", f"longer than {MAX_REQUEST_ID_CHARS} characters")
-        if not prompt.isascii():
-            try:  # JSON may carry a lone UTF-16 surrogate, which no tokenizer can encode
-                prompt.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise EngineInputError("prompt", f"not valid Unicode: a lone surrogate at character {exc.start}") from None
-        if len(prompt) > self.max_prompt_chars:
-            raise EngineInputError("prompt", f"longer than {self.max_prompt_chars} characters")
+        self.check_text(prompt)
         if not 1 <= n <= MAX_N:
             raise EngineInputError("n", f"must be in [1, {MAX_N}], got {n}")
         namespace = cache_namespace(tenant, cache_salt)
@@ -112,3 +105,18 @@ class RequestBuilder:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         return RouterRequest(uuid.uuid4().hex, ids, params, deadline=deadline, label=request_id, n=n,
                              cache_namespace=namespace)
+
+    def check_model(self, model: str) -> None:
+        """An empty name means the one model served."""
+        if model and model != self.model_name:
+            raise EngineInputError("model", f"unknown model {model!r}; this router serves {self.model_name!r}")
+
+    def check_text(self, text: str, name: str = "prompt") -> None:
+        """Text the tokenizer can take: valid Unicode, and no longer than the router accepts."""
+        if not text.isascii():
+            try:  # JSON may carry a lone UTF-16 surrogate, which no tokenizer can encode
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise EngineInputError(name, f"not valid Unicode: a lone surrogate at character {exc.start}") from None
+        if len(text) > self.max_prompt_chars:
+            raise EngineInputError(name, f"longer than {self.max_prompt_chars} characters")

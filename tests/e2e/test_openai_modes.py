@@ -42,12 +42,12 @@ def want_prompt_logprobs(tiny_llama_dir: str, prompt_ids: list[int]) -> torch.Te
 def _assert_prompt_part(lp, want: torch.Tensor, prompt_ids: list[int], tokenizer) -> None:
     """The first len(prompt_ids) entries of a completion's logprobs: null, then transformers' values."""
     n = len(prompt_ids)
-    assert lp.tokens[:n] == [tokenizer.decode([t]) for t in prompt_ids]
+    assert lp.tokens[:n] == [tokenizer.token_text(t) for t in prompt_ids]
     assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
     assert lp.token_logprobs[1:n] == pytest.approx([want[p, prompt_ids[p + 1]].item() for p in range(n - 1)], abs=1e-4)
     top_values, top_ids = want.topk(K, dim=-1)
     for p in range(n - 1):  # keyed by text as OpenAI's format is: byte tokens may share one
-        expected = {tokenizer.decode([i]): v for i, v in zip(top_ids[p].tolist(), top_values[p].tolist())}
+        expected = {tokenizer.token_text(i): v for i, v in zip(top_ids[p].tolist(), top_values[p].tolist())}
         top = lp.top_logprobs[p + 1]
         assert set(top) == set(expected)
         assert [top[t] for t in expected] == pytest.approx(list(expected.values()), abs=1e-4)

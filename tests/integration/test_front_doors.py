@@ -74,6 +74,10 @@ def test_router_serves_only_callers_with_a_current_key(tmp_path, tiny_llama_dir:
             assert httpx.get(f"{base}/v1/models", timeout=5).status_code == 401
             assert httpx.get(f"{base}/v1/models", headers={"authorization": f"Bearer {key}"}, timeout=5).status_code == 200
             assert httpx.get(f"{base}/health", timeout=5).status_code in (200, 503)  # open: no instance, no 401
+            for route, body in (("/tokenize", {"prompt": "a"}), ("/detokenize", {"tokens": [1]})):  # keyed too
+                assert httpx.post(f"{base}{route}", json=body, timeout=5).status_code == 401
+                assert httpx.post(f"{base}{route}", json=body, headers={"authorization": f"Bearer {key}"},
+                                  timeout=5).status_code == 200  # the tokenizer needs no instance
             big = httpx.post(f"{base}/v1/completions", headers={"authorization": f"Bearer {key}"}, timeout=5,
                              content=b"{" + b" " * 70000 + b"}")
             assert big.status_code == 413
