@@ -82,6 +82,7 @@ class InstanceInfo:
     kvxfer: str = ""  # gRPC address of this host's kvxfer
     incarnation: str = ""  # new at each process start: a restarted instance (same id) is not the one that failed
     journaled: bool = False  # keeps a step journal that its supervisor publishes at CRASH_KEY when it dies
+    block_size: int = 0  # tokens per KV block: what its prefix-cache hashes cover (0: no prefix cache)
 
     @property
     def key(self) -> str:

@@ -191,13 +191,15 @@ def heading_to_decode(prefill: list[Candidate], waiting: float, prompt: int, max
 
 
 def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate], prompt: int, max_tokens: int,
-            batch_tokens: int, mix: Mix | None = None, arriving_tps: float = 0.0, waiting: float = 0.0) -> Prediction:
+            batch_tokens: int, mix: Mix | None = None, arriving_tps: float = 0.0, waiting: float = 0.0,
+            prefill_id: str = "", cached: int = 0) -> Prediction:
     """The figures on the instances the dispatcher would choose: the least-loaded of each role; `mix`: what the
     queued and booked requests are taken to be; `arriving_tps`: the prompt tokens per second admitted lately,
     spread over the prefill instances; `waiting`: the prompt tokens admitted but still waiting at the router for
     a slot (`max_inflight`), which are booked on the prefill instances before this one. The decode instance's
-    load counts the requests on their way to decode (`heading_to_decode`), spread as the dispatcher will."""
-    p = min(prefill, key=lambda c: c.load, default=None)
+    load counts the requests on their way to decode (`heading_to_decode`), spread as the dispatcher will.
+    `prefill_id`: the prefill instance already picked (by the prefix cache), where `cached` prompt tokens are held."""
+    p = next((c for c in prefill if c.id == prefill_id), None) or min(prefill, key=lambda c: c.load, default=None)
     if p is not None and waiting > 0:
         p = replace(p, load=least_after([c.load for c in prefill], waiting))
     d = min(decode, key=lambda c: c.load, default=None)
@@ -207,7 +209,8 @@ def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
     joining_tps = arriving_tps / max(1, len(prefill))
-    return Prediction(predict_ttft(pl, p.load, prompt, batch_tokens, mix, p.running_s, joining_tps) + model.ttft_hops
+    suffix = prompt - (cached if p and p.id == prefill_id else 0)
+    return Prediction(predict_ttft(pl, p.load, suffix, batch_tokens, mix, p.running_s, joining_tps) + model.ttft_hops
                       if pl else None,
                       predict_tpot(dl, d.load, prompt, max_tokens, mix, model.handoff) if dl and max_tokens > 1 else None,
                       p.id if p else "", d.id if d else "", p.load if p else 0.0)

@@ -14,7 +14,7 @@ from functools import partial
 import grpc
 
 from distserve.v1 import kv_pb2, worker_pb2, worker_pb2_grpc
-from services.common import defaults, metrics
+from services.common import metrics
 from services.common.convert import logprobs_from_proto, sampling_to_proto
 from services.common.errors import CrashedInstance, Overloaded
 from services.common.registry import Registry
@@ -25,6 +25,7 @@ from services.router.cleanup import Cleanups
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
 from services.router.gate import SloGate
 from services.router.output_text import OutputText
+from services.router.prefix_routing import PrefixRouter
 from services.router.request import RouterRequest
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,9 @@ def _retryable(exc: BaseException) -> bool:
 
 class RouterCore:
     def __init__(self, mode: str, tokenizer: Tokenizer, dispatcher: Dispatcher, registry: Registry,
-                 max_inflight: int, max_queued: int, retries: int, block_size: int = defaults.BLOCK_SIZE,
+                 max_inflight: int, max_queued: int, retries: int,
                  release_lease: Callable[[kv_pb2.KVHandle], Awaitable[None]] | None = None,
-                 gate: SloGate | None = None) -> None:
+                 gate: SloGate | None = None, prefix_router: PrefixRouter | None = None) -> None:
         self.mode = mode
         self.tokenizer = tokenizer
         self.dispatcher = dispatcher
@@ -66,6 +67,7 @@ class RouterCore:
         self.retries = retries
         self.release_lease = release_lease
         self.gate = gate  # SLO-aware admission (router/gate.py); None: FCFS only
+        self.prefix_router = prefix_router  # disagg: the prefill pick by the model (router/prefix_routing.py)
         self._admission = asyncio.Semaphore(max_inflight)
         self.cleanups = Cleanups()
         self._queued = 0
@@ -74,6 +76,8 @@ class RouterCore:
     async def generate(self, req: RouterRequest) -> AsyncIterator[Chunk]:
         """Streams the request's tokens; cancelling the iteration cancels every downstream call."""
         req.lifetime.arrival = req.lifetime.arrival or time.time()
+        if self.prefix_router is not None:
+            req.prefill_pick = await self.prefix_router.pick(req.prompt_ids, req.cache_namespace)
         if self.gate is not None:
             self.gate.admit(req, self._queued_tokens)  # refuses before any prefill
         if self._queued >= self.max_queued:
@@ -119,7 +123,8 @@ class RouterCore:
         # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
         params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
         shared = SharedPrefill(req.n, lambda: self._with_retries(
-            req, "prefill", len(req.prompt_ids), lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n)),
+            req, "prefill", self._prefill_load(req, req.prompt_ids),
+            lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n), self._preferred(req)),
             self.release_lease)
         choices = [req.choice(i, shared) for i in range(req.n)]
         return [self._choice(choice, self._disagg(choice)) for choice in choices]
@@ -170,7 +175,8 @@ class RouterCore:
                 yield chunk
             return
         prefilled = await self.cleanups.claim(
-            self._with_retries(req, "prefill", len(prompt_ids), lambda a: self._prefill(req, prompt_ids, params, a)),
+            self._with_retries(req, "prefill", self._prefill_load(req, prompt_ids),
+                               lambda a: self._prefill(req, prompt_ids, params, a), self._preferred(req)),
             self._end_lease)
         streamed = False
         try:
@@ -243,10 +249,21 @@ class RouterCore:
                       extra={"request_id": req.request_id})
             raise CrashedInstance("the instance crashed while serving this request; it is not retried") from exc
 
-    async def _with_retries(self, req: RouterRequest, role: str, load: float, call):
+    @staticmethod
+    def _preferred(req: RouterRequest) -> str:
+        """The prefill instance picked at arrival, for the first attempt (a retry goes by the load book)."""
+        return req.prefill_pick.instance_id if req.prefill_pick and req.attempt == 0 else ""
+
+    @staticmethod
+    def _prefill_load(req: RouterRequest, prompt_ids: list[int]) -> int:
+        """The prompt tokens the prefill will compute, as booked on it: those it is not known to hold."""
+        pick = req.prefill_pick
+        return len(prompt_ids) - (pick.cached_tokens if pick and req.attempt == 0 else 0)
+
+    async def _with_retries(self, req: RouterRequest, role: str, load: float, call, prefer: str = ""):
         failed: set[str] = set()
         for attempt in range(self.retries + 1):
-            assignment = await self.dispatcher.acquire(role, load, frozenset(failed))
+            assignment = await self.dispatcher.acquire(role, load, frozenset(failed), "" if failed else prefer)
             try:
                 return await call(assignment)
             except Exception as exc:

@@ -140,14 +140,21 @@ class Dispatcher:
             await asyncio.sleep(_WAIT_POLL_S)
         return False
 
-    async def acquire(self, role: str, load: float, exclude: frozenset[str] = frozenset()) -> Assignment:
-        """The least-loaded live instance of `role` whose key (InstanceInfo.key) is not in `exclude`, with `load`
-        booked on it; waits a bounded time for one when none is usable."""
+    async def acquire(self, role: str, load: float, exclude: frozenset[str] = frozenset(),
+                      prefer: str = "") -> Assignment:
+        """The least-loaded live instance of `role` whose key (InstanceInfo.key) is not in `exclude` (or `prefer`,
+        when it is one of them), with `load` booked on it; waits a bounded time for one when none is usable."""
         chosen, in_redis = None, False
         exclude = await self._usable(role, exclude)
+        if prefer in exclude or prefer not in self.instances:
+            prefer = ""
         if not exclude:
             try:
-                chosen, in_redis = await self.registry.pick(role, load, self.router_id), True
+                if prefer:
+                    await self.registry.add_load(role, prefer, load, self.router_id)
+                    chosen, in_redis = prefer, True
+                else:
+                    chosen, in_redis = await self.registry.pick(role, load, self.router_id), True
             except (RedisError, OSError) as exc:
                 log.warning("registry unreachable, choosing by local counts: %s", exc)
             if chosen is not None and chosen not in self.instances:
@@ -159,7 +166,7 @@ class Dispatcher:
             candidates = [i for i in self.live(role) if i.id not in exclude]
             if not candidates:
                 raise NoInstance(f"no live {role} instance")
-            chosen = min(candidates, key=lambda i: self.local_load[i.id]).id
+            chosen = prefer or min(candidates, key=lambda i: self.local_load[i.id]).id
         if not self.local_load[chosen]:
             self.step_since[chosen] = time.monotonic()
         self.local_load[chosen] += load

@@ -104,7 +104,8 @@ class SloGate:
         began = time.perf_counter()
         prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
                              len(req.prompt_ids), req.params.max_tokens, self.batch_tokens, self.mix.mix(),
-                             self.mix.prompt_tokens_per_s(), waiting)
+                             self.mix.prompt_tokens_per_s(), waiting,
+                             *((req.prefill_pick.instance_id, req.prefill_pick.cached_tokens) if req.prefill_pick else ()))
         self.errors.expire(time.monotonic())
         decision = decide(prediction, req.slo, self.policy, self.errors.margin)
         slo_metrics.DECISION_SECONDS.observe(time.perf_counter() - began)

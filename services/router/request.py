@@ -15,6 +15,7 @@ from services.common.tokenizer import Tokenizer
 from services.common.validation import validate_request
 from services.router.admission import Prediction
 from services.router.choices import SharedPrefill
+from services.router.prefix_routing import PrefillPick
 from services.router.slo import RequestSLO
 
 MAX_REQUEST_ID_CHARS = 128
@@ -50,6 +51,7 @@ class RouterRequest:
     best_effort: bool = False  # admitted although predicted to miss its SLO
     cache_namespace: str = ""  # prefix caching: its tenant and salt (`cache_namespace`); "" shares with all
     cached_tokens: int = 0  # prompt tokens whose K/V the prefill found in its prefix cache
+    prefill_pick: PrefillPick | None = None  # routing by the model: the prefill instance chosen at arrival
 
     @property
     def public_id(self) -> str:

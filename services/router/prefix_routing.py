@@ -1,0 +1,94 @@
+"""The prefill pick by the latency model: each live prefill instance's predicted TTFT for this prompt is its
+queue plus the prefill of the suffix it has not cached (the cache index says how many of the prompt's leading
+blocks its pool holds); the least wins. Without a fitted line for every candidate, the same sum in tokens.
+
+A stale index entry only mispredicts: the engine looks its own cache up again, and computes what it lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from services.common.prefix_hash import block_hashes
+from services.common.registry import InstanceInfo, Registry
+from services.router.admission import Candidate, FittedModel, Mix, predict_ttft
+from services.router.dispatch import Dispatcher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillPick:
+    instance_id: str
+    cached_tokens: int  # of the prompt, held there (as the index says)
+    load: float  # the queue it joins, in prompt tokens
+
+
+def prompt_hashes(prompt_ids: list[int], block_size: int, namespace: str) -> list[int]:
+    """The hashes of the prompt's blocks a cache can supply: full ones, before the block of its last token."""
+    return block_hashes(prompt_ids, block_size, namespace, limit=(len(prompt_ids) - 1) // block_size)
+
+
+def pick_prefill(candidates: list[Candidate], cached: dict[str, int], prompt: int, batch_tokens: int,
+                 model: FittedModel | None, mix: Mix | None = None) -> PrefillPick | None:
+    """The candidate of least predicted TTFT for a prompt of which `cached[id]` tokens are cached on `id`."""
+    lines = [model.prefill.get(c.kind) for c in candidates] if model else []
+    timed = bool(lines) and all(lines)
+
+    def cost(i: int) -> tuple[float, float]:
+        c = candidates[i]
+        suffix = prompt - cached.get(c.id, 0)
+        ttft = predict_ttft(lines[i], c.load, suffix, batch_tokens, mix, c.running_s) if timed else c.load + suffix
+        return ttft, c.load
+
+    if not candidates:
+        return None
+    best = candidates[min(range(len(candidates)), key=cost)]
+    return PrefillPick(best.id, cached.get(best.id, 0), best.load)
+
+
+class PrefixRouter:
+    """Reads what the pick needs per request: the index and the load book (every router's bookings; this
+    router's own while Redis is away), and the fitted model and recent mix that admission reads."""
+
+    def __init__(self, registry: Registry, dispatcher: Dispatcher, batch_tokens: int,
+                 model: Callable[[], FittedModel | None] = lambda: None, mix: Callable[[], Mix | None] = lambda: None) -> None:
+        self.registry = registry
+        self.dispatcher = dispatcher
+        self.batch_tokens = batch_tokens
+        self.model = model
+        self.mix = mix
+
+    async def pick(self, prompt_ids: list[int], namespace: str) -> PrefillPick | None:
+        live = self.dispatcher.live("prefill")
+        local = self.dispatcher.local_load
+        try:
+            book = await self.registry.loads("prefill")
+        except (RedisError, OSError):
+            book = {}
+        cached = await self.cached_tokens(live, prompt_ids, namespace)
+        candidates = [Candidate(i.id, f"prefill@{i.device}", max(book.get(i.id, 0.0), local.get(i.id, 0.0)))
+                      for i in live]
+        return pick_prefill(candidates, cached, len(prompt_ids), self.batch_tokens, self.model(), self.mix())
+
+    async def cached_tokens(self, instances: list[InstanceInfo], prompt_ids: list[int],
+                            namespace: str) -> dict[str, int]:
+        """Per instance, the prompt tokens its pool holds as the index says; {} while Redis is away."""
+        by_size: dict[int, list[InstanceInfo]] = {}
+        for info in instances:
+            if info.block_size:
+                by_size.setdefault(info.block_size, []).append(info)
+        found: dict[str, int] = {}
+        try:
+            for size, group in by_size.items():
+                held = await self.registry.cache.held_prefix([i.id for i in group],
+                                                              prompt_hashes(prompt_ids, size, namespace))
+                found.update({i: blocks * size for i, blocks in held.items()})
+        except (RedisError, OSError) as exc:
+            log.warning("prefix-cache index unreachable, routing as if nothing were cached: %s", exc)
+            return {}
+        return found

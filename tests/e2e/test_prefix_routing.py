@@ -1,0 +1,78 @@
+"""Prefix caching through the disaggregated stack: the index in Redis, the pick by the model, salts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from services.common.prefix_hash import block_hashes
+from services.common.registry import Registry
+from services.launcher.stack import Stack
+from tests.e2e.helpers import generate, recorded_requests, running_stack, wait_idle
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+DB = 7
+CONVERSATION = [1, *(3 + (i * 29) % 250 for i in range(120))]  # 121 tokens: 7 full blocks of 16 before the last
+
+
+@pytest.fixture(scope="module")
+def stack(tiny_llama_dir: str, redis_url: str) -> Iterator[Stack]:
+    with running_stack(tiny_llama_dir, f"{redis_url.rsplit('/', 1)[0]}/{DB}", prefill=2, decode=1) as stack:
+        yield stack
+
+
+async def _ask(stack: Stack, prompt_ids: list[int], **fields) -> tuple[list[int], int]:
+    responses = await generate(stack.router_address, prompt_ids=prompt_ids, max_tokens=6, temperature=0,
+                               ignore_eos=True, **fields)
+    return [t for r in responses for t in r.token_ids], responses[-1].cached_tokens
+
+
+async def _indexed(stack: Stack, instance_id: str, tokens: list[int], timeout_s: float = 5.0) -> bool:
+    """Whether the index lists the blocks of `tokens` for the instance within `timeout_s`."""
+    registry = Registry.from_url(stack.redis_url)
+    wanted = set(block_hashes(tokens, 16))
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not wanted <= await registry.cache.hashes(instance_id):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
+    finally:
+        await registry.close()
+
+
+async def test_follow_ups_go_where_their_prefix_is_cached_and_give_the_same_tokens(stack: Stack) -> None:
+    first, cached = await _ask(stack, CONVERSATION)
+    assert cached == 0
+    held_by = recorded_requests(stack.redis_url)[-1]["prefill_instance"]
+    assert await _indexed(stack, held_by, CONVERSATION)
+    for turn in range(4):
+        follow_up = CONVERSATION + [5 + turn] * 20
+        tokens, cached = await _ask(stack, follow_up)
+        assert recorded_requests(stack.redis_url)[-1]["prefill_instance"] == held_by
+        assert cached == 7 * 16
+        salted, salted_cached = await _ask(stack, follow_up, cache_salt=f"other-{turn}")
+        assert salted_cached == 0 and salted == tokens  # computed from scratch: the same greedy tokens
+    assert all(s.blocks_used == 0 for s in await wait_idle(stack))
+
+
+async def test_the_index_is_rebuilt_after_redis_restarts_empty_and_lapses_with_its_instance(stack: Stack) -> None:
+    await _ask(stack, CONVERSATION[:60])
+    held_by = recorded_requests(stack.redis_url)[-1]["prefill_instance"]
+    assert await _indexed(stack, held_by, CONVERSATION[:60])
+    redis.Redis.from_url(stack.redis_url).flushdb()  # what a restarted Redis without persistence holds
+    assert await _indexed(stack, held_by, CONVERSATION[:60])
+    proc = next(p for p in stack.procs if p.name == held_by)
+    proc.stopping = True
+    proc.process.kill()
+    killed = time.monotonic()
+    registry = Registry.from_url(stack.redis_url)
+    while await registry.cache.hashes(held_by):
+        assert time.monotonic() - killed < 5.0, "the dead instance's index entries outlived 5 s"
+        await asyncio.sleep(0.1)
+    await registry.close()

@@ -1,0 +1,38 @@
+"""The prefill pick by predicted TTFT: the queue there plus the prefill of the suffix it has not cached."""
+
+from __future__ import annotations
+
+from services.common.prefix_hash import block_hashes
+from services.common.step_model import PrefillCoeffs
+from services.router.admission import Candidate, FittedModel
+from services.router.prefix_routing import pick_prefill, prompt_hashes
+
+LINE = PrefillCoeffs(c0=0.01, per_token=1e-3, per_sq=1e-6)
+MODEL = FittedModel({"prefill@cpu:0": LINE, "prefill@cpu:1": LINE}, {})
+
+
+def _two(load_a: float, load_b: float) -> list[Candidate]:
+    return [Candidate("a", "prefill@cpu:0", load_a), Candidate("b", "prefill@cpu:1", load_b)]
+
+
+def test_a_longer_queue_wins_when_it_holds_enough_of_the_prompt() -> None:
+    pick = pick_prefill(_two(0, 300), {"b": 768}, 800, 512, MODEL)
+    assert (pick.instance_id, pick.cached_tokens) == ("b", 768)
+
+
+def test_the_shorter_queue_wins_when_the_cached_part_is_small() -> None:
+    assert pick_prefill(_two(0, 300), {"b": 64}, 800, 512, MODEL).instance_id == "a"
+
+
+def test_without_a_fitted_line_for_each_it_counts_tokens() -> None:
+    partial = FittedModel({"prefill@cpu:0": LINE}, {})
+    assert pick_prefill(_two(100, 150), {"b": 64}, 200, 512, partial).instance_id == "b"  # 150 + 136 < 100 + 200
+    assert pick_prefill(_two(100, 150), {}, 200, 512, None).instance_id == "a"
+    assert pick_prefill([], {}, 200, 512, None) is None
+
+
+def test_the_prompt_hashes_leave_out_the_block_of_the_last_token() -> None:
+    prompt = list(range(32))  # two full blocks of 16: the second holds the last token, which is always computed
+    assert prompt_hashes(prompt, 16, "t") == block_hashes(prompt, 16, "t")[:1]
+    assert prompt_hashes([*prompt, 99], 16, "t") == block_hashes(prompt, 16, "t")
+    assert prompt_hashes(prompt, 16, "t") != prompt_hashes(prompt, 16, "u")
