@@ -53,7 +53,9 @@ class PrefillCore:
         self.instance_id = instance_id
         self.lease_ttl_s = lease_ttl_s
         self.admission = Admission(max_pending, "prefill")
-        self._holder: dict[int, _Held] = {}  # first held block → its request (a lease names its blocks)
+        # held blocks → their request (a lease names its blocks; prefix-cached requests share leading blocks, but
+        # each holds the block of its last prompt token alone)
+        self._holder: dict[tuple[int, ...], _Held] = {}
         self._keepers: list[asyncio.Task] = []
 
     def start(self) -> None:
@@ -66,10 +68,10 @@ class PrefillCore:
     def free_leased(self, block_ids: list[int]) -> None:
         """A LeaseKeeper's callback: a lease ended (pulled, released, expired); the request's blocks go back when
         it was the last of its leases."""
-        held = self._holder[block_ids[0]]
+        held = self._holder[tuple(block_ids)]
         held.leases -= 1
         if held.leases == 0:
-            del self._holder[block_ids[0]]
+            del self._holder[tuple(block_ids)]
             self.engine.release(held.request_id)
 
     async def _lease(self, block_ids: list[int], num_tokens: int, pulls: int) -> kv_pb2.KVHandle:
@@ -104,7 +106,7 @@ class PrefillCore:
         if last.finished:
             return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps, last.logprobs,
                                  last.prompt_logprobs, last.num_cached_tokens)
-        self._holder[last.held_blocks[0]] = _Held(request_id, len(self._sites))
+        self._holder[tuple(last.held_blocks)] = _Held(request_id, len(self._sites))
         try:
             handle = await self._lease(last.held_blocks, len(prompt_ids), pulls)
         except grpc.aio.AioRpcError as exc:  # kvxfer away or restarted: retryable, not this request's fault

@@ -83,7 +83,7 @@ async def test_n_choices_share_one_prompt_step_and_free_every_block(
     await wait_idle(stack)
     since = time.time()
     result = client.completions.create(model="", prompt=PROMPT, n=4, max_tokens=8, temperature=1.0, seed=77,
-                                       extra_body={"ignore_eos": True})
+                                       extra_body={"ignore_eos": True, "cache_salt": f"n-choices-{time.time()}"})
     steps = [step for s in instance_stats(stack, since) for step in s.step_log]
     assert [(st.kind, st.tokens) for st in steps if st.kind != "decode"] == [("prefill", len(prompt_ids))]
     engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64))

@@ -184,3 +184,17 @@ def test_profile_records_a_tp_instance(tiny_llama_dir: str, tmp_path: Path, caps
     assert (profile["tp"], profile["pp"]) == (2, 1) and len(profile["prefill"]) >= 3 and len(profile["decode"]) >= 3
     assert "(TP 2 x PP 1)" in capsys.readouterr().out
     assert not _rank_processes()
+
+
+def test_tp2_with_prefix_caching_equals_the_uncached_single_rank_engine(tiny_llama_dir: str) -> None:
+    from tests.unit.engine.test_prefix_cache import PROMPTS as SHARING, assert_same, run
+
+    reference = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64, block_size=4, prefix_caching="off"))
+    engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64, block_size=4, tp=2))
+    try:
+        assert_same(run(engine, SHARING), run(reference, SHARING))
+        assert engine.scheduler.cache.hit == (9 + 5 + 10) * 4
+    finally:
+        engine.close()
+        reference.close()
+    assert not _rank_processes()

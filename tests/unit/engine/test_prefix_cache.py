@@ -95,3 +95,20 @@ def test_a_pool_too_small_for_the_cache_evicts_and_stays_exact(make_engine) -> N
     off = make_engine(num_blocks=12, block_size=4, prefix_caching="off")
     assert_same(run(on, prompts), run(off, prompts))
     assert on.blocks.num_free == 12 and on.blocks.num_cached > 0
+
+
+def test_disaggregated_prefill_and_decode_with_caching_equal_no_caching(make_engine) -> None:
+    """Prefill caches its prompts; decode caches the pulled prompts and its answers; neither changes a token."""
+    from tests.unit.engine.test_policies import disaggregated
+
+    def pair(caching: str) -> tuple[LLMEngine, LLMEngine]:
+        return (make_engine(policy="prefill", num_blocks=64, block_size=4, prefix_caching=caching),
+                make_engine(policy="decode", num_blocks=64, block_size=4, prefix_caching=caching))
+
+    greedy = replace(PARAMS, logprobs=None)
+    on, off = pair("on"), pair("off")
+    outs_on = [disaggregated(*on, [p], [greedy])[0] for p in PROMPTS]
+    outs_off = [disaggregated(*off, [p], [greedy])[0] for p in PROMPTS]
+    assert outs_on == outs_off
+    assert on[0].scheduler.cache.hit == (9 + 5 + 10) * 4
+    assert on[1].blocks.num_cached > 0
