@@ -23,7 +23,7 @@ COMMAND_MODULES = (
     "services.kvxfer.cli",
     "services.planner.cli",
     "services.bench.cli",
-    "services.bench.micro_cli",
+    "services.bench.xfer_cli",
 )
 
 
