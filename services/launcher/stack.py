@@ -96,7 +96,7 @@ class Proc:
 class Stack:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
-        self.redis: EmbeddedRedis | None = None
+        self.embedded_redis: EmbeddedRedis | None = None
         self.redis_url = config.redis_url
         self.kvxfer_address = ""
         self.decode_kvxfer_address = ""  # the decode host's kvxfer, where config.decode_host is set
@@ -173,10 +173,10 @@ class Stack:
         c = self.config
         if not self.redis_url:
             password = redis_password(read_secret(Path(self.secret_file))) if self.secret_file else ""
-            self.redis = EmbeddedRedis(host=c.host, password=password).start()
-            self.redis_url = self.redis.url
+            self.embedded_redis = EmbeddedRedis(host=c.host, password=password).start()
+            self.redis_url = self.embedded_redis.url
             if self.service_cores:
-                pin_process(self.redis.process.pid, self.service_cores)
+                pin_process(self.embedded_redis.pid, self.service_cores)
         try:
             waits = []
             if c.mode == "disagg":
@@ -304,6 +304,6 @@ class Stack:
             for proc in procs:
                 self._await_stop(proc, self.config.drain_grace_s + 10)
         self.procs.clear()
-        if self.redis is not None:
-            self.redis.stop()
-            self.redis = None
+        if self.embedded_redis is not None:
+            self.embedded_redis.stop()
+            self.embedded_redis = None
