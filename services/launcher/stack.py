@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.common.step_journal import journal_path
 from services.launcher.cores import host_service_cores, pin_process
 from services.launcher.credentials import planner_access, router_access, router_ca
-from services.launcher.health import wait_http_ok, wait_serving
+from services.launcher.health import is_serving, wait_http_ok, wait_serving
 from services.launcher.remote_host import remote_entry
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,13 @@ class Proc:
     stopping: bool = False  # stopped on purpose: not to be restarted
     parallel: tuple[int, int] = (1, 1)  # an instance's TP x PP
     rank_devices: tuple[str, ...] = ()  # its ranks' devices, stage-major (empty: `device` alone)
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
 
 
 class Stack:
@@ -268,10 +276,19 @@ class Stack:
         Stack._signal_stop(proc)
         Stack._await_stop(proc, timeout_s)
 
+    def drain_instance(self, instance_id: str, timeout_s: float) -> None:
+        """SIGTERM: the instance deregisters (no new requests), reports NOT_SERVING, and finishes what it has;
+        returns once it stopped serving or exited, or after `timeout_s`."""
+        proc = next(p for p in self.procs if p.name == instance_id)
+        proc.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while proc.running() and is_serving(proc.address) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
     @staticmethod
     def _signal_stop(proc: Proc) -> None:
         proc.stopping = True
-        if proc.process.poll() is None:
+        if proc.running():
             proc.process.send_signal(signal.SIGTERM)
 
     @staticmethod

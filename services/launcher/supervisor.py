@@ -66,7 +66,7 @@ class Supervisor:
             if server is not None and server.exited():
                 self._maybe_restart("redis", lambda r=server: (r.stop(), r.start()))
             for proc in list(self.stack.procs):
-                if not proc.stopping and proc.process.poll() is not None:
+                if not proc.stopping and not proc.running():
                     if proc.role and self._history.get(proc.name, _History()).died_at is None:
                         self._publish_fatal_step(proc)  # once per death, before the restart
                     self._maybe_restart(proc.name, lambda p=proc: self.stack.respawn(p))
@@ -74,13 +74,13 @@ class Supervisor:
     def _publish_fatal_step(self, proc: Proc) -> None:
         """Tells the routers which requests were in the step a dead instance died in (none when it was killed
         from outside), so that they fail those rather than crash another instance with them."""
-        fatal = read_fatal_step(proc.name, proc.process.returncode)
+        fatal = read_fatal_step(proc.name, proc.returncode)
         if fatal is None:
             return
         incarnation, ids = fatal
         if ids:
             log.error("%s died (code %d) in a step of %d request(s): failing them, not retrying", proc.name,
-                      proc.process.returncode, len(ids))
+                      proc.returncode, len(ids))
         try:
             with redis.Redis.from_url(resolve_url(self.stack.redis_url), socket_timeout=1.0) as book:
                 publish_fatal_step(book, f"{proc.name}/{incarnation}", ids)

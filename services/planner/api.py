@@ -24,7 +24,7 @@ from services.common.api_keys import ApiKeys
 from services.common.front_door import BodyLimit
 from services.common.redis_auth import client as redis_client
 from services.common.registry import load_plan, read_records, save_plan
-from services.planner.actuator import Actuator
+from services.planner.actuation import Actuator
 from services.planner.config import PlannerSettings
 from services.planner.online_fit import OnlineFit
 from services.planner.records import fit_records

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import redis
 
 from services.common.registry import read_records, save_plan, stored_model
-from services.planner.actuator import Actuation, Actuator, apply_placement
+from services.planner.actuation import Actuation, Actuator, apply_placement
 from services.planner.records import RecordedWorkload, fit_records
 from services.planner.schemas import ReplanRequest
 from services.planner.search import PlanResult
