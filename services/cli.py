@@ -21,9 +21,9 @@ COMMAND_MODULES = (
     "services.launcher.keys_cli",
     "services.deploy.redis_acl_cli",
     "services.kvxfer.cli",
-    "services.planner.cli",
+    "services.planner_cli",
     "services.bench.cli",
-    "services.bench.micro_cli",
+    "services.bench.xfer_cli",
 )
 
 

@@ -1,5 +1,5 @@
-"""The tests' certificate authorities: the benchmarks' self-signed ones (services/bench/self_signed.py)."""
+"""The tests' certificate authorities: the benchmarks' self-signed ones (benchmarks/self_signed.py)."""
 
-from services.bench.self_signed import Authority
+from benchmarks.self_signed import Authority
 
 __all__ = ["Authority"]

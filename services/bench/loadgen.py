@@ -13,7 +13,7 @@ import redis
 
 from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.redis_auth import client as redis_client
-from services.common.registry import REQUESTS_STREAM
+from services.common.registry import newest_record_id, records_after
 from services.common.stamps import Lifetime
 
 STAMP_FIELDS = Lifetime.__dataclass_fields__.keys()
@@ -110,8 +110,7 @@ async def _call(stub: router_pb2_grpc.RouterStub, req: BenchRequest, timeout_s: 
 
 def stream_tail(redis_url: str) -> str:
     """The id of the newest request record ('0' when none): read records after it with `attach_stages`."""
-    newest = redis_client(redis.Redis, redis_url, decode_responses=True).xrevrange(REQUESTS_STREAM, count=1)
-    return newest[0][0] if newest else "0"
+    return newest_record_id(redis_client(redis.Redis, redis_url, decode_responses=True))
 
 
 def attach_stages(redis_url: str, results: list[RequestResult], after: str, timeout_s: float = 10.0) -> None:
@@ -123,7 +122,7 @@ def attach_stages(redis_url: str, results: list[RequestResult], after: str, time
     deadline = time.monotonic() + timeout_s
     cursor = after
     while wanted and time.monotonic() < deadline:
-        entries = client.xrange(REQUESTS_STREAM, min=f"({cursor}")
+        entries = records_after(client, cursor)
         for entry_id, fields in entries:
             cursor = entry_id
             result = wanted.pop(fields.get("label", ""), None)

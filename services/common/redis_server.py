@@ -34,6 +34,14 @@ class EmbeddedRedis:
         """The URL for the deployment's processes: with the user, never the password (redis_auth.client)."""
         return f"redis://{USER}@{self.host}:{self.port}/0" if self.password else f"redis://{self.host}:{self.port}/0"
 
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def exited(self) -> bool:
+        """The server was started and its process has ended."""
+        return self.process is not None and self.process.poll() is not None
+
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
         self.port = self.port or free_port(self.host)
         self.workdir = tempfile.mkdtemp(prefix="distserve-redis-")  # 0700: the password's file stays private

@@ -11,6 +11,10 @@
 - `ds:requests`: a capped stream of request records for the planner's workload profiler.
 - `ds:crash:{id}/{incarnation}`: the request ids in the step a dead instance process died in (common/step_journal.py).
 - `ds:model`: the latency model the planner fits online to the served steps (JSON; `services/planner/online_fit.py`).
+- `ds:plan`: the current placement the planner stored (JSON; `services/planner/replan.py`).
+
+This module is the only code that knows these keys: `Registry` for the asyncio services, and the functions at
+the end for synchronous callers (the planner's REST handlers and replanning, the bench, the supervisor).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import uuid
 from dataclasses import asdict, dataclass
 
+import redis
 import redis.asyncio as aioredis
 
 from services.common.redis_auth import resolve_url, tls_options
@@ -32,6 +37,7 @@ ROUTER_KEY = "ds:router:{}"
 BOOKED_KEY = "ds:booked:{}"  # one router's own bookings: "role|id" → load
 REQUESTS_MAXLEN = 100_000
 MODEL_KEY = "ds:model"
+PLAN_KEY = "ds:plan"
 CRASH_KEY = "ds:crash:{}"  # InstanceInfo.key → JSON list of the request ids in the step its process died in
 CRASH_TTL_S = 60
 KNOWN_KEY = "ds:known:{}"
@@ -198,5 +204,70 @@ class Registry:
         await self.redis.xadd(REQUESTS_STREAM, {k: str(v) for k, v in record.items()},
                               maxlen=REQUESTS_MAXLEN, approximate=True)
 
+    async def recent_records(self, count: int) -> list[dict[str, str]]:
+        """The most recent request records, newest first."""
+        entries = await self.redis.xrevrange(REQUESTS_STREAM, count=count)
+        return [{_text(k): _text(v) for k, v in fields.items()} for _, fields in entries]
+
+    async def all_loads(self) -> dict[str, float]:
+        """Every prefill and decode instance's booked load, in one round trip (instance ids are role-unique)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrange(LOAD_KEY.format("prefill"), 0, -1, withscores=True)
+            pipe.zrange(LOAD_KEY.format("decode"), 0, -1, withscores=True)
+            pre, dec = await pipe.execute()
+        return {_text(k): v for k, v in (*pre, *dec)}
+
+    async def fitted_model(self) -> dict | None:
+        """The latency model the planner fitted online (`ds:model`); None before its first fit."""
+        raw = await self.redis.get(MODEL_KEY)
+        return json.loads(raw) if raw else None
+
+    async def publish_model(self, model: dict) -> None:
+        await self.redis.set(MODEL_KEY, json.dumps(model))
+
     async def close(self) -> None:
         await self.redis.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# Synchronous callers, each with its own redis-py client (`redis_auth.client`).
+
+def read_records(client: redis.Redis, max_records: int) -> list[dict[str, str]]:
+    """The most recent request records, newest first (XREVRANGE)."""
+    entries = client.xrevrange(REQUESTS_STREAM, count=max_records)
+    return [{_text(k): _text(v) for k, v in fields.items()} for _, fields in entries]
+
+
+def newest_record_id(client: redis.Redis) -> str:
+    """The id of the newest request record ('0' when none), for `records_after`."""
+    newest = client.xrevrange(REQUESTS_STREAM, count=1)
+    return _text(newest[0][0]) if newest else "0"
+
+
+def records_after(client: redis.Redis, cursor: str) -> list[tuple[str, dict[str, str]]]:
+    """The request records after id `cursor`, oldest first, each with its id."""
+    entries = client.xrange(REQUESTS_STREAM, min=f"({cursor}")
+    return [(_text(entry_id), {_text(k): _text(v) for k, v in fields.items()}) for entry_id, fields in entries]
+
+
+def save_plan(client: redis.Redis, plan: dict) -> None:
+    client.set(PLAN_KEY, json.dumps(plan))
+
+
+def load_plan(client: redis.Redis) -> dict | None:
+    raw = client.get(PLAN_KEY)
+    return json.loads(raw) if raw else None
+
+
+def stored_model(client: redis.Redis) -> dict | None:
+    """The latency model the planner fitted online (`ds:model`); None before its first fit."""
+    raw = client.get(MODEL_KEY)
+    return json.loads(raw) if raw else None
+
+
+def publish_fatal_step(client: redis.Redis, key: str, request_ids: list[str]) -> None:
+    """Publishes the request ids in the step that process `key` (InstanceInfo.key) died in, for `fatal_step`."""
+    client.set(CRASH_KEY.format(key), json.dumps(request_ids), ex=CRASH_TTL_S)

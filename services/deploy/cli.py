@@ -7,14 +7,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from services.deploy.actuator import ComposeActuator
 from services.deploy.compose import (
     compose_files,
     file_name,
     named_instances,
     node_addresses,
 )
-from services.planner.actuator import apply_placement
+from services.deploy.compose_actuator import ComposeActuator
+from services.planner.actuation import apply_placement
 from services.planner.placement import Placement
 
 

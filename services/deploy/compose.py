@@ -17,7 +17,7 @@ import yaml
 from services.common import defaults
 from services.common.redis_auth import USER as REDIS_USER
 from services.deploy.compose_secrets import REDIS_ACL, RUN, TLS, secrets_section, with_credentials
-from services.planner.actuator import InstanceSpec, specs_of
+from services.planner.actuation import InstanceSpec, specs_of
 from services.planner.placement import Placement, Stage
 
 IMAGE = "${DISTSERVE_IMAGE:-distserve:latest}"

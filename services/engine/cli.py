@@ -1,10 +1,10 @@
-"""Engine subcommands: `make-model`, `bench-engine`."""
+"""Engine subcommands: `make-model`, `rank`."""
 
 from __future__ import annotations
 
 import argparse
 
-from services.engine.presets import PRESETS, resolve_model
+from services.engine.presets import PRESETS
 
 
 def _make_model(args: argparse.Namespace) -> int:
@@ -19,16 +19,6 @@ def _rank(args: argparse.Namespace) -> int:
     from services.engine.parallel.rank_main import join
 
     return join(args.rendezvous, args.rank, args.device, args.model or "", args.kvxfer)
-
-
-def _bench_engine(args: argparse.Namespace) -> int:
-    if args.layouts:
-        from services.engine.parallel.bench import parse_layouts, run_bench_layouts
-
-        return run_bench_layouts(resolve_model(args.model), parse_layouts(args.layouts), args.json)
-    from services.engine.bench import run_bench_engine
-
-    return run_bench_engine(resolve_model(args.model), args.device, args.json)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,11 +37,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--kvxfer", default="", help="this host's kvxfer (host:port) where it is not rank 0's: the "
                                                 "rank's KV pool is registered and leased there")
     p.set_defaults(func=_rank)
-
-    p = subparsers.add_parser("bench-engine", help="prefill and decode throughput beside the core's matmul and memcpy rates")
-    p.add_argument("--model", default=None, help="model folder or preset")
-    p.add_argument("--device", default="cpu:0")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--layouts", default="", help="TPxPP instances to time instead, e.g. 1x1,2x1,1x2: prefill and "
-                                                 "decode step wall times, a core per rank")
-    p.set_defaults(func=_bench_engine)

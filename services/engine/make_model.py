@@ -15,7 +15,7 @@ from services.common.model_config import ModelConfig
 from services.common.tokenizer import BYTE_OFFSET, SPECIALS
 from services.engine.models import build_model
 from services.engine.models.packed import checkpoint_shapes
-from services.engine.presets import PRESETS
+from services.engine.preset_configs import PRESETS
 
 SHARD_BYTES = 2 << 30
 

@@ -1,7 +1,5 @@
 """`python -m services.kvxfer [flags]`: the same as `distserve kvxfer [flags]`."""
 
-import sys
+from services.kvxfer.cli import main
 
-from services.cli import main
-
-main(["kvxfer", *sys.argv[1:]])
+main()

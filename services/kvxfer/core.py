@@ -334,7 +334,7 @@ class KVXferCore:
         return dst
 
     def _release_pending(self, lease_id: str) -> bool:
-        lease = self.leases.leases.get(lease_id)
+        lease = self.leases.get(lease_id)
         return lease is not None and lease.release_pending
 
     def _emit(self, end: LeaseEnd | None) -> None:

@@ -69,6 +69,10 @@ class LeaseTable:
         self.leases[lease.lease_id] = lease
         return lease
 
+    def get(self, lease_id: str) -> Lease | None:
+        """The live lease of that id, if any."""
+        return self.leases.get(lease_id)
+
     def pin(self, lease_id: str) -> Lease:
         """Hold an active, unexpired lease for one pull; raise LeaseError otherwise."""
         lease = self.leases.get(lease_id)

@@ -48,7 +48,7 @@ class Owners:
 
     async def require_releaser(self, context: grpc.aio.ServicerContext, caller: str, lease_id: str) -> None:
         """Abort with PERMISSION_DENIED unless `caller` owns the lease's pool or is the router."""
-        lease = self._leases.leases.get(lease_id)
+        lease = self._leases.get(lease_id)
         if self.enforce and lease is not None and caller not in (
                 ROUTER, instance_principal(self.owner_of(lease.instance_id))):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,

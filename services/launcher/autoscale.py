@@ -14,8 +14,8 @@ import threading
 import redis
 
 from services.common.redis_auth import client
-from services.launcher.actuator import StackActuator
 from services.launcher.stack import Stack
+from services.launcher.stack_actuator import StackActuator
 from services.planner.replan import Replanner
 from services.planner.schemas import ClusterBody, ReplanRequest, SLOBody
 

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from services.common.api_keys import add_key, key_names, revoke_key
 from services.common.secret import config_dir
 
-if TYPE_CHECKING:
-    from services.launcher.stack import StackConfig
-
 ADMIN = "launcher"
+
+
+class ClientAccess(Protocol):
+    """What a stack's client ports are opened with (StackConfig has these fields)."""
+
+    api_key_file: str
+    allow_unauthenticated: bool
+    tls_cert: str
+    tls_key: str
+    tls_ca: str
 
 
 def planner_admin_keys() -> tuple[Path, Path]:
@@ -28,21 +35,21 @@ def planner_admin_keys() -> tuple[Path, Path]:
     return keys, key
 
 
-def router_access(config: StackConfig) -> list[str]:
-    """The router's flags for a StackConfig's API keys and client TLS."""
+def router_access(config: ClientAccess) -> list[str]:
+    """The router's flags for the stack's API keys and client TLS."""
     flags = ["--api-key-file", config.api_key_file] if config.api_key_file else []
     flags += ["--tls-cert", config.tls_cert, "--tls-key", config.tls_key] if config.tls_cert else []
     return flags + (["--allow-unauthenticated", "true"] if config.allow_unauthenticated else [])
 
 
-def router_ca(config: StackConfig) -> bytes | None:
+def router_ca(config: ClientAccess) -> bytes | None:
     """The root a client of this stack's router checks its certificate against; None: plaintext."""
     if not config.tls_cert:
         return None
     return Path(config.tls_ca or config.tls_cert).read_bytes()
 
 
-def planner_access(config: StackConfig) -> list[str]:
+def planner_access(config: ClientAccess) -> list[str]:
     """The planner's flags: its admin key file (made on first use); and open beyond loopback only when allowed."""
     flags = ["--admin-key-file", str(planner_admin_keys()[0])]
     return flags + (["--allow-unauthenticated"] if config.allow_unauthenticated else [])

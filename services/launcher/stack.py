@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from services.common.secret import SECRET_ENV, ensure_secret, read_secret
 from services.common.step_journal import journal_path
 from services.launcher.cores import host_service_cores, pin_process
 from services.launcher.credentials import planner_access, router_access, router_ca
-from services.launcher.health import wait_http_ok, wait_serving
+from services.launcher.health import is_serving, wait_http_ok, wait_serving
 from services.launcher.remote_host import remote_entry
 
 log = logging.getLogger(__name__)
@@ -92,11 +93,18 @@ class Proc:
     parallel: tuple[int, int] = (1, 1)  # an instance's TP x PP
     rank_devices: tuple[str, ...] = ()  # its ranks' devices, stage-major (empty: `device` alone)
 
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
 
 class Stack:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
-        self.redis: EmbeddedRedis | None = None
+        self.embedded_redis: EmbeddedRedis | None = None
         self.redis_url = config.redis_url
         self.kvxfer_address = ""
         self.decode_kvxfer_address = ""  # the decode host's kvxfer, where config.decode_host is set
@@ -173,10 +181,10 @@ class Stack:
         c = self.config
         if not self.redis_url:
             password = redis_password(read_secret(Path(self.secret_file))) if self.secret_file else ""
-            self.redis = EmbeddedRedis(host=c.host, password=password).start()
-            self.redis_url = self.redis.url
+            self.embedded_redis = EmbeddedRedis(host=c.host, password=password).start()
+            self.redis_url = self.embedded_redis.url
             if self.service_cores:
-                pin_process(self.redis.process.pid, self.service_cores)
+                pin_process(self.embedded_redis.pid, self.service_cores)
         try:
             waits = []
             if c.mode == "disagg":
@@ -268,10 +276,19 @@ class Stack:
         Stack._signal_stop(proc)
         Stack._await_stop(proc, timeout_s)
 
+    def drain_instance(self, instance_id: str, timeout_s: float) -> None:
+        """SIGTERM: the instance deregisters (no new requests), reports NOT_SERVING, and finishes what it has;
+        returns once it stopped serving or exited, or after `timeout_s`."""
+        proc = next(p for p in self.procs if p.name == instance_id)
+        proc.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while proc.running() and is_serving(proc.address) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
     @staticmethod
     def _signal_stop(proc: Proc) -> None:
         proc.stopping = True
-        if proc.process.poll() is None:
+        if proc.running():
             proc.process.send_signal(signal.SIGTERM)
 
     @staticmethod
@@ -304,6 +321,6 @@ class Stack:
             for proc in procs:
                 self._await_stop(proc, self.config.drain_grace_s + 10)
         self.procs.clear()
-        if self.redis is not None:
-            self.redis.stop()
-            self.redis = None
+        if self.embedded_redis is not None:
+            self.embedded_redis.stop()
+            self.embedded_redis = None

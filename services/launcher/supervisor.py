@@ -8,7 +8,6 @@ Redis that came back empty (router/dispatch.py).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -19,7 +18,7 @@ import redis
 from redis.exceptions import RedisError
 
 from services.common.redis_auth import resolve_url
-from services.common.registry import CRASH_KEY, CRASH_TTL_S
+from services.common.registry import publish_fatal_step
 from services.common.step_journal import read_fatal_step
 from services.launcher.stack import Proc, Stack
 
@@ -63,11 +62,11 @@ class Supervisor:
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
-            redis = self.stack.redis
-            if redis is not None and redis.process is not None and redis.process.poll() is not None:
-                self._maybe_restart("redis", lambda r=redis: (r.stop(), r.start()))
+            server = self.stack.embedded_redis
+            if server is not None and server.exited():
+                self._maybe_restart("redis", lambda r=server: (r.stop(), r.start()))
             for proc in list(self.stack.procs):
-                if not proc.stopping and proc.process.poll() is not None:
+                if not proc.stopping and not proc.running():
                     if proc.role and self._history.get(proc.name, _History()).died_at is None:
                         self._publish_fatal_step(proc)  # once per death, before the restart
                     self._maybe_restart(proc.name, lambda p=proc: self.stack.respawn(p))
@@ -75,16 +74,16 @@ class Supervisor:
     def _publish_fatal_step(self, proc: Proc) -> None:
         """Tells the routers which requests were in the step a dead instance died in (none when it was killed
         from outside), so that they fail those rather than crash another instance with them."""
-        fatal = read_fatal_step(proc.name, proc.process.returncode)
+        fatal = read_fatal_step(proc.name, proc.returncode)
         if fatal is None:
             return
         incarnation, ids = fatal
         if ids:
             log.error("%s died (code %d) in a step of %d request(s): failing them, not retrying", proc.name,
-                      proc.process.returncode, len(ids))
+                      proc.returncode, len(ids))
         try:
             with redis.Redis.from_url(resolve_url(self.stack.redis_url), socket_timeout=1.0) as book:
-                book.set(CRASH_KEY.format(f"{proc.name}/{incarnation}"), json.dumps(ids), ex=CRASH_TTL_S)
+                publish_fatal_step(book, f"{proc.name}/{incarnation}", ids)
         except (RedisError, OSError) as exc:  # the routers then retry these requests, as without a journal
             log.warning("could not publish %s's fatal step: %s", proc.name, exc)
 

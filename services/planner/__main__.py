@@ -6,7 +6,7 @@ import uvicorn
 
 from services.common.api_keys import ApiKeys, check_exposure
 from services.common.logs import setup_logging
-from services.planner.actuator import Actuator
+from services.planner.actuation import Actuator
 from services.planner.api import create_app
 from services.planner.config import PlannerSettings
 

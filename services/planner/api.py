@@ -23,10 +23,11 @@ from prometheus_client import (
 from services.common.api_keys import ApiKeys
 from services.common.front_door import BodyLimit
 from services.common.redis_auth import client as redis_client
-from services.planner.actuator import Actuator
+from services.common.registry import load_plan, read_records, save_plan
+from services.planner.actuation import Actuator
 from services.planner.config import PlannerSettings
 from services.planner.online_fit import OnlineFit
-from services.planner.records import fit_records, load_plan, read_records, save_plan
+from services.planner.records import fit_records
 from services.planner.replan import Replanner
 from services.planner.schemas import PlanRequest, ReplanRequest, SimulateRequest
 from services.planner.service import online_fit_of, run_plan, run_simulate

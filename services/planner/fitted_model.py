@@ -8,12 +8,8 @@ by appendix A's rescaling). Every plan records the model that made it (`describe
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, replace
 
-import redis
-
-from services.common.registry import MODEL_KEY
 from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs
 
 
@@ -41,11 +37,6 @@ def with_fit(seed: LatencyModel, stored: dict) -> LatencyModel:
               for phase, k in (("prefill", pre), ("decode", dec)) if k]
     source = f"fitted at {stored.get('fitted_at', 0):.0f}: {', '.join(fitted)}; seed {seed.source}"
     return replace(seed, by_tp={tp: coeffs}, source=source)
-
-
-def stored_fit(client: redis.Redis) -> dict | None:
-    raw = client.get(MODEL_KEY)
-    return json.loads(raw) if raw else None
 
 
 def describe(model: LatencyModel) -> dict:

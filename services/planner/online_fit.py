@@ -10,7 +10,6 @@ with.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import statistics
 import time
@@ -24,7 +23,7 @@ from redis.exceptions import RedisError
 from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.auth import PLANNER
 from services.common.links import internal_channel
-from services.common.registry import MODEL_KEY, REQUESTS_STREAM, InstanceInfo, Registry
+from services.common.registry import InstanceInfo, Registry
 from services.engine.step_log import StepRecord
 from services.planner.latency import TPCoefficients
 from services.planner.step_fit import fit_decode_steps, fit_prefill_steps, residuals
@@ -142,8 +141,7 @@ class OnlineFit:
                 continue
             self.ingest(info.role, info.device, info.id, steps)
             answered += 1
-        entries = await self.registry.redis.xrevrange(REQUESTS_STREAM, count=self.max_steps)
-        self.records = [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in entries]
+        self.records = await self.registry.recent_records(self.max_steps)
         return answered
 
     def refit(self, now: float | None = None) -> dict:
@@ -178,7 +176,7 @@ class OnlineFit:
     async def publish(self) -> None:
         """Stores the model at `ds:model` for the routers and the replanning loops."""
         if self.model is not None:
-            await self.registry.redis.set(MODEL_KEY, json.dumps(self.model))
+            await self.registry.publish_model(self.model)
 
     async def run(self, interval: float, stop: asyncio.Event) -> None:
         """Collect, refit and publish every `interval` seconds until `stop` is set."""

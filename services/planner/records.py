@@ -1,17 +1,13 @@
-"""The recorded workload: request records the router appends to the Redis stream `ds:requests`, and the
-current plan at key `ds:plan`."""
+"""The recorded workload: lengths, rate and burstiness fitted to the request records the router appends to
+Redis (read by `services.common.registry.read_records`)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
-import redis
 
 from services.planner.workload import Workload, length_stats
-
-STREAM, PLAN_KEY = "ds:requests", "ds:plan"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,16 +20,6 @@ class RecordedWorkload:
 
     def as_dict(self) -> dict:
         return {"count": self.count, "rate": self.rate, "arrival_cv": self.arrival_cv, **self.stats}
-
-
-def read_records(client: redis.Redis, max_records: int) -> list[dict[str, str]]:
-    """The most recent records, newest first (XREVRANGE)."""
-    entries = client.xrevrange(STREAM, count=max_records)
-    return [{_text(k): _text(v) for k, v in fields.items()} for _, fields in entries]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def fit_records(records: list[dict[str, str]]) -> RecordedWorkload:
@@ -55,11 +41,3 @@ def fit_records(records: list[dict[str, str]]) -> RecordedWorkload:
     pairs = tuple((int(p), max(int(o), 1)) for p, o in zip(prompts, outputs) if p >= 1)
     return RecordedWorkload(Workload("recorded", recorded=pairs), len(rows), rate, cv, length_stats(prompts, outputs))
 
-
-def save_plan(client: redis.Redis, plan: dict) -> None:
-    client.set(PLAN_KEY, json.dumps(plan))
-
-
-def load_plan(client: redis.Redis) -> dict | None:
-    raw = client.get(PLAN_KEY)
-    return json.loads(raw) if raw else None

@@ -9,14 +9,9 @@ from dataclasses import dataclass
 
 import redis
 
-from services.planner.actuator import Actuation, Actuator, apply_placement
-from services.planner.fitted_model import stored_fit
-from services.planner.records import (
-    RecordedWorkload,
-    fit_records,
-    read_records,
-    save_plan,
-)
+from services.common.registry import read_records, save_plan, stored_model
+from services.planner.actuation import Actuation, Actuator, apply_placement
+from services.planner.records import RecordedWorkload, fit_records
 from services.planner.schemas import ReplanRequest
 from services.planner.search import PlanResult
 from services.planner.service import replan_request, run_plan
@@ -48,7 +43,7 @@ class Replanner:
         """Plan for the recorded workload at its rate, or for the best goodput per GPU where that rate cannot be
         served; store it at `ds:plan` (with the latency model that made it)."""
         req = replan_request(self.request, recorded)
-        fit = stored_fit(self.client) if self.fitted else None
+        fit = stored_model(self.client) if self.fitted else None
         try:
             plan, result, _ = run_plan(req, self.workers, fit)
         except ValueError as err:

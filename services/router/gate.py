@@ -9,14 +9,13 @@ own queue grow; other routers' bookings show at the next read.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 
 from redis.exceptions import RedisError
 
 from services.common.errors import SloUnmet
-from services.common.registry import LOAD_KEY, MODEL_KEY, Registry
+from services.common.registry import Registry
 from services.router import slo_metrics
 from services.router.admission import Candidate, FittedModel, Policy, RecentMix, decide, predict
 from services.router.dispatch import Dispatcher
@@ -53,25 +52,22 @@ class SloGate:
     async def refresh(self) -> None:
         """Reads the planner's latest fit (`ds:model`); keeps the last one while Redis is unreachable."""
         try:
-            raw = await self.registry.redis.get(MODEL_KEY)
+            model = await self.registry.fitted_model()
         except (RedisError, OSError) as exc:
             log.warning("could not read the fitted model: %s", exc)
             return
-        self.model = FittedModel.from_json(json.loads(raw)) if raw else None
+        self.model = FittedModel.from_json(model) if model else None
 
     async def refresh_loads(self) -> None:
         """Reads every router's booked loads (`ds:load:*`) in one round trip; on failure only this router's own
         bookings count from then on."""
         local = dict(self.dispatcher.local_load)
         try:
-            async with self.registry.redis.pipeline(transaction=False) as pipe:
-                pipe.zrange(LOAD_KEY.format("prefill"), 0, -1, withscores=True)
-                pipe.zrange(LOAD_KEY.format("decode"), 0, -1, withscores=True)
-                pre, dec = await pipe.execute()
+            loads = await self.registry.all_loads()
         except (RedisError, OSError):
             self.loads, self.local_at_read = {}, {}
             return
-        self.loads = {k.decode(): v for k, v in (*pre, *dec)}
+        self.loads = loads
         self.local_at_read = local
 
     async def run(self, model_s: float, loads_s: float = 0.05) -> None:

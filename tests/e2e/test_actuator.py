@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from services.launcher.actuator import StackActuator
-from services.planner.actuator import apply_placement
+from services.launcher.stack_actuator import StackActuator
+from services.planner.actuation import apply_placement
 from services.planner.placement import Instance, Parallel, Placement, Stage
 from tests.e2e.helpers import generate, instance_stats, running_stack
 

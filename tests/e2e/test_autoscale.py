@@ -15,8 +15,8 @@ from collections import Counter
 import pytest
 import redis
 
-from services.launcher.actuator import StackActuator
 from services.launcher.autoscale import start_autoscaler
+from services.launcher.stack_actuator import StackActuator
 from services.planner.schemas import SLOBody
 from tests.e2e.helpers import generate, running_stack
 

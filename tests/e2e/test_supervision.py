@@ -150,7 +150,7 @@ async def _first_served(address: str, reference: dict[str, list[int]], after: fl
 
 def _victim(stack: Stack, kind: str):
     if kind == "redis":
-        return stack.redis.process, ""
+        return stack.embedded_redis.process, ""
     proc = next(p for p in stack.procs if kind in (p.role, p.name))
     return proc.process, proc.address
 

@@ -1,7 +1,7 @@
 """`small_gemm`: x @ w_t (+ bias) for a few rows of x, reading the weights once at close to memory bandwidth.
 
 Decode is bound by reading the weights; torch's MKL reads them well below a core's memcpy bandwidth on
-batch-1 to batch-32 GEMVs, this kernel close to it (`distserve bench-engine` prints both).
+batch-1 to batch-32 GEMVs, this kernel close to it (`python -m benchmarks.engine` prints both).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from services.common.redis_auth import client
 from services.common.secret import SECRET_ENV, ensure_secret
 from services.deploy.compose import REDIS_PORT, compose_files
 from services.deploy.compose_secrets import RUN, TLS
-from services.planner.actuator import InstanceSpec
+from services.planner.actuation import InstanceSpec
 from services.planner.placement import Stage
 from tests.tls_certs import Authority
 

@@ -6,9 +6,9 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from services.common.registry import REQUESTS_STREAM as STREAM
 from services.planner.api import create_app
 from services.planner.config import PlannerSettings
-from services.planner.records import STREAM
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from services.planner.records import PLAN_KEY
+from services.common.registry import PLAN_KEY
 
 PLAN = {"model": "opt-13b", "hardware": "a100-80gb", "cluster": {"nodes": 1, "gpus_per_node": 4},
         "workload": {"name": "chatbot"}, "slo": {"ttft": 0.2, "tpot": 0.1, "attainment": 0.9},

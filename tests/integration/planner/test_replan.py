@@ -6,10 +6,10 @@ import time
 
 from fastapi.testclient import TestClient
 
-from services.planner.actuator import InstanceSpec, RunningInstance
+from services.common.registry import PLAN_KEY
+from services.planner.actuation import InstanceSpec, RunningInstance
 from services.planner.api import create_app
 from services.planner.config import PlannerSettings
-from services.planner.records import PLAN_KEY
 from services.planner.replan import Replanner, shift
 from services.planner.schemas import ClusterBody, ReplanRequest
 

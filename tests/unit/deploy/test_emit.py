@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.deploy.actuator import ComposeActuator
 from services.deploy.cli import emit
 from services.deploy.compose import compose_files, named_instances
-from services.planner.actuator import apply_placement
+from services.deploy.compose_actuator import ComposeActuator
+from services.planner.actuation import apply_placement
 from services.planner.placement import Cluster, Parallel, pack, pack_units
 from tests.unit.deploy.deploy_cases import ADDRESSES, ROOT, emitted
 

@@ -1,6 +1,6 @@
 """Applying a placement: keep what matches, start before stopping, never double-book a GPU."""
 
-from services.planner.actuator import (
+from services.planner.actuation import (
     InstanceSpec,
     RunningInstance,
     apply_placement,

@@ -2,7 +2,7 @@
 
 import argparse
 
-from services.planner import cli
+from services import planner_cli as cli
 
 
 def _run(argv: list[str]) -> int:

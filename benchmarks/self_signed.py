@@ -1,5 +1,5 @@
 """Self-signed certificate authorities and the certificates they issue (cryptography, a dev dependency):
-made by the tests and by `distserve bench-security`, never by a deployment."""
+made by the tests and by `python -m benchmarks.security_cost`, never by a deployment."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`distserve bench-xfer --encrypt`: cross-host pulls with KV encryption off and on, in one run.
+"""`python -m benchmarks.xfer_encrypt`: cross-host pulls with KV encryption off and on, in one run.
 
 Two pairs of kvxfer processes ("hosts" on loopback, UCX over TCP), one pair started with `--encrypt-kv`, both
 with the same deployment secret (authentication on in both: encryption is the only difference), the same source
@@ -9,6 +9,7 @@ over the rounds; on/off is the ratio of the median pull times.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -112,7 +113,7 @@ def run_encrypt_bench(as_json: bool, quick: bool) -> int:
     console = Console(stderr=as_json, width=120)
     with _deployment_secret():
         rows = asyncio.run(_bench(quick, lambda msg: console.log(msg)))
-    table = Table(title=f"bench-xfer --encrypt: cross-host pulls, KV encryption off vs on, {LAYOUT.block_bytes >> 10} KB "
+    table = Table(title=f"benchmarks.xfer_encrypt: cross-host pulls, KV encryption off vs on, {LAYOUT.block_bytes >> 10} KB "
                         "blocks, rounds interleaved")
     for name in ("blocks", "size", "n", "off GB/s", "on GB/s", "off e2e ms", "on e2e ms", "on/off time"):
         table.add_column(name, justify="left" if name == "blocks" else "right", no_wrap=True)
@@ -123,3 +124,16 @@ def run_encrypt_bench(as_json: bool, quick: bool) -> int:
     if as_json:
         print(json.dumps([asdict(r) for r in rows], indent=1))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.xfer_encrypt", description="cross-host pulls with KV "
+                                     "encryption (--encrypt-kv) off and on, in interleaved rounds, and on/off")
+    parser.add_argument("--json", action="store_true", help="print the rows as one JSON list")
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    args = parser.parse_args(argv)
+    return run_encrypt_bench(as_json=args.json, quick=args.quick)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,24 +1,21 @@
 """How long a local tiny-llama stack takes to start (and stop) when the launcher's readiness waits dial with
 gRPC's default reconnect backoff, against POLL_OPTIONS (launcher/health.py); runs alternate, on a private Redis.
 
-    python3 scripts/startup_waits.py [--mode disagg] [--runs 3]
+    python3 -m benchmarks.startup_waits [--mode disagg] [--runs 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from services.common.redis_server import EmbeddedRedis  # noqa: E402
-from services.engine.make_model import make_model  # noqa: E402
-from services.launcher import health  # noqa: E402
-from tests.e2e.helpers import running_stack  # noqa: E402
+from services.common.redis_server import EmbeddedRedis
+from services.engine.make_model import make_model
+from services.launcher import health
+from tests.e2e.helpers import running_stack
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""`distserve bench-security --rpc-parts`: where a unary kvxfer RPC's security cost goes, one part at a time.
+"""`python -m benchmarks.rpc_parts`: where a unary kvxfer RPC's security cost goes, one part at a time.
 
 Four real kvxfer processes, one per combination of the two server-side parts: the deployment token checked
 (a secret set) and mutual TLS on host:port (certificates set). Clients dial them so that each variant adds one
@@ -13,6 +13,7 @@ of the mean call, and each variant's per-round ratio to its baseline in the same
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import random
 import statistics
@@ -25,10 +26,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.intervals import paired_ratio
+from benchmarks.scoped_env import scoped_env
+from benchmarks.self_signed import Authority
 from distserve.v1 import kvxfer_pb2, kvxfer_pb2_grpc
-from services.bench.intervals import paired_ratio
-from services.bench.scoped_env import scoped_env
-from services.bench.self_signed import Authority
 from services.common.auth import instance_principal
 from services.common.kv_layout import KVLayout
 from services.common.links import call_metadata, internal_channel
@@ -206,3 +207,18 @@ def run_rpc_parts(rounds: int, calls: int) -> int:
     times = asyncio.run(measure(rounds, calls, lambda text: console.print(f"[dim]{text}[/dim]")))
     console.print(_table(times, rounds, calls))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.rpc_parts", description="only unary kvxfer RPCs, one "
+                                     "security part at a time (token sent, token checked, mutual TLS; same-host socket "
+                                     "and TCP; a same-host pull with the token as metadata or in the body): no stack, "
+                                     "no model")
+    parser.add_argument("--rounds", type=int, default=16, help="rounds; each measures every variant")
+    parser.add_argument("--rpc-calls", type=int, default=200, help="unary kvxfer RPCs per round and variant")
+    args = parser.parse_args(argv)
+    return run_rpc_parts(args.rounds, args.rpc_calls)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,7 +6,7 @@ the penalties on and one off, in the order off-on, on-off, ... (so a drift of th
 growing by a token a step, weighs on both alike); each pair gives a ratio, and the median of the pairs' ratios
 is the figure. Times are this thread's CPU time (torch runs on it alone): other processes do not count.
 
-Usage: python3 -m services.bench.frontend [--vocab 32000] [--batch 32] [--pairs 40] [--only step|ttft]
+Usage: python3 -m benchmarks.frontend [--vocab 32000] [--batch 32] [--pairs 40] [--only step|ttft]
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Paired ratios and their bootstrap interval (services/bench/intervals.py)."""
+"""Paired ratios and their bootstrap interval (benchmarks/intervals.py)."""
 
 import random
 
 import pytest
 
-from services.bench.intervals import paired_difference, paired_ratio
+from benchmarks.intervals import paired_difference, paired_ratio
 
 
 def test_a_constant_ratio_has_a_zero_width_interval():

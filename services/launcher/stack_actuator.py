@@ -7,12 +7,8 @@ processes, stage-major on its stages' devices.
 
 from __future__ import annotations
 
-import signal
-import time
-
-from services.launcher.health import is_serving
 from services.launcher.stack import Stack
-from services.planner.actuator import InstanceSpec, RunningInstance
+from services.planner.actuation import InstanceSpec, RunningInstance
 from services.planner.placement import Stage
 
 
@@ -24,7 +20,7 @@ class StackActuator:
     def running(self) -> list[RunningInstance]:
         out = []
         for proc in self.stack.procs:
-            if proc.role in ("prefill", "decode") and proc.process.poll() is None:
+            if proc.role in ("prefill", "decode") and proc.running():
                 tp, pp = proc.parallel
                 gpus = [self.stack.device_index(d) for d in proc.rank_devices or (proc.device,)]
                 stages = tuple(Stage(0, tuple(gpus[s * tp:(s + 1) * tp])) for s in range(pp))
@@ -39,11 +35,7 @@ class StackActuator:
 
     def drain(self, instance_id: str) -> None:
         """SIGTERM: the instance deregisters (no new requests), reports NOT_SERVING, and finishes what it has."""
-        proc = next(p for p in self.stack.procs if p.name == instance_id)
-        proc.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.drain_timeout_s
-        while proc.process.poll() is None and is_serving(proc.address) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        self.stack.drain_instance(instance_id, self.drain_timeout_s)
 
     def stop(self, instance_id: str) -> None:
         self.stack.stop_instance(instance_id, timeout_s=self.drain_timeout_s)

@@ -1,5 +1,8 @@
-"""`distserve plan-bench`: the planner's figures — M/D/1 agreement, the authors' reference result, search
-runtime — printed as a table and as JSON."""
+"""`python -m benchmarks.planner`: the planner's figures — M/D/1 agreement, the authors' reference result, search
+runtime — printed as a table and as JSON.
+
+    python3 -m benchmarks.planner [--what mdl|reference|search|all] [--workers N]
+"""
 
 from __future__ import annotations
 
@@ -99,14 +102,11 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    bench = subparsers.add_parser("plan-bench", help="print the planner's figures (M/D/1, reference, runtime)")
-    bench.add_argument("--what", choices=["mdl", "reference", "search", "all"], default="all")
-    bench.add_argument("--workers", type=int, default=None, help="search processes (default: CPU cores)")
-    bench.set_defaults(func=_bench)
-
-
-def _bench(args: argparse.Namespace) -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.planner", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--what", choices=["mdl", "reference", "search", "all"], default="all")
+    parser.add_argument("--workers", type=int, default=None, help="search processes (default: CPU cores)")
+    args = parser.parse_args(argv)
     runs = {"mdl": lambda: mdl(), "reference": lambda: reference(workers=args.workers),
             "search": lambda: search_runtime(args.workers)}
     results = {}
@@ -116,3 +116,7 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"\n== {name}\n{_table(results[name])}")
     print("\n" + json.dumps(results))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,14 +1,22 @@
-"""`distserve bench-engine`: the engine's prefill and decode speed beside the same core's matmul and memcpy rates.
+"""`python -m benchmarks.engine`: the engine's prefill and decode speed beside the same core's matmul and memcpy rates.
 
 Prefill is compared with plain matmuls of the model's own shapes (how close to compute-bound it runs);
 decode at batch 1 with the bytes a step must read (weights + KV) at memcpy bandwidth (memory-bound).
 Every time is this thread's CPU time, best of several runs, so other processes sharing the core do not
 count against the engine or the references (on an idle core it equals wall time).
+
+`--layouts 1x1,2x1,1x2` times TP x PP instances instead: prefill and decode step wall times (the ranks run in other
+processes), best of several runs; each rank pinned to one core, the cores taken in order and reused round robin
+when the layout has more ranks than the host has cores.
+
+    python3 -m benchmarks.engine [--model small-llama] [--device cpu:0] [--json] [--layouts 1x1,2x1,1x2]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import random
 import time
 from collections.abc import Callable
@@ -178,7 +186,7 @@ def _table(r: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"bench-engine {r['model']} on {r['device']} ({r['threads']} thread)")
+    table = Table(title=f"benchmarks.engine {r['model']} on {r['device']} ({r['threads']} thread)")
     for col in ("phase", "time", "tokens/s", "achieved", "core reference", "ratio"):
         table.add_column(col, justify="right" if col != "phase" else "left")
     p = r["prefill"]
@@ -203,3 +211,68 @@ def run_bench_engine(model_dir: str, device: str, as_json: bool) -> int:
     else:
         _table(result)
     return 0
+
+
+
+LAYOUT_BATCHES = (1, 8)
+
+
+def parse_layouts(text: str) -> list[tuple[int, int]]:
+    """`2x1,1x2` → [(2, 1), (1, 2)] (TP x PP)."""
+    try:
+        return [(int(tp), int(pp)) for tp, pp in (item.split("x") for item in text.split(",") if item)]
+    except ValueError:
+        raise SystemExit(f"--layouts: {text!r} is not a list of TPxPP such as 1x1,2x1,1x2") from None
+
+
+def measure_layout(model_dir: str, tp: int, pp: int, cores: list[int]) -> dict:
+    devices = tuple(f"cpu:{cores[r % len(cores)]}" for r in range(tp * pp))
+    setup_device(devices[0])
+    blocks = (max(LAYOUT_BATCHES) * (DECODE_CONTEXT + DECODE_STEPS + 2) + PREFILL_TOKENS) // 16 + 64
+    engine = LLMEngine(EngineConfig(model_dir, block_size=16, num_blocks=blocks, max_batch_tokens=PREFILL_TOKENS,
+                                    max_num_seqs=max(LAYOUT_BATCHES), tp=tp, pp=pp, devices=devices))
+    rng = random.Random(0)
+    try:
+        prefill = bench_prefill(engine, rng, timer=time.perf_counter)
+        decode = {b: bench_decode(engine, b, rng, timer=time.perf_counter) for b in LAYOUT_BATCHES}
+    finally:
+        engine.close()
+    return {"tp": tp, "pp": pp, "devices": list(devices), "prefill_ms": round(prefill * 1e3, 2),
+            **{f"decode_b{b}_ms": round(s * 1e3, 2) for b, s in decode.items()}}
+
+
+def run_bench_layouts(model_dir: str, layouts: list[tuple[int, int]], as_json: bool) -> int:
+    cores = sorted(os.sched_getaffinity(0))  # before the first layout pins this process
+    rows = [measure_layout(model_dir, tp, pp, cores) for tp, pp in layouts]
+    if as_json:
+        print(json.dumps(rows))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"benchmarks.engine --layouts {model_dir}: wall ms, best of runs")
+    for col in ("TP x PP", "devices", f"prefill {PREFILL_TOKENS}", *(f"decode step b{b}" for b in LAYOUT_BATCHES)):
+        table.add_column(col, justify="left" if col in ("TP x PP", "devices") else "right")
+    for r in rows:
+        table.add_row(f"{r['tp']} x {r['pp']}", ",".join(r["devices"]), f"{r['prefill_ms']:.1f}",
+                      *(f"{r[f'decode_b{b}_ms']:.2f}" for b in LAYOUT_BATCHES))
+    Console().print(table)
+    return 0
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.engine", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="model folder or preset")
+    parser.add_argument("--device", default="cpu:0")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--layouts", default="", help="TPxPP instances to time instead, e.g. 1x1,2x1,1x2: prefill and "
+                                                      "decode step wall times, a core per rank")
+    args = parser.parse_args(argv)
+    from services.engine.presets import resolve_model
+
+    if args.layouts:
+        return run_bench_layouts(resolve_model(args.model), parse_layouts(args.layouts), args.json)
+    return run_bench_engine(resolve_model(args.model), args.device, args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

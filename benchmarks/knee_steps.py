@@ -1,6 +1,6 @@
 """Why a bench run's fitted simulator misses at the knee: its points' prefill steps against the calibration's fit.
 
-    PYTHONPATH=. python3 scripts/knee_steps.py RESULTS.json [...]
+    python3 -m benchmarks.knee_steps RESULTS.json [...]
 
 Per point of a `distserve bench --simulate` results.json: the prefill steps (kept in `points[].prefill_steps`, or
 for an older file recovered from the per-request records: the first tokens of a batch reach the client together,

@@ -1,4 +1,4 @@
-"""`distserve bench-router`: what the router adds per streamed token, and the tokens/s it relays.
+"""`python -m benchmarks.router`: what the router adds per streamed token, and the tokens/s it relays.
 
 Starts a disaggregated stack (1 prefill + 1 decode), then streams the same greedy requests two ways,
 alternating: through the router, and by calling the prefill and decode services directly as the router
@@ -7,6 +7,7 @@ would. Per-token latency = gaps between streamed tokens after the first; figures
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
@@ -104,3 +105,21 @@ def run_bench_router(model: str, requests: int, tokens: int, streams: int, as_js
         table.add_row(name, f"{value:.3f}" if isinstance(value, float) else str(value))
     Console().print(table)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.router", description="per-token latency the router "
+                                     "adds, and tokens/s it relays")
+    parser.add_argument("--model", default=None, help="model folder or preset (default small-llama)")
+    parser.add_argument("--requests", type=int, default=10)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--streams", type=int, default=16, help="concurrent streams for the throughput figure")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    from services.engine.presets import resolve_model
+
+    return run_bench_router(resolve_model(args.model), args.requests, args.tokens, args.streams, args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""`distserve bench-xfer --reshard`: re-sharding pulls (TP 2 → 1, TP 1 → 2, PP 2 → 1) beside a same-layout pull
+"""`python -m benchmarks.xfer_reshard`: re-sharding pulls (TP 2 → 1, TP 1 → 2, PP 2 → 1) beside a same-layout pull
 of the same bytes, on one host (one kvxfer) and across hosts (two kvxfers on loopback: the destination's pulls
 over UCX from the source's).
 
@@ -9,6 +9,7 @@ are drawn at random on both sides (no runs merge). GB/s from kvxfer's own timing
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import random
@@ -119,7 +120,7 @@ async def _bench_path(path: str, source: KVXferClient, client: KVXferClient, rng
 def run_reshard_bench(as_json: bool, quick: bool) -> int:
     console = Console(stderr=as_json, width=120)
     rows = asyncio.run(_bench(quick, lambda msg: console.log(msg)))
-    table = Table(title=f"bench-xfer --reshard: {HEADS} KV heads x {HEAD_DIM}, {DTYPE}, {LAYERS} layers, "
+    table = Table(title=f"benchmarks.xfer_reshard: {HEADS} KV heads x {HEAD_DIM}, {DTYPE}, {LAYERS} layers, "
                         f"{FULL.block_bytes // 1024} KB blocks, random blocks")
     for name in ("path", "case", "size", "ranges", "n", "re-shard GB/s", "same-layout GB/s", "ratio"):
         table.add_column(name, justify="left" if name in ("path", "case") else "right", no_wrap=True)
@@ -136,3 +137,16 @@ def run_reshard_bench(as_json: bool, quick: bool) -> int:
     if as_json:
         print(json.dumps([asdict(r) for r in rows], indent=1))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.xfer_reshard", description="re-sharding pulls between "
+                                     "TP/PP layouts (TP 2 → 1, 1 → 2, PP 2 → 1) beside same-layout pulls of the same bytes")
+    parser.add_argument("--json", action="store_true", help="print the rows as one JSON list")
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    args = parser.parse_args(argv)
+    return run_reshard_bench(as_json=args.json, quick=args.quick)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

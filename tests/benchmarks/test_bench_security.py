@@ -1,4 +1,4 @@
-"""`distserve bench-security` on the tiny model: both sides start, serve and pull, and every figure is printed
+"""`python -m benchmarks.security_cost` on the tiny model: both sides start, serve and pull, and every figure is printed
 for both."""
 
 import subprocess
@@ -14,7 +14,7 @@ ROWS = ("router: ms per token", "direct prefill+decode", "router adds per token"
 @pytest.mark.long
 @pytest.mark.timeout(600)
 def test_two_rounds_print_every_figure_off_and_on_with_its_interval(tiny_llama_dir):
-    run = subprocess.run([sys.executable, "-m", "services", "--log-level", "ERROR", "bench-security", "--model",
+    run = subprocess.run([sys.executable, "-m", "benchmarks.security_cost", "--model",
                           tiny_llama_dir, "--rounds", "2", "--tokens", "6", "--rpc-calls", "5"],
                          capture_output=True, text=True, timeout=500)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -31,9 +31,9 @@ def test_two_rounds_print_every_figure_off_and_on_with_its_interval(tiny_llama_d
 
 @pytest.mark.timeout(120)
 def test_rpc_parts_prints_every_variant_with_its_ratio_to_its_baseline():
-    from services.bench.rpc_parts import VARIANTS
+    from benchmarks.rpc_parts import VARIANTS
 
-    run = subprocess.run([sys.executable, "-m", "services", "--log-level", "ERROR", "bench-security", "--rpc-parts",
+    run = subprocess.run([sys.executable, "-m", "benchmarks.rpc_parts",
                           "--rounds", "2", "--rpc-calls", "3"], capture_output=True, text=True, timeout=110)
     assert run.returncode == 0, run.stderr[-3000:]
     for variant in VARIANTS:

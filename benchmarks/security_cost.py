@@ -1,4 +1,4 @@
-"""`distserve bench-security`: what the deployment's security costs, in one run, off and on interleaved.
+"""`python -m benchmarks.security_cost`: what the deployment's security costs, in one run, off and on interleaved.
 
 Two worlds side by side: "off" (no deployment secret, plaintext everywhere, no API key) and "on" (a fresh
 deployment secret: tokens on every internal RPC, kvxfer owner checks, the UCX hello, Redis's password; mutual
@@ -15,11 +15,12 @@ round measures both, the first side alternating, and keeps one figure per side:
 
 Each figure is the median over rounds; on/off is the median of the per-round ratios, with a 95% bootstrap
 interval over rounds (intervals.py): the goal (on/off <= 1.05) is resolved when the interval's upper end is
-below it. Certificates are self-signed, made for the run (services/bench/self_signed.py).
+below it. Certificates are self-signed, made for the run (benchmarks/self_signed.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import random
 import statistics
@@ -35,10 +36,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from services.bench.intervals import paired_difference, paired_ratio
-from services.bench.router import direct, via_router
-from services.bench.scoped_env import scoped_env
-from services.bench.self_signed import Authority
+from benchmarks.intervals import paired_difference, paired_ratio
+from benchmarks.router import direct, via_router
+from benchmarks.scoped_env import scoped_env
+from benchmarks.self_signed import Authority
 from services.bench.xfer import KB, MB
 from services.common.api_keys import add_key
 from services.common.auth import TOOL, instance_principal
@@ -235,3 +236,26 @@ def run_security_bench(model: str, rounds: int, tokens: int, rpc_calls: int, dev
                     pool.close()
     console.print(_table(*worlds, rounds, tokens))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.security_cost", description="router per-token "
+                                     "latency, same- and cross-host pulls and one kvxfer RPC with authentication and "
+                                     "TLS off vs on, interleaved in one run")
+    parser.add_argument("--model", default=None, help="model folder or preset (default small-llama)")
+    parser.add_argument("--rounds", type=int, default=16, help="rounds; each measures both sides, the first "
+                        "alternating (more rounds: a narrower interval)")
+    parser.add_argument("--tokens", type=int, default=32, help="tokens of the router's request in each round")
+    parser.add_argument("--rpc-calls", type=int, default=200, help="unary kvxfer RPCs per round and side")
+    parser.add_argument("--device", default="cpu", help="where the pulls' pools live: cpu, or cuda:N (CUDA IPC)")
+    parser.add_argument("--stack-devices", default="cpu:0,cpu:1", help="the prefill's and the decode's device, in "
+                        "each stack")
+    args = parser.parse_args(argv)
+    from services.engine.presets import resolve_model
+
+    return run_security_bench(resolve_model(args.model), args.rounds, args.tokens, args.rpc_calls, args.device,
+                              tuple(d for d in args.stack_devices.split(",") if d))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

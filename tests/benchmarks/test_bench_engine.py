@@ -1,4 +1,4 @@
-"""`distserve bench-engine --json` prints one JSON object with the figures and ratios the README quotes."""
+"""`python -m benchmarks.engine --json` prints one JSON object with the figures and ratios the README quotes."""
 
 from __future__ import annotations
 
@@ -6,12 +6,11 @@ import json
 
 import pytest
 
-from services.cli import build_parser
+from benchmarks.engine import main
 
 
 def test_bench_engine_json(tiny_llama_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
-    args = build_parser().parse_args(["bench-engine", "--model", tiny_llama_dir, "--device", "cpu", "--json"])
-    assert args.func(args) == 0  # --device cpu, not cpu:N: the test must not pin pytest to one core
+    assert main(["--model", tiny_llama_dir, "--device", "cpu", "--json"]) == 0  # --device cpu, not cpu:N: the test must not pin pytest to one core
     result = json.loads(capsys.readouterr().out)
     assert result["prefill"]["tokens"] == 512 and result["prefill"]["tokens_per_s"] > 0
     assert [d["batch"] for d in result["decode"]] == [1, 8, 32]

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from services.deploy.compose import compose_files, file_name, instances_of, write_files
-from services.planner.actuator import InstanceSpec, RunningInstance
+from services.planner.actuation import InstanceSpec, RunningInstance
 
 
 class ComposeActuator:

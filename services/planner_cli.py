@@ -1,5 +1,5 @@
 """`distserve planner` (REST API), `distserve plan` (placement table and attainment plot), `distserve profile`
-(latency profile on the real engine), `distserve plan-bench` (the planner's figures)."""
+(latency profile on the real engine), `distserve parallel-fit` (the parallel model from TP/PP profiles)."""
 
 from __future__ import annotations
 
@@ -72,10 +72,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("profiles", help="a folder of profile files, or several comma-separated (TP 1 x PP 1 among them)")
     fit.add_argument("--json", action="store_true")
     fit.set_defaults(func=_parallel_fit)
-
-    from services.planner.bench import register as register_bench
-
-    register_bench(subparsers)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -1,0 +1,1 @@
+"""The lab: one-question measurements, each `python -m benchmarks.NAME`; not shipped in the wheel (README.md)."""
