@@ -187,7 +187,8 @@ def test_profile_records_a_tp_instance(tiny_llama_dir: str, tmp_path: Path, caps
 
 
 def test_tp2_with_prefix_caching_equals_the_uncached_single_rank_engine(tiny_llama_dir: str) -> None:
-    from tests.unit.engine.test_prefix_cache import PROMPTS as SHARING, assert_same, run
+    from tests.unit.engine.test_prefix_cache import PROMPTS as SHARING
+    from tests.unit.engine.test_prefix_cache import assert_same, run
 
     reference = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64, block_size=4, prefix_caching="off"))
     engine = LLMEngine(EngineConfig(tiny_llama_dir, num_blocks=64, block_size=4, tp=2))

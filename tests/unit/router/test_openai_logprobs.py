@@ -11,7 +11,7 @@ from services.common.model_config import ModelConfig
 from services.common.sampling import TokenLogprobs
 from services.common.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 from services.engine.make_model import write_tokenizer
-from services.engine.presets import BYTE_VOCAB, PRESETS
+from services.engine.preset_configs import BYTE_VOCAB, PRESETS
 from services.router.openai_logprobs import completion_logprobs, echo_of
 from services.router.openai_models import DetokenizeBody, TokenizeBody
 from services.router.output_text import OutputText
