@@ -1,4 +1,5 @@
-"""The decode instance's logic: wait for free blocks (pull, not push), pull the K/V, stream the tokens."""
+"""The decode instance's logic: wait for free blocks (pull, not push), pull the K/V, stream the tokens; or, given
+no K/V, prefill the prompt here (conditional disaggregation: its cached prefix reused, a short suffix computed)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ class DecodeChunk:
     finish_reason: str = ""
     stamps: Lifetime | None = None
     logprobs: list[TokenLogprobs] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # prefilled here, when asked
+    cached_tokens: int = 0  # on the first chunk: prompt tokens whose K/V came from the prefix cache
 
 
 class DecodeCore:
@@ -43,33 +46,51 @@ class DecodeCore:
         self._unread: set[asyncio.Future] = set()  # empty pulls ending unread source leases, in flight
 
     async def decode(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
-                     handle: kv_pb2.KVHandle, cache_namespace: str = "") -> AsyncIterator[DecodeChunk]:
+                     handle: kv_pb2.KVHandle | None, cache_namespace: str = "") -> AsyncIterator[DecodeChunk]:
+        """Streams a request from the K/V `handle` names, or without one from a prefill here."""
         self.engine.validate(prompt_ids, params)
-        if handle.num_tokens != len(prompt_ids):
+        if handle is None and first_token is not None:
+            raise EngineInputError("first_token", "needs the K/V it follows (kv): without kv the prompt is prefilled "
+                                                  "here and its first token sampled here")
+        if handle is not None and handle.num_tokens != len(prompt_ids):
             raise EngineInputError("kv.num_tokens", f"{handle.num_tokens} != prompt length {len(prompt_ids)}")
         with self.admission.slot():
-            stamps = Lifetime(decode_queued=time.time())
-            blocks = await self.engine.reserve_blocks(len(prompt_ids))
-            stamps.xfer_start = time.time()
-            try:
-                await self._pull(handle, blocks)
-            except asyncio.CancelledError:
-                # kvxfer aborts an abandoned copy within milliseconds; the blocks return only after that,
-                # so a copy still landing cannot overwrite another request's K/V.
-                asyncio.get_running_loop().call_later(ABANDONED_COPY_GRACE_S, self.engine.free_blocks, blocks)
-                raise
-            except BaseException:
-                self.engine.free_blocks(blocks)
-                raise
-            stamps.xfer_end = time.time()
+            if handle is None:
+                stamps = Lifetime(prefill_queued=time.time())
+                outputs = self.engine.generate(request_id, prompt_ids, params, cache_namespace=cache_namespace)
+            else:
+                stamps = Lifetime(decode_queued=time.time())
+                blocks = await self._pulled(handle, len(prompt_ids), stamps)
+                outputs = self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, blocks,
+                                                         cache_namespace)
             first = True
-            async for out in self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, blocks,
-                                                            cache_namespace):
-                if first:
+            async for out in outputs:
+                if first and handle is None:
+                    stamps.prefill_start, stamps.prefill_end = out.step_start, out.step_end
+                    stamps.decode_start = out.step_end
+                elif first:
                     stamps.decode_start = out.step_start
                 reason = out.finish_reason.value if out.finish_reason else ""
-                yield DecodeChunk(out.new_token_ids, reason, stamps if first else None, out.logprobs)
+                yield DecodeChunk(out.new_token_ids, reason, stamps if first else None, out.logprobs,
+                                  out.prompt_logprobs, out.num_cached_tokens)
                 first = False
+
+    async def _pulled(self, handle: kv_pb2.KVHandle, num_tokens: int, stamps: Lifetime) -> list[int]:
+        """Blocks holding the handle's K/V: reserved, then pulled into. A failed pull frees them."""
+        blocks = await self.engine.reserve_blocks(num_tokens)
+        stamps.xfer_start = time.time()
+        try:
+            await self._pull(handle, blocks)
+        except asyncio.CancelledError:
+            # kvxfer aborts an abandoned copy within milliseconds; the blocks return only after that,
+            # so a copy still landing cannot overwrite another request's K/V.
+            asyncio.get_running_loop().call_later(ABANDONED_COPY_GRACE_S, self.engine.free_blocks, blocks)
+            raise
+        except BaseException:
+            self.engine.free_blocks(blocks)
+            raise
+        stamps.xfer_end = time.time()
+        return blocks
 
     async def _pull(self, handle: kv_pb2.KVHandle, blocks: list[int]) -> None:
         """A block pull between single pools; between TP/PP layouts, each rank pool gets its layers and heads."""

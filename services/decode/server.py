@@ -26,12 +26,14 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
     async def Decode(self, request: worker_pb2.DecodeRequest, context: grpc.aio.ServicerContext):
         try:
             first = request.first_token if request.HasField("first_token") else None
+            kv = request.kv if request.HasField("kv") else None
             async for chunk in self.core.decode(request.request_id, list(request.prompt_token_ids), first,
-                                                sampling_from_proto(request.sampling), request.kv,
-                                                request.cache_namespace):
+                                                sampling_from_proto(request.sampling), kv, request.cache_namespace):
                 yield worker_pb2.TokenChunk(token_ids=chunk.token_ids, finish_reason=chunk.finish_reason,
                                             stamps=chunk.stamps.to_proto() if chunk.stamps else None,
-                                            logprobs=logprobs_to_proto(chunk.logprobs))
+                                            logprobs=logprobs_to_proto(chunk.logprobs),
+                                            prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs),
+                                            cached_tokens=chunk.cached_tokens)
         except Exception as exc:
             await abort_with(context, exc)
 

@@ -1,0 +1,76 @@
+"""A follow-up turn (turn 1's prompt, its answer and a new message) by each multi-turn path computes only what no
+instance holds yet, gives the tokens and logprobs (within 1e-4) of the same turns with caching off, and leaves no
+block held and no lease live."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+import pytest
+
+from distserve.v1 import worker_pb2
+from services.common.convert import sampling_to_proto
+from tests.integration.kvxfer.multi_turn import PARAMS, Pair, Path, Turn, start_pair, turn
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+SYSTEM = [1, *range(100, 137)]  # 38 tokens: 9 full blocks of 4 and 2 over
+NEW = [11, 12, 13, 14, 15]
+
+
+@pytest.fixture
+async def pairs(tiny_llama_dir: str, start_kvxfer) -> AsyncIterator[Callable[[str], Awaitable[Pair]]]:
+    """Instance pairs with caching on or off, at one kvxfer."""
+    host = await start_kvxfer()
+    made: list[Pair] = []
+
+    async def make(caching: str) -> Pair:
+        made.append(await start_pair(tiny_llama_dir, host.address, f"mt{len(made)}", caching))
+        return made[-1]
+
+    yield make
+    for pair in made:
+        for close in pair.closers:
+            await close()
+
+
+async def conversation(pair: Pair, path: Path) -> tuple[Turn, Turn, tuple[int, int]]:
+    """Turn 1 disaggregated, turn 2 by `path`; with the tokens each instance computed for turn 2."""
+    first = await turn(pair, "t1", SYSTEM, "disagg")
+    before = await pair.computed()
+    second = await turn(pair, "t2", SYSTEM + first.tokens + NEW, path)
+    after = await pair.computed()
+    assert await pair.settled()
+    return first, second, (after[0] - before[0], after[1] - before[1])
+
+
+def assert_same(cached: Turn, cold: Turn) -> None:
+    assert cached.tokens == cold.tokens
+    assert cached.logprobs == pytest.approx(cold.logprobs, abs=1e-4)
+
+
+async def test_a_local_prefill_computes_only_the_suffix_the_decode_cache_lacks(pairs) -> None:
+    on, off = await pairs("on"), await pairs("off")
+    first, second, computed = await conversation(on, "local")
+    cold = await conversation(off, "local")
+    assert_same(first, cold[0])
+    assert_same(second, cold[1])
+    # the decode holds turn 1's prompt and answer but the last answer token, whose K/V it never computed:
+    # 11 full blocks of 4
+    cached = 11 * 4
+    prompt = len(SYSTEM) + len(first.tokens) + len(NEW)
+    assert second.first.cached_tokens == cached and cold[1].first.cached_tokens == 0
+    assert computed == (0, prompt - cached + len(second.tokens) - 1)
+    assert cold[2] == (0, prompt + len(second.tokens) - 1)
+    stamps = second.first.stamps
+    assert stamps.prefill_queued <= stamps.prefill_start <= stamps.prefill_end <= stamps.decode_start
+    assert not stamps.xfer_start
+
+
+async def test_a_first_token_without_kv_is_refused(pairs) -> None:
+    pair = await pairs("on")
+    request = worker_pb2.DecodeRequest(request_id="x", prompt_token_ids=SYSTEM, first_token=5,
+                                       sampling=sampling_to_proto(PARAMS))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        [c async for c in pair.decode.Decode(request)]
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "first_token" in err.value.details()
