@@ -33,7 +33,7 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
                                             stamps=chunk.stamps.to_proto() if chunk.stamps else None,
                                             logprobs=logprobs_to_proto(chunk.logprobs),
                                             prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs),
-                                            cached_tokens=chunk.cached_tokens)
+                                            cached_tokens=chunk.cached_tokens, pulled_blocks=chunk.pulled_blocks)
         except Exception as exc:
             await abort_with(context, exc)
 

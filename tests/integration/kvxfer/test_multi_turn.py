@@ -74,3 +74,37 @@ async def test_a_first_token_without_kv_is_refused(pairs) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         [c async for c in pair.decode.Decode(request)]
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "first_token" in err.value.details()
+
+
+async def test_a_delta_pull_moves_only_the_blocks_the_decode_cache_lacks(pairs) -> None:
+    on, off = await pairs("on"), await pairs("off")
+    bytes_before = (await on.kv.stats()).bytes_pulled
+    first, second, computed = await conversation(on, "disagg")
+    pulled = (await on.kv.stats()).bytes_pulled - bytes_before
+    cold = await conversation(off, "disagg")
+    assert_same(first, cold[0])
+    assert_same(second, cold[1])
+    prompt = len(SYSTEM) + len(first.tokens) + len(NEW)  # 51 tokens: 13 blocks, 11 of them cached at the decode
+    assert (second.first.cached_tokens, second.first.pulled_blocks) == (11 * 4, 2)
+    assert (cold[1].first.cached_tokens, cold[1].first.pulled_blocks) == (0, 13)
+    block_bytes = on.decode_engine.engine.layout.block_bytes
+    assert pulled == (10 + 2) * block_bytes  # turn 1's 10 blocks, turn 2's 2
+    # the prefill finds turn 1's prompt (9 full blocks) in its own cache; the decode computes no prompt token
+    assert computed == (prompt - 9 * 4, len(second.tokens) - 1)
+    assert cold[2] == (prompt, len(second.tokens) - 1)
+
+
+async def test_a_delta_pull_from_a_lease_gone_fails_and_frees_every_block(pairs) -> None:
+    pair = await pairs("on")
+    first = await turn(pair, "t1", SYSTEM, "disagg")
+    prompt = SYSTEM + first.tokens + NEW
+    prefilled = await pair.prefill.Prefill(worker_pb2.PrefillRequest(
+        request_id="t2", prompt_token_ids=prompt, sampling=sampling_to_proto(PARAMS)))
+    assert await pair.kv.release(prefilled.kv.lease_id)
+    request = worker_pb2.DecodeRequest(request_id="t2", prompt_token_ids=prompt, first_token=prefilled.first_token,
+                                       sampling=sampling_to_proto(PARAMS), kv=prefilled.kv)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        [c async for c in pair.decode.Decode(request)]
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert await pair.settled()
+    assert (await pair.decode_engine.stats()).blocks_cached == 11  # the cached blocks it held stay cached
