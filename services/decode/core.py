@@ -1,6 +1,7 @@
 """The decode instance's logic: wait for free blocks (pull, not push), pull the K/V its prefix cache lacks (a
 follow-up turn: only the new blocks), stream the tokens; or, given no K/V, prefill the prompt here (conditional
-disaggregation: its cached prefix reused, a short suffix computed)."""
+disaggregation: its cached prefix reused, a short suffix computed). It also leases a prompt's cached prefix to a
+prefill instance (reverse pull)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from services.common.stamps import Lifetime
 from services.decode.reshard import reshard_copies
 from services.engine.async_engine import AsyncEngine
 from services.engine.parallel.shard import Span
+from services.instance.abandoned import free_after_copy
 from services.instance.admission import Admission
 from services.instance.kv_shards import PoolShard, SitePull, shards_from_handle, site_pulls
 from services.kvxfer.client import KVXferClient
+from services.kvxfer.lease_keeper import LeaseKeeper
 
 log = logging.getLogger(__name__)
-ABANDONED_COPY_GRACE_S = 1.0
 
 
 @dataclass(slots=True)
@@ -48,6 +50,30 @@ class DecodeCore:
         self.pull_timeout_s = pull_timeout_s
         self.admission = Admission(max_pending, "decode")
         self._unread: set[asyncio.Future] = set()  # empty pulls ending unread source leases, in flight
+        # leased prefixes (reverse pulls): a pull in flight holds its lease past expiry, so free by our clock later
+        self.leases = LeaseKeeper(kv, instance_id, engine.free_blocks, grace_s=pull_timeout_s + 5)
+        self._keeper: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._keeper = asyncio.create_task(self.leases.run())
+
+    async def stop(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+
+    async def lease_prefix(self, prompt_ids: list[int], cache_namespace: str, ttl_s: float) -> kv_pb2.KVHandle | None:
+        """A lease of the cached blocks of the prompt's longest cached prefix, held (never evicted) until the lease
+        ends; None when none is cached, or on a TP/PP instance (its rank pools would need a lease each)."""
+        if len(self.shards) > 1:
+            return None
+        blocks = self.engine.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
+        if not blocks:
+            return None
+        try:
+            return await self.leases.create_lease(blocks, len(blocks) * self.engine.engine.blocks.block_size, ttl_s)
+        except BaseException:
+            self.engine.free_blocks(blocks)
+            raise
 
     async def decode(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
                      handle: kv_pb2.KVHandle | None, cache_namespace: str = "") -> AsyncIterator[DecodeChunk]:
@@ -101,9 +127,7 @@ class DecodeCore:
         try:
             await self._pull(handle, blocks, len(cached))
         except asyncio.CancelledError:
-            # kvxfer aborts an abandoned copy within milliseconds; the blocks return only after that,
-            # so a copy still landing cannot overwrite another request's K/V.
-            asyncio.get_running_loop().call_later(ABANDONED_COPY_GRACE_S, self.engine.free_blocks, blocks)
+            free_after_copy(self.engine, blocks)
             raise
         except BaseException:
             self.engine.free_blocks(blocks)

@@ -37,6 +37,15 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
         except Exception as exc:
             await abort_with(context, exc)
 
+    async def LeasePrefix(self, request: worker_pb2.LeasePrefixRequest,
+                          context: grpc.aio.ServicerContext) -> worker_pb2.LeasePrefixResponse:
+        try:
+            handle = await self.core.lease_prefix(list(request.prompt_token_ids), request.cache_namespace,
+                                                  request.ttl_s)
+        except Exception as exc:
+            await abort_with(context, exc)
+        return worker_pb2.LeasePrefixResponse(kv=handle)
+
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
                      kv: KVXferClient | None):
@@ -46,9 +55,11 @@ async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: Ins
     core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending,
                       pool_shards(instance_id, pools),
                       {rank_pool_id(instance_id, p.rank): client for site, client in sites for p in site.pools})
+    core.start()
     worker_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(core), server)
 
     async def stop() -> None:
+        await core.stop()
         for _, client in sites:
             await client.close()
 

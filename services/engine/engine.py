@@ -157,6 +157,13 @@ class LLMEngine:
         bs = self.blocks.block_size
         return self.blocks.match(block_hashes(prompt_ids, bs, cache_namespace, num_tokens // bs))
 
+    def cache_prefix(self, prompt_ids: list[int], cache_namespace: str, block_ids: list[int]) -> None:
+        """Registers held blocks that hold the K/V of the prompt's first full blocks (pulled from another
+        instance) in the prefix cache (any thread)."""
+        for block, content in zip(block_ids, block_hashes(prompt_ids, self.blocks.block_size, cache_namespace,
+                                                          len(block_ids))):
+            self.blocks.register(block, content)
+
     def free_blocks(self, block_ids: list[int]) -> None:
         """Returns reserved blocks (any thread)."""
         self.blocks.free(block_ids)

@@ -22,7 +22,7 @@ from services.kvxfer.client import KVXferClient
 from services.prefill.core import PrefillCore
 from services.prefill.server import PrefillServicer
 
-Path = Literal["disagg", "local"]
+Path = Literal["disagg", "local", "reverse"]
 PARAMS = SamplingParams(max_tokens=8, ignore_eos=True, logprobs=2)
 
 
@@ -58,6 +58,7 @@ class Turn:
     tokens: list[int]
     logprobs: list[float]
     first: worker_pb2.TokenChunk  # the decode's first message
+    prefilled: worker_pb2.PrefillResponse | None = None
 
 
 async def start_pair(model: str, kvxfer: str, tag: str, caching: str) -> Pair:
@@ -73,6 +74,7 @@ async def start_pair(model: str, kvxfer: str, tag: str, caching: str) -> Pair:
     prefill = PrefillCore(engines[0], kvs[0], f"{tag}-p", lease_ttl_s=30, max_pending=8, pull_timeout_s=5)
     prefill.start()
     decode = DecodeCore(engines[1], kvs[1], f"{tag}-d", pull_timeout_s=5, max_pending=8)
+    decode.start()
     server = grpc.aio.server()
     worker_pb2_grpc.add_PrefillServicer_to_server(PrefillServicer(prefill), server)
     worker_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(decode), server)
@@ -85,6 +87,7 @@ async def start_pair(model: str, kvxfer: str, tag: str, caching: str) -> Pair:
         await channel.close()
         await server.stop(None)
         await prefill.stop()
+        await decode.stop()
         for engine, kv in zip(engines, kvs):
             engine.stop()
             engine.engine.close()
@@ -101,9 +104,16 @@ async def turn(pair: Pair, request_id: str, prompt: list[int], path: Path, names
     logprobs: list[float] = []
     request = worker_pb2.DecodeRequest(request_id=request_id, prompt_token_ids=prompt, sampling=sampling,
                                        cache_namespace=namespace)
-    if path == "disagg":
-        prefilled = await pair.prefill.Prefill(worker_pb2.PrefillRequest(
-            request_id=request_id, prompt_token_ids=prompt, sampling=sampling, cache_namespace=namespace))
+    prefilled = None
+    if path != "local":
+        prefill = worker_pb2.PrefillRequest(request_id=request_id, prompt_token_ids=prompt, sampling=sampling,
+                                            cache_namespace=namespace)
+        if path == "reverse":
+            leased = await pair.decode.LeasePrefix(worker_pb2.LeasePrefixRequest(
+                prompt_token_ids=prompt, cache_namespace=namespace))
+            if leased.HasField("kv"):
+                prefill.prefix.CopyFrom(leased.kv)
+        prefilled = await pair.prefill.Prefill(prefill)
         tokens.append(prefilled.first_token)
         logprobs.extend(lp.logprob for lp in prefilled.logprobs)
         request.first_token = prefilled.first_token
@@ -112,4 +122,4 @@ async def turn(pair: Pair, request_id: str, prompt: list[int], path: Path, names
     for chunk in chunks:
         tokens.extend(chunk.token_ids)
         logprobs.extend(lp.logprob for lp in chunk.logprobs)
-    return Turn(tokens, logprobs, chunks[0])
+    return Turn(tokens, logprobs, chunks[0], prefilled)

@@ -108,3 +108,35 @@ async def test_a_delta_pull_from_a_lease_gone_fails_and_frees_every_block(pairs)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert await pair.settled()
     assert (await pair.decode_engine.stats()).blocks_cached == 11  # the cached blocks it held stay cached
+
+
+async def test_a_reverse_pull_computes_only_what_neither_instance_holds(pairs) -> None:
+    on, off = await pairs("on"), await pairs("off")
+    first, second, computed = await conversation(on, "reverse")
+    cold = await conversation(off, "reverse")
+    assert_same(first, cold[0])
+    assert_same(second, cold[1])
+    prompt = len(SYSTEM) + len(first.tokens) + len(NEW)
+    # the decode leases its 11 cached blocks; the prefill has turn 1's 9 itself and pulls the other 2, computes 7
+    assert (second.prefilled.cached_tokens, second.prefilled.pulled_blocks) == (11 * 4, 2)
+    assert computed == (prompt - 11 * 4, len(second.tokens) - 1)
+    assert (second.first.cached_tokens, second.first.pulled_blocks) == (11 * 4, 2)  # then the decode's delta pull
+    assert (cold[1].prefilled.cached_tokens, cold[1].prefilled.pulled_blocks) == (0, 0)
+    assert cold[2] == (prompt, len(second.tokens) - 1)
+
+
+async def test_a_leased_prefix_gone_costs_a_recompute_and_an_unpulled_one_expires(pairs) -> None:
+    pair = await pairs("on")
+    first = await turn(pair, "t1", SYSTEM, "disagg")
+    prompt = SYSTEM + first.tokens + NEW
+    leased = await pair.decode.LeasePrefix(worker_pb2.LeasePrefixRequest(prompt_token_ids=prompt, ttl_s=0.3))
+    assert leased.kv.num_tokens == 11 * 4 and (await pair.decode_engine.stats()).blocks_used == 11
+    assert await pair.settled()  # expired unpulled: the decode's blocks go back (cached)
+
+    before = await pair.computed()
+    prefilled = await pair.prefill.Prefill(worker_pb2.PrefillRequest(
+        request_id="t2", prompt_token_ids=prompt, sampling=sampling_to_proto(PARAMS), prefix=leased.kv))
+    assert (prefilled.cached_tokens, prefilled.pulled_blocks) == (9 * 4, 0)  # its own cache only
+    assert (await pair.computed())[0] - before[0] == len(prompt) - 9 * 4
+    assert await pair.kv.release(prefilled.kv.lease_id)
+    assert await pair.settled()
