@@ -158,6 +158,11 @@ class DecodeStub:
                 request_serializer=distserve_dot_v1_dot_worker__pb2.DecodeRequest.SerializeToString,
                 response_deserializer=distserve_dot_v1_dot_worker__pb2.TokenChunk.FromString,
                 _registered_method=True)
+        self.LeasePrefix = channel.unary_unary(
+                '/distserve.v1.Decode/LeasePrefix',
+                request_serializer=distserve_dot_v1_dot_worker__pb2.LeasePrefixRequest.SerializeToString,
+                response_deserializer=distserve_dot_v1_dot_worker__pb2.LeasePrefixResponse.FromString,
+                _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/distserve.v1.Decode/Stats',
                 request_serializer=distserve_dot_v1_dot_worker__pb2.InstanceStatsRequest.SerializeToString,
@@ -175,6 +180,14 @@ class DecodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LeasePrefix(self, request, context):
+        """Leases the cached blocks of a prompt's longest cached prefix here (never the block of its last token), held
+        until the lease ends, for a prefill to pull (PrefillRequest.prefix).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Stats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -188,6 +201,11 @@ def add_DecodeServicer_to_server(servicer, server):
                     servicer.Decode,
                     request_deserializer=distserve_dot_v1_dot_worker__pb2.DecodeRequest.FromString,
                     response_serializer=distserve_dot_v1_dot_worker__pb2.TokenChunk.SerializeToString,
+            ),
+            'LeasePrefix': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeasePrefix,
+                    request_deserializer=distserve_dot_v1_dot_worker__pb2.LeasePrefixRequest.FromString,
+                    response_serializer=distserve_dot_v1_dot_worker__pb2.LeasePrefixResponse.SerializeToString,
             ),
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
@@ -223,6 +241,33 @@ class Decode:
             '/distserve.v1.Decode/Decode',
             distserve_dot_v1_dot_worker__pb2.DecodeRequest.SerializeToString,
             distserve_dot_v1_dot_worker__pb2.TokenChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeasePrefix(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/distserve.v1.Decode/LeasePrefix',
+            distserve_dot_v1_dot_worker__pb2.LeasePrefixRequest.SerializeToString,
+            distserve_dot_v1_dot_worker__pb2.LeasePrefixResponse.FromString,
             options,
             channel_credentials,
             insecure,

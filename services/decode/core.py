@@ -1,4 +1,7 @@
-"""The decode instance's logic: wait for free blocks (pull, not push), pull the K/V, stream the tokens."""
+"""The decode instance's logic: wait for free blocks (pull, not push), pull the K/V its prefix cache lacks (a
+follow-up turn: only the new blocks), stream the tokens; or, given no K/V, prefill the prompt here (conditional
+disaggregation: its cached prefix reused, a short suffix computed). It also leases a prompt's cached prefix to a
+prefill instance (reverse pull)."""
 
 from __future__ import annotations
 
@@ -14,12 +17,14 @@ from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.decode.reshard import reshard_copies
 from services.engine.async_engine import AsyncEngine
+from services.engine.parallel.shard import Span
+from services.instance.abandoned import free_after_copy
 from services.instance.admission import Admission
 from services.instance.kv_shards import PoolShard, SitePull, shards_from_handle, site_pulls
 from services.kvxfer.client import KVXferClient
+from services.kvxfer.lease_keeper import LeaseKeeper
 
 log = logging.getLogger(__name__)
-ABANDONED_COPY_GRACE_S = 1.0
 
 
 @dataclass(slots=True)
@@ -28,59 +33,121 @@ class DecodeChunk:
     finish_reason: str = ""
     stamps: Lifetime | None = None
     logprobs: list[TokenLogprobs] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # prefilled here, when asked
+    cached_tokens: int = 0  # on the first chunk: prompt tokens whose K/V came from the prefix cache
+    pulled_blocks: int = 0  # on the first chunk of a pulled request: blocks pulled (those not cached here)
 
 
 class DecodeCore:
     def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, pull_timeout_s: float, max_pending: int,
                  shards: Sequence[PoolShard] = (), kv_of: Mapping[str, KVXferClient] | None = None) -> None:
         self.engine = engine
-        self.shards = list(shards)  # this instance's rank pools (TP/PP); one, or none given: its single pool
+        lay = engine.engine.layout  # this instance's rank pools (TP/PP); none given: its single pool
+        self.shards = list(shards) or [PoolShard(instance_id, Span(0, lay.num_layers), Span(0, lay.num_kv_heads), lay)]
         self.kv = kv
         self.kv_of = dict(kv_of or {})  # per rank pool on another host than rank 0's: that host's kvxfer
         self.instance_id = instance_id
         self.pull_timeout_s = pull_timeout_s
         self.admission = Admission(max_pending, "decode")
         self._unread: set[asyncio.Future] = set()  # empty pulls ending unread source leases, in flight
+        # leased prefixes (reverse pulls): a pull in flight holds its lease past expiry, so free by our clock later
+        self.leases = LeaseKeeper(kv, instance_id, engine.free_blocks, grace_s=pull_timeout_s + 5)
+        self._keeper: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._keeper = asyncio.create_task(self.leases.run())
+
+    async def stop(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+
+    async def lease_prefix(self, prompt_ids: list[int], cache_namespace: str, ttl_s: float) -> kv_pb2.KVHandle | None:
+        """A lease of the cached blocks of the prompt's longest cached prefix, held (never evicted) until the lease
+        ends; None when none is cached, or on a TP/PP instance (its rank pools would need a lease each)."""
+        if len(self.shards) > 1:
+            return None
+        blocks = self.engine.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
+        if not blocks:
+            return None
+        try:
+            return await self.leases.create_lease(blocks, len(blocks) * self.engine.engine.blocks.block_size, ttl_s)
+        except BaseException:
+            self.engine.free_blocks(blocks)
+            raise
 
     async def decode(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
-                     handle: kv_pb2.KVHandle, cache_namespace: str = "") -> AsyncIterator[DecodeChunk]:
+                     handle: kv_pb2.KVHandle | None, cache_namespace: str = "") -> AsyncIterator[DecodeChunk]:
+        """Streams a request from the K/V `handle` names, or without one from a prefill here."""
         self.engine.validate(prompt_ids, params)
-        if handle.num_tokens != len(prompt_ids):
+        if handle is None and first_token is not None:
+            raise EngineInputError("first_token", "needs the K/V it follows (kv): without kv the prompt is prefilled "
+                                                  "here and its first token sampled here")
+        if handle is not None and handle.num_tokens != len(prompt_ids):
             raise EngineInputError("kv.num_tokens", f"{handle.num_tokens} != prompt length {len(prompt_ids)}")
         with self.admission.slot():
-            stamps = Lifetime(decode_queued=time.time())
-            blocks = await self.engine.reserve_blocks(len(prompt_ids))
-            stamps.xfer_start = time.time()
-            try:
-                await self._pull(handle, blocks)
-            except asyncio.CancelledError:
-                # kvxfer aborts an abandoned copy within milliseconds; the blocks return only after that,
-                # so a copy still landing cannot overwrite another request's K/V.
-                asyncio.get_running_loop().call_later(ABANDONED_COPY_GRACE_S, self.engine.free_blocks, blocks)
-                raise
-            except BaseException:
-                self.engine.free_blocks(blocks)
-                raise
-            stamps.xfer_end = time.time()
+            if handle is None:
+                stamps = Lifetime(prefill_queued=time.time())
+                outputs = self.engine.generate(request_id, prompt_ids, params, cache_namespace=cache_namespace)
+            else:
+                stamps = Lifetime(decode_queued=time.time())
+                blocks, cached = await self._pulled(handle, prompt_ids, first_token, cache_namespace, stamps)
+                outputs = self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, blocks,
+                                                         cache_namespace)
             first = True
-            async for out in self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, blocks,
-                                                            cache_namespace):
-                if first:
+            async for out in outputs:
+                if first and handle is None:
+                    stamps.prefill_start, stamps.prefill_end = out.step_start, out.step_end
+                    stamps.decode_start = out.step_end
+                elif first:
                     stamps.decode_start = out.step_start
                 reason = out.finish_reason.value if out.finish_reason else ""
-                yield DecodeChunk(out.new_token_ids, reason, stamps if first else None, out.logprobs)
+                chunk = DecodeChunk(out.new_token_ids, reason, stamps if first else None, out.logprobs,
+                                    out.prompt_logprobs, out.num_cached_tokens)
+                if first and handle is not None:
+                    chunk.cached_tokens = cached * self.engine.engine.blocks.block_size
+                    chunk.pulled_blocks = len(blocks) - cached
+                yield chunk
                 first = False
 
-    async def _pull(self, handle: kv_pb2.KVHandle, blocks: list[int]) -> None:
-        """A block pull between single pools; between TP/PP layouts, each rank pool gets its layers and heads."""
-        if not handle.shards and len(self.shards) <= 1:
+    async def _pulled(self, handle: kv_pb2.KVHandle, prompt_ids: list[int], first_token: int | None,
+                      cache_namespace: str, stamps: Lifetime) -> tuple[list[int], int]:
+        """Blocks holding the handle's K/V, and how many of them (leading) the prefix cache supplied: those are held,
+        the others reserved and pulled into. A failed pull frees them all. When the pool cannot give the rest at once,
+        the cached ones are let go and the whole prompt's blocks awaited (FCFS) and pulled: a waiter holds nothing,
+        so waiters cannot starve each other."""
+        # without first_token the last prompt position is computed again: its block is not shared
+        cached = self.engine.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - (first_token is None))
+        rest = self.engine.try_reserve(len(prompt_ids) - len(cached) * self.engine.engine.blocks.block_size) \
+            if cached else None
+        if rest is None:
+            self.engine.free_blocks(cached)
+            cached, rest = [], await self.engine.reserve_blocks(len(prompt_ids))
+        blocks = cached + rest
+        stamps.xfer_start = time.time()
+        try:
+            await self._pull(handle, blocks, len(cached))
+        except asyncio.CancelledError:
+            free_after_copy(self.engine, blocks)
+            raise
+        except BaseException:
+            self.engine.free_blocks(blocks)
+            raise
+        stamps.xfer_end = time.time()
+        return blocks, len(cached)
+
+    async def _pull(self, handle: kv_pb2.KVHandle, blocks: list[int], skip: int) -> None:
+        """Pulls the handle's blocks from the `skip`-th on into `blocks[skip:]`: a whole lease between single pools
+        by block; a part of one, or between TP/PP layouts, by byte ranges (each rank pool gets its layers and
+        heads)."""
+        if not skip and not handle.shards and len(self.shards) == 1:
             await self.kv.pull(handle, self.instance_id, blocks, timeout_s=self.pull_timeout_s)
             return
-        copies = reshard_copies(shards_from_handle(handle), list(handle.block_ids), self.shards, blocks)
+        copies = reshard_copies(shards_from_handle(handle), list(handle.block_ids)[skip:], self.shards, blocks[skip:])
         # Ranks on several hosts (the source's, this instance's): one pull per (source kvxfer, destination kvxfer),
         # each through the kvxfer that serves its destination pools, under its source site's lease. All run to
-        # their end before a failure is raised, so no copy still lands once the blocks are freed.
-        pulls = site_pulls(handle, copies, self.kv, self.kv_of)
+        # their end before a failure is raised, so no copy still lands once the blocks are freed. Nothing to copy
+        # (every block cached here): the leases are only ended.
+        pulls = site_pulls(handle, [c for c in copies if len(c.length)], self.kv, self.kv_of)
         for pull in pulls:
             if not pull.copies:
                 self._end_unread(pull)

@@ -26,14 +26,25 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
     async def Decode(self, request: worker_pb2.DecodeRequest, context: grpc.aio.ServicerContext):
         try:
             first = request.first_token if request.HasField("first_token") else None
+            kv = request.kv if request.HasField("kv") else None
             async for chunk in self.core.decode(request.request_id, list(request.prompt_token_ids), first,
-                                                sampling_from_proto(request.sampling), request.kv,
-                                                request.cache_namespace):
+                                                sampling_from_proto(request.sampling), kv, request.cache_namespace):
                 yield worker_pb2.TokenChunk(token_ids=chunk.token_ids, finish_reason=chunk.finish_reason,
                                             stamps=chunk.stamps.to_proto() if chunk.stamps else None,
-                                            logprobs=logprobs_to_proto(chunk.logprobs))
+                                            logprobs=logprobs_to_proto(chunk.logprobs),
+                                            prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs),
+                                            cached_tokens=chunk.cached_tokens, pulled_blocks=chunk.pulled_blocks)
         except Exception as exc:
             await abort_with(context, exc)
+
+    async def LeasePrefix(self, request: worker_pb2.LeasePrefixRequest,
+                          context: grpc.aio.ServicerContext) -> worker_pb2.LeasePrefixResponse:
+        try:
+            handle = await self.core.lease_prefix(list(request.prompt_token_ids), request.cache_namespace,
+                                                  request.ttl_s)
+        except Exception as exc:
+            await abort_with(context, exc)
+        return worker_pb2.LeasePrefixResponse(kv=handle)
 
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
@@ -44,9 +55,11 @@ async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: Ins
     core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending,
                       pool_shards(instance_id, pools),
                       {rank_pool_id(instance_id, p.rank): client for site, client in sites for p in site.pools})
+    core.start()
     worker_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(core), server)
 
     async def stop() -> None:
+        await core.stop()
         for _, client in sites:
             await client.close()
 

@@ -126,6 +126,10 @@ class AsyncEngine:
                 self._grant_blocks()
             raise
 
+    def try_reserve(self, num_tokens: int) -> list[int] | None:
+        """Blocks for `num_tokens` tokens now, or None when the pool cannot hold them or earlier waiters queue."""
+        return None if self._block_waiters else self.engine.reserve_blocks(num_tokens)
+
     def _grant_blocks(self) -> None:
         """Reserves blocks for the waiters at the head of the queue, in order, until one does not fit."""
         while self._block_waiters:

@@ -17,6 +17,7 @@ from services.common.engine_settings import EngineSettings
 from services.common.errors import EngineInputError
 from services.common.kv_layout import KVLayout
 from services.common.model_config import ModelConfig
+from services.common.prefix_hash import block_hashes
 from services.common.sampling import MAX_N, FinishReason, SamplingParams, TokenLogprobs, choice_seed
 from services.common.step_journal import StepJournal
 from services.common.validation import validate_request
@@ -147,6 +148,21 @@ class LLMEngine:
     def reserve_blocks(self, num_tokens: int) -> list[int] | None:
         """Decode: blocks for a pulled prompt's K/V, or None when the pool cannot hold it now (any thread)."""
         return self.blocks.try_allocate(self.blocks.blocks_for(num_tokens))
+
+    def hold_cached(self, prompt_ids: list[int], cache_namespace: str, num_tokens: int) -> list[int]:
+        """Holds the cached blocks of the longest cached prefix of the prompt's full blocks within its first
+        `num_tokens` tokens (any thread); the caller frees them like reserved blocks."""
+        if not self.blocks.caching:
+            return []
+        bs = self.blocks.block_size
+        return self.blocks.match(block_hashes(prompt_ids, bs, cache_namespace, num_tokens // bs))
+
+    def cache_prefix(self, prompt_ids: list[int], cache_namespace: str, block_ids: list[int]) -> None:
+        """Registers held blocks that hold the K/V of the prompt's first full blocks (pulled from another
+        instance) in the prefix cache (any thread)."""
+        for block, content in zip(block_ids, block_hashes(prompt_ids, self.blocks.block_size, cache_namespace,
+                                                          len(block_ids))):
+            self.blocks.register(block, content)
 
     def free_blocks(self, block_ids: list[int]) -> None:
         """Returns reserved blocks (any thread)."""

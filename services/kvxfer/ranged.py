@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from services.common.cbuild import kernel_function
 from services.kvxfer.checksum import crc32
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.pools import HERE, MappedPool, PoolRanges
+from services.kvxfer.ranges import block_ranges
 
 OFFSET = np.dtype("<i8")
 STREAM_FROM_BYTES = 2 << 20  # larger pulls bypass the caches on their way in (as memcpy does for large copies)
@@ -39,6 +41,13 @@ class RangeCopy:
         if not len(arrays[0]) == len(arrays[1]) == len(arrays[2]):
             raise XferError(Failure.BAD_REQUEST, f"{src_pool} → {dst_pool}: offset and length arrays differ in size")
         return cls(src_pool, dst_pool, *arrays)
+
+    @classmethod
+    def of_blocks(cls, src_pool: str, dst_pool: str, src_blocks: Sequence[int], dst_blocks: Sequence[int],
+                  block_bytes: int) -> RangeCopy:
+        """Whole blocks, src_blocks[i] → dst_blocks[i], between pools of one layout."""
+        ranges = block_ranges(src_blocks, dst_blocks, block_bytes)
+        return cls(src_pool, dst_pool, *(np.asarray(a, OFFSET) for a in (ranges.src, ranges.dst, ranges.length)))
 
     def to_bytes(self) -> tuple[bytes, bytes, bytes]:
         return tuple(a.astype(OFFSET).tobytes() for a in (self.src, self.dst, self.length))

@@ -1,8 +1,11 @@
-"""The prefill instance's logic: admit, run to the first token, lease the K/V, free it when the lease ends."""
+"""The prefill instance's logic: admit, run to the first token, lease the K/V, free it when the lease ends. A prompt
+whose prefix a decode instance leased (reverse pull) first pulls the blocks of it this pool's cache lacks and
+caches them, so that the prefill computes only the rest."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,10 +17,14 @@ from services.common.errors import Unavailable
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
+from services.instance.abandoned import free_after_copy
 from services.instance.admission import Admission
 from services.instance.kv_shards import with_site_leases
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.client import KVXferClient, PullFailed
 from services.kvxfer.lease_keeper import LeaseKeeper
+from services.kvxfer.ranged import RangeCopy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -29,6 +36,7 @@ class PrefillResult:
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # of the first token, when asked
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # of prompt tokens 1.., when asked
     cached_tokens: int = 0  # prompt tokens whose K/V came from the prefix cache
+    pulled_blocks: int = 0  # of those, blocks pulled from the request's leased prefix
 
 
 @dataclass(slots=True)
@@ -45,6 +53,8 @@ class PrefillCore:
         taken under there; a request's blocks go back once its lease at every kvxfer has ended."""
         self.engine = engine
         self.shards = list(shards)  # a TP/PP instance's rank pools, written into every handle
+        self.kv = kv
+        self.pull_timeout_s = pull_timeout_s  # of a leased prefix
         # A pull in flight holds its lease past expiry: free by our own clock only well after that.
         self.leases = LeaseKeeper(kv, instance_id, self.free_leased, grace_s=pull_timeout_s + 5)
         self._sites = [(kv, self.leases)] + [
@@ -96,20 +106,55 @@ class PrefillCore:
         return handle
 
     async def prefill(self, request_id: str, prompt_ids: list[int], params: SamplingParams, pulls: int = 1,
-                      cache_namespace: str = "") -> PrefillResult:
+                      cache_namespace: str = "", prefix: kv_pb2.KVHandle | None = None) -> PrefillResult:
+        """Runs a prompt to its first token and leases its K/V; `prefix`: another instance's lease of the prompt's
+        cached prefix, pulled where this pool's cache lacks it (a failed pull costs a recompute)."""
         self.engine.validate(prompt_ids, params)
         stamps = Lifetime(prefill_queued=time.time())
         with self.admission.slot():
-            async for out in self.engine.generate(request_id, prompt_ids, params, cache_namespace=cache_namespace):
-                last = out
+            held, pulled = await self._take_prefix(prefix, prompt_ids, params, cache_namespace) if prefix else ([], 0)
+            try:
+                async for out in self.engine.generate(request_id, prompt_ids, params, cache_namespace=cache_namespace):
+                    last = out
+            finally:
+                self.engine.free_blocks(held)  # the request holds its own share of them now, or ended
         stamps.prefill_start, stamps.prefill_end = last.step_start, last.step_end
         if last.finished:
             return PrefillResult(last.new_token_ids[0], last.finish_reason.value, None, stamps, last.logprobs,
-                                 last.prompt_logprobs, last.num_cached_tokens)
+                                 last.prompt_logprobs, last.num_cached_tokens, pulled)
         self._holder[tuple(last.held_blocks)] = _Held(request_id, len(self._sites))
         try:
             handle = await self._lease(last.held_blocks, len(prompt_ids), pulls)
         except grpc.aio.AioRpcError as exc:  # kvxfer away or restarted: retryable, not this request's fault
             raise Unavailable(f"KV transfer service: {exc.code().name}") from exc
         return PrefillResult(last.new_token_ids[0], "", handle, stamps, last.logprobs, last.prompt_logprobs,
-                             last.num_cached_tokens)
+                             last.num_cached_tokens, pulled)
+
+    async def _take_prefix(self, prefix: kv_pb2.KVHandle, prompt_ids: list[int], params: SamplingParams,
+                           cache_namespace: str) -> tuple[list[int], int]:
+        """Holds this pool's cached blocks of the leased prefix and pulls the others into blocks it caches; returns
+        the blocks held (the caller frees them once its request has taken them) and how many were pulled. Ends the
+        lease in every case: an empty pull where nothing of it is of use (caching off, prompt logprobs, another
+        block size, TP/PP, or no free block now)."""
+        engine = self.engine.engine
+        bs = engine.blocks.block_size
+        usable = params.prompt_logprobs is None and not self.shards and not prefix.shards \
+            and prefix.layout.block_size == bs
+        # the prefill computes at least the prompt's last token: never the block holding it
+        full = min(prefix.num_tokens // bs, len(prefix.block_ids), (len(prompt_ids) - 1) // bs) if usable else 0
+        own = engine.hold_cached(prompt_ids, cache_namespace, full * bs)
+        dst = (self.engine.try_reserve((full - len(own)) * bs) or []) if len(own) < full else []
+        copies = [RangeCopy.of_blocks(prefix.instance_id, self.instance_id, prefix.block_ids[len(own):full], dst,
+                                      engine.layout.block_bytes)] if dst else []
+        try:
+            await self.kv.pull_ranges(prefix, copies, timeout_s=self.pull_timeout_s)
+        except asyncio.CancelledError:
+            self.engine.free_blocks(own)  # the copy never writes these
+            free_after_copy(self.engine, dst)
+            raise
+        except PullFailed as exc:
+            log.warning("could not pull a leased prefix (computing it here): %s", exc)
+            self.engine.free_blocks(dst)
+            return own, 0
+        engine.cache_prefix(prompt_ids, cache_namespace, own + dst)
+        return own + dst, len(dst)

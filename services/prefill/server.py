@@ -27,14 +27,15 @@ class PrefillServicer(InstanceServicer, worker_pb2_grpc.PrefillServicer):
         try:
             result = await self.core.prefill(request.request_id, list(request.prompt_token_ids),
                                              sampling_from_proto(request.sampling), max(1, request.pulls),
-                                             request.cache_namespace)
+                                             request.cache_namespace,
+                                             request.prefix if request.HasField("prefix") else None)
         except Exception as exc:
             await abort_with(context, exc)
         return worker_pb2.PrefillResponse(first_token=result.first_token, finish_reason=result.finish_reason,
                                           kv=result.handle, stamps=result.stamps.to_proto(),
                                           logprobs=logprobs_to_proto(result.logprobs),
                                           prompt_logprobs=logprobs_to_proto(result.prompt_logprobs),
-                                          cached_tokens=result.cached_tokens)
+                                          cached_tokens=result.cached_tokens, pulled_blocks=result.pulled_blocks)
 
 
 async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,

@@ -102,3 +102,17 @@ async def test_a_source_site_read_nothing_of_may_be_down(engine, start_kvxfer, m
     assert len(await _decode(core, handle)) == 2
 
     assert (await a.stats()).live_leases == 0 and await _all_blocks_back(engine)
+
+
+async def test_a_follow_up_pulls_only_the_blocks_its_stages_lack(engine, start_kvxfer, make_pool, clients) -> None:
+    """The first request's prompt blocks stay cached (in both stages' pools, under the same ids): the second pulls
+    only the last block, each stage's part through its own kvxfer."""
+    core, handle, _, a, b = await _setup(engine, start_kvxfer, make_pool, clients)
+    await _decode(core, handle)
+    full = [(await a.stats()).bytes_pulled, (await b.stats()).bytes_pulled]
+    again = await a.create_lease("pf", [6, 7, 8], num_tokens=len(PROMPT))
+    chunks = [c async for c in core.decode("r2", PROMPT, 7, SamplingParams(max_tokens=3), again)]
+    assert (chunks[0].cached_tokens, chunks[0].pulled_blocks) == (32, 1)  # 39 tokens: 2 full blocks of 16 cached
+    delta = [(await a.stats()).bytes_pulled - full[0], (await b.stats()).bytes_pulled - full[1]]
+    assert delta == [full[0] // 3, full[1] // 3]
+    assert (await a.stats()).live_leases == 0 and await _all_blocks_back(engine)
