@@ -1,0 +1,121 @@
+"""`distserve plan --emit k8s`: every manifest validates offline (Kubernetes 1.33 schemas, the LeaderWorkerSet
+and PodMonitor CRDs) for the OPT-13B 1x4 and 2x8 plans and an OPT-175B 4x8 plan; Alg. 2's co-location is
+expressed and checked; only the router is open beyond the namespace."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from services.cli import main
+from services.deploy.compose import named_instances, spec_of
+from services.deploy.k8s.colocation import colocation_problems
+from services.deploy.k8s.instances import COMPONENT, GPU, SPEC
+from services.deploy.k8s.manifests import all_objects
+from services.planner.placement import Cluster, Parallel, pack, pack_units
+from tests.unit.deploy.k8s_schemas import validate
+
+pytest.importorskip("kubernetes_validate")
+PLANS = {  # name → `distserve plan` flags
+    "opt-13b 1x4": ["--model", "opt-13b", "--nodes", "1", "--gpus-per-node", "4"],
+    "opt-13b 2x8 low-affinity": ["--model", "opt-13b", "--nodes", "2", "--gpus-per-node", "8", "--algorithm", "low-affinity"],
+    "opt-175b 4x8 low-affinity": ["--model", "opt-175b", "--nodes", "4", "--gpus-per-node", "8",
+                                  "--algorithm", "low-affinity"],
+}
+
+
+@pytest.fixture(scope="module", params=list(PLANS))
+def emitted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    out = tmp_path_factory.mktemp("k8s")
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", *PLANS[request.param], "--input-len", "256", "--output-len", "64", "--num-requests", "50",
+              "--workers", "1", "--plot", "", "--emit", "k8s", "--out", str(out)])
+    assert exit_.value.code == 0
+    return request.param, out
+
+
+def manifests(out: Path) -> list[dict]:
+    return [yaml.safe_load(p.read_text()) for p in sorted(out.rglob("*.yaml")) if p.name != "kustomization.yaml"]
+
+
+@pytest.mark.slow
+def test_every_emitted_manifest_validates(emitted: tuple[str, Path]) -> None:
+    name, out = emitted
+    objects = manifests(out)
+    for obj in objects:
+        validate(obj)
+    kinds = Counter(o["kind"] for o in objects)
+    print(f"{name}: {len(objects)} manifests valid: {dict(sorted(kinds.items()))}")
+    if name.startswith("opt-175b"):
+        assert kinds["LeaderWorkerSet"] == 2  # one prefill and one decode instance, each spanning the 4 nodes
+    base = yaml.safe_load((out / "base" / "kustomization.yaml").read_text())
+    assert sorted(base["resources"]) == sorted(p.name for p in (out / "base").glob("*.yaml") if p.name != "kustomization.yaml")
+    overlay = yaml.safe_load((out / "overlays" / "default" / "kustomization.yaml").read_text())
+    assert all((out / "overlays" / "default" / r).exists() for r in overlay["resources"])
+
+
+def gpus(obj: dict) -> tuple[int, int]:
+    """(GPUs the object's pods request, GPUs its instance's plan gives it)."""
+    if obj["kind"] == "Deployment":
+        templates = [(obj["spec"]["template"], 1)]
+    else:
+        lwt = obj["spec"]["leaderWorkerTemplate"]
+        templates = [(lwt["leaderTemplate"], 1), (lwt["workerTemplate"], lwt["size"] - 1)]
+    requested = sum(pods * c["resources"]["limits"][GPU] for t, pods in templates for c in t["spec"]["containers"])
+    return requested, sum(len(s.gpus) for s in spec_of(obj["metadata"]["annotations"][SPEC]).stages)
+
+
+@pytest.mark.slow
+def test_each_instance_requests_its_planned_gpus_and_alg2_pairs_share_nodes(emitted: tuple[str, Path]) -> None:
+    name, out = emitted
+    objects = manifests(out)
+    instances = [o for o in objects if SPEC in o["metadata"].get("annotations", {})]
+    assert instances
+    for obj in instances:
+        requested, planned = gpus(obj)
+        assert requested == planned, obj["metadata"]["name"]
+    low = "low-affinity" in name
+    assert colocation_problems(objects, all_paired=low) == []
+    paired = [o for o in instances if "distserve.io/colocated-with" in o["metadata"]["annotations"]]
+    assert paired or not low
+
+
+def test_a_decode_instance_without_its_affinity_is_refused() -> None:
+    placement = pack_units(Cluster(nodes=2, gpus_per_node=8), Parallel(2, 2), Parallel(2, 1), cross=2, units=1)
+    objects = all_objects(named_instances(placement))
+    (decode,) = [o for o in objects if o["metadata"]["name"] == "decode-0"]
+    assert decode["kind"] == "LeaderWorkerSet" and decode["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert colocation_problems(objects, all_paired=True) == []
+    del decode["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["affinity"]["podAffinity"]
+    assert colocation_problems(objects) == ["decode-0: a pod template lacks the required affinity to prefill-0's pods"]
+    alone = [o for o in objects if o["metadata"]["name"] != "prefill-0"]
+    assert colocation_problems(alone) == ["decode-0: paired with prefill-0, which is not rendered"]
+
+
+def test_stages_split_unevenly_across_nodes_run_one_pod_per_stage() -> None:
+    # 3 free GPUs on node 0 after the first instance: the second's 4 stages go 1 on node 0 and 3 on node 1
+    placement = pack(Cluster(nodes=2, gpus_per_node=4), Parallel(1, 5), 1, Parallel(1, 2), 1)
+    objects = all_objects(named_instances(placement))
+    by_name = {o["metadata"]["name"]: o for o in objects}
+    for obj in objects:
+        validate(obj)
+    lwt = by_name["prefill-0"]["spec"]["leaderWorkerTemplate"]
+    assert by_name["prefill-0"]["kind"] == "LeaderWorkerSet" and lwt["size"] == 5
+    assert "affinity" not in lwt["workerTemplate"]["spec"]  # high node-affinity: a stage goes where it fits
+    assert gpus(by_name["prefill-0"]) == (5, 5)
+
+
+def test_only_the_router_is_open_beyond_the_namespace() -> None:
+    objects = all_objects(named_instances(pack(Cluster(nodes=1, gpus_per_node=2), Parallel(1, 1), 1, Parallel(1, 1), 1)))
+    policies = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "NetworkPolicy"}
+    assert policies["distserve-same-namespace"]["podSelector"] == {}  # every pod: the namespace's own pods only
+    beyond = {name for name, spec in policies.items() for rule in spec["ingress"]
+              if "from" not in rule or any("namespaceSelector" in peer for peer in rule["from"])}
+    assert beyond == {"distserve-router-clients", "distserve-metrics"}
+    assert policies["distserve-router-clients"]["podSelector"] == {"matchLabels": {COMPONENT: "router"}}
+    metrics = policies["distserve-metrics"]["ingress"][0]
+    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    assert all(port["port"] not in (50051, 8000, 50100, 6379) for port in metrics["ports"])
