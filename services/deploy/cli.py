@@ -15,6 +15,7 @@ from services.deploy.compose import (
     node_addresses,
 )
 from services.deploy.k8s.emit import emit_k8s
+from services.deploy.k8s.kube_actuator import ClusterApi, KubeActuator
 from services.planner.actuator import apply_placement
 from services.planner.placement import Placement
 
@@ -36,6 +37,13 @@ def add_actuator_arguments(serve: argparse.ArgumentParser) -> None:
                        help="apply replans to the compose files in this folder (one per node address)")
     serve.add_argument("--node-addresses", default="",
                        help="comma-separated address of each node, with --compose-out (default: 127.0.0.1)")
+    serve.add_argument("--k8s-namespace", default="",
+                       help="apply replans to the instances in this Kubernetes namespace (in-cluster credentials)")
+
+
+def deployment_actuator(args: argparse.Namespace) -> ComposeActuator | KubeActuator | None:
+    """The actuator `--k8s-namespace` or `--compose-out` asks for, if any."""
+    return KubeActuator(ClusterApi(args.k8s_namespace)) if args.k8s_namespace else compose_actuator(args)
 
 
 def compose_actuator(args: argparse.Namespace) -> ComposeActuator | None:

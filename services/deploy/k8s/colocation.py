@@ -1,17 +1,16 @@
-"""The check that rendered objects keep Alg. 2's rule: the prefill and decode segments of a stage share a node.
+"""The check that rendered objects keep the plan's nodes, and so Alg. 2's rule: the prefill and decode segments
+of a stage share a node.
 
-A decode instance paired with a prefill instance must place each of its pods, by a required pod-affinity term on
-the node's hostname, with the prefill pod holding the same share (same worker index), and the two instances' plans
-must put those shares on the same node with the same number of pods.
+An instance with one pod per node must label its pods with its node group (the plan's nodes of its pods) and
+require, by pod affinity on the hostname, the node of the group's pods holding the same share; under Alg. 2 every
+decode instance must have a prefill instance of the same node group and number of pods.
 """
 
 from __future__ import annotations
 
 from services.deploy.compose import spec_of
-from services.deploy.k8s.instances import HOSTNAME, INSTANCE, SPEC, WORKER_INDEX
-from services.deploy.k8s.layout import pod_layout, shares
-
-PAIRED = "distserve.io/colocated-with"
+from services.deploy.k8s.instances import HOSTNAME, NODES, SPEC, WORKER_INDEX
+from services.deploy.k8s.layout import node_group, pod_layout
 
 
 def pod_templates(obj: dict) -> list[dict]:
@@ -22,33 +21,25 @@ def pod_templates(obj: dict) -> list[dict]:
 
 
 def colocation_problems(objects: list[dict], all_paired: bool = False) -> list[str]:
-    """What breaks the rule in `objects` (empty: none); `all_paired`: every decode instance must have a partner
-    (an Alg. 2 placement)."""
-    by_name = {o["metadata"]["name"]: o for o in objects if SPEC in o["metadata"].get("annotations", {})}
+    """What breaks the rule in `objects` (empty: none); `all_paired`: an Alg. 2 placement, where each decode
+    instance's segments share nodes with a prefill instance's."""
+    specs = {o["metadata"]["name"]: (o, spec_of(o["metadata"]["annotations"][SPEC]))
+             for o in objects if SPEC in o["metadata"].get("annotations", {})}
     problems = []
-    for name, obj in by_name.items():
-        spec = spec_of(obj["metadata"]["annotations"][SPEC])
-        paired = obj["metadata"]["annotations"].get(PAIRED)
-        if spec.role != "decode":
+    for name, (obj, spec) in specs.items():
+        group = node_group(spec)
+        if group is None:
             continue
-        if paired is None:
-            problems += [f"{name}: no prefill instance shares its nodes"] if all_paired else []
-            continue
-        other = by_name.get(paired)
-        if other is None:
-            problems.append(f"{name}: paired with {paired}, which is not rendered")
-            continue
-        theirs = spec_of(other["metadata"]["annotations"][SPEC])
-        if [n for n, _ in shares(spec)] != [n for n, _ in shares(theirs)]:
-            problems.append(f"{name}: its shares are on nodes {shares(spec)}, {paired}'s on {shares(theirs)}")
-        if pod_layout(spec).pods != pod_layout(theirs).pods or obj["kind"] != other["kind"]:
-            problems.append(f"{name}: {pod_layout(spec).pods} pods, {paired} {pod_layout(theirs).pods}")
-        want = {"labelSelector": {"matchLabels": {INSTANCE: paired}}, "topologyKey": HOSTNAME}
+        want = {"labelSelector": {"matchLabels": {NODES: group}}, "topologyKey": HOSTNAME}
         if pod_layout(spec).spans_nodes:
             want["matchLabelKeys"] = [WORKER_INDEX]
         for template in pod_templates(obj):
             terms = (template["spec"].get("affinity", {}).get("podAffinity", {})
                      .get("requiredDuringSchedulingIgnoredDuringExecution", []))
-            if want not in terms:
-                problems.append(f"{name}: a pod template lacks the required affinity to {paired}'s pods")
+            if template["metadata"]["labels"].get(NODES) != group or want not in terms:
+                problems.append(f"{name}: a pod template does not keep its pods on the nodes of group {group}")
+    if all_paired:
+        prefills = {(node_group(s), pod_layout(s).pods) for _, s in specs.values() if s.role == "prefill"}
+        problems += [f"{name}: no prefill instance shares its nodes {node_group(s)}" for name, (_, s) in specs.items()
+                     if s.role == "decode" and (node_group(s) is None or (node_group(s), pod_layout(s).pods) not in prefills)]
     return problems

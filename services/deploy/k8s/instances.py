@@ -2,9 +2,11 @@
 LeaderWorkerSet when its stages span nodes, a container per rank with its own `nvidia.com/gpu`.
 
 Every instance pod shares the host's IPC and PID namespaces and /dev/shm with its node's kvxfer, which maps
-the pod's KV pools by CUDA IPC (docs/kubernetes.md, the trust boundary). A decode instance paired with a
-prefill instance by Alg. 2 has each of its pods placed by pod affinity on the node of the prefill pod that
-holds the same share (same LeaderWorkerSet worker index), so its KV moves over NVLink.
+the pod's KV pools by CUDA IPC (docs/kubernetes.md, the trust boundary). Pods go where the plan puts them: a
+required pod affinity on the hostname binds the pods of one node group (the plan's nodes, `distserve.io/nodes`)
+that hold the same share (same LeaderWorkerSet worker index) to one node, so the prefill and decode segments
+of an Alg. 2 stage share it and their KV moves over NVLink. The rule is symmetric (the first such pod goes
+anywhere, the others follow it), so no instance waits for another.
 """
 
 from __future__ import annotations
@@ -12,18 +14,18 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Mapping
 
 from services.common import defaults
 from services.common.secret import SECRET_ENV
 from services.deploy.compose import INSTANCE_METRICS_PORT, INSTANCE_PORT, KVXFER_PORT, RENDEZVOUS_PORT, spec_json
-from services.deploy.k8s.layout import PodLayout, partner, pod_layout
+from services.deploy.k8s.layout import PodLayout, node_group, pod_layout
 from services.planner.actuator import InstanceSpec
 
 IMAGE = "distserve:latest"  # the overlay's `images:` names the real one
 PART_OF = "app.kubernetes.io/part-of"
 COMPONENT = "app.kubernetes.io/component"
 INSTANCE = "distserve.io/instance"  # label: the instance's name; annotation SPEC: its InstanceSpec as JSON
+NODES = "distserve.io/nodes"  # pod label: the plan's nodes of the instance's pods (layout.node_group)
 SPEC = "distserve.io/spec"
 RENDERED = "distserve.io/rendered"  # hash of the object as rendered: the actuator's change detection
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -113,12 +115,12 @@ def _rank0(name: str, spec: InstanceSpec, rendezvous: str, env: list[dict]) -> d
     return {**container, **grpc_probes(INSTANCE_PORT, startup_s=600)}
 
 
-def _affinity(name: str, paired: str | None, layout: PodLayout) -> dict:
+def _affinity(name: str, group: str | None, layout: PodLayout) -> dict:
     affinity: dict = {}
-    if paired is not None:
-        term = {"labelSelector": {"matchLabels": {INSTANCE: paired}}, "topologyKey": HOSTNAME}
+    if group is not None:
+        term = {"labelSelector": {"matchLabels": {NODES: group}}, "topologyKey": HOSTNAME}
         if layout.spans_nodes:
-            term["matchLabelKeys"] = [WORKER_INDEX]  # the prefill pod holding the same share
+            term["matchLabelKeys"] = [WORKER_INDEX]  # with the pods holding the same share
         affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
     if layout.spans_nodes and layout.per_node:
         affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
@@ -126,34 +128,34 @@ def _affinity(name: str, paired: str | None, layout: PodLayout) -> dict:
     return affinity
 
 
-def _pod(name: str, spec: InstanceSpec, containers: list[dict], affinity: dict) -> dict:
+def _pod(name: str, spec: InstanceSpec, containers: list[dict], affinity: dict, group: str | None) -> dict:
     secret, _ = secret_volume("distserve-deployment-secret")
     pod = {"containers": containers, "nodeSelector": dict(GPU_NODES), **host_sharing(), "securityContext": USER,
            "terminationGracePeriodSeconds": TERMINATION_GRACE_S, "volumes": [MODEL[0], SHM[0], secret],
            "enableServiceLinks": False}
     if affinity:
         pod["affinity"] = copy.deepcopy(affinity)  # each template its own: editing one leaves the other
-    return {"metadata": {"labels": labels(spec.role, **{INSTANCE: name})}, "spec": pod}
+    return {"metadata": {"labels": labels(spec.role, **{INSTANCE: name}, **({NODES: group} if group else {}))},
+            "spec": pod}
 
 
-def _metadata(name: str, spec: InstanceSpec, paired: str | None) -> dict:
-    annotations = {SPEC: spec_json(spec), **({"distserve.io/colocated-with": paired} if paired else {})}
-    return {"name": name, "labels": labels(spec.role, **{INSTANCE: name}), "annotations": annotations}
+def _metadata(name: str, spec: InstanceSpec) -> dict:
+    return {"name": name, "labels": labels(spec.role, **{INSTANCE: name}), "annotations": {SPEC: spec_json(spec)}}
 
 
-def instance_object(name: str, spec: InstanceSpec, instances: Mapping[str, InstanceSpec], redis_url: str) -> dict:
+def instance_object(name: str, spec: InstanceSpec, redis_url: str) -> dict:
     """The instance's Deployment (one node) or LeaderWorkerSet (its shares on several nodes)."""
-    layout, paired = pod_layout(spec), partner(name, instances)
+    layout, group = pod_layout(spec), node_group(spec)
     env = _env(redis_url)
-    affinity = _affinity(name, paired, layout)
+    affinity = _affinity(name, group, layout)
     if not layout.spans_nodes:
         rendezvous = f"127.0.0.1:{RENDEZVOUS_PORT}"  # the pod's containers share its network namespace
         containers = [_rank0(name, spec, rendezvous, env)]
         containers += [_container(f"rank{r}", _rank_command(r, rendezvous), env) for r in range(1, layout.ranks)]
-        obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(name, spec, paired),
+        obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(name, spec),
                "spec": {"replicas": 1, "strategy": {"type": "Recreate"},  # a new pod needs the old one's GPUs
                         "selector": {"matchLabels": {INSTANCE: name}},
-                        "template": _pod(name, spec, containers, affinity)}}
+                        "template": _pod(name, spec, containers, affinity, group)}}
         return with_rendered(obj)
     rendezvous = f"$(LWS_LEADER_ADDRESS):{RENDEZVOUS_PORT}"  # the leader pod: share 0, rank 0's
     leader = [_rank0(name, spec, rendezvous, env)]
@@ -162,11 +164,11 @@ def instance_object(name: str, spec: InstanceSpec, instances: Mapping[str, Insta
     # ($$ is Kubernetes' escape for the shell's $)
     workers = [_container(f"rank-local{k}", ["sh", "-c", "exec " + " ".join(_rank_command(
         f"$$((LWS_WORKER_INDEX * {layout.ranks} + {k}))", rendezvous))], env) for k in range(layout.ranks)]
-    obj = {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": _metadata(name, spec, paired),
+    obj = {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": _metadata(name, spec),
            "spec": {"replicas": 1, "startupPolicy": "LeaderCreated",
                     "leaderWorkerTemplate": {"size": layout.pods, "restartPolicy": "RecreateGroupOnPodRestart",
-                                             "leaderTemplate": _pod(name, spec, leader, affinity),
-                                             "workerTemplate": _pod(name, spec, workers, affinity)}}}
+                                             "leaderTemplate": _pod(name, spec, leader, affinity, group),
+                                             "workerTemplate": _pod(name, spec, workers, affinity, group)}}}
     return with_rendered(obj)
 
 

@@ -1,5 +1,4 @@
-"""How an instance's ranks map onto Kubernetes pods, and which prefill instance a decode instance must share
-nodes with (Alg. 2).
+"""How an instance's ranks map onto Kubernetes pods, and which pods must share a node (the plan's nodes, Alg. 2's rule).
 
 A pod holds one node's share of an instance: a container per rank, each with its own GPU. An instance on one
 node is one pod (a Deployment); one that spans nodes is a LeaderWorkerSet of one pod per node when every node
@@ -9,7 +8,6 @@ where a stage may go anywhere).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.planner.actuator import InstanceSpec
@@ -49,15 +47,8 @@ def pod_layout(spec: InstanceSpec) -> PodLayout:
     return PodLayout(spec.pp, spec.tp, per_node=False)
 
 
-def partner(name: str, instances: Mapping[str, InstanceSpec]) -> str | None:
-    """The prefill instance whose nodes decode instance `name` shares share by share (the placement's Alg. 2
-    pairs `prefill-u` with `decode-u`), else None."""
-    spec = instances[name]
-    role, _, index = name.rpartition("-")
-    other = instances.get(f"prefill-{index}")
-    if role != "decode" or other is None:
-        return None
-    mine, theirs = shares(spec), shares(other)
-    if not (pod_layout(spec).per_node and pod_layout(other).per_node):
-        return None
-    return f"prefill-{index}" if [n for n, _ in mine] == [n for n, _ in theirs] else None
+def node_group(spec: InstanceSpec) -> str | None:
+    """The plan's nodes of the instance's pods, "0.1" for pods on nodes 0 and 1 (None: one pod per stage, which
+    may go anywhere). Pods whose groups are equal and that hold the same share are placed on one node, as the plan
+    places them: the prefill and decode segments of a stage, under Alg. 2."""
+    return ".".join(str(node) for node, _ in shares(spec)) if pod_layout(spec).per_node else None

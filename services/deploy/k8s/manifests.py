@@ -37,7 +37,7 @@ The Secrets' files, read by kustomize's secretGenerator (keep them out of versio
 
 def instance_objects(instances: Mapping[str, InstanceSpec], external_redis: str = "") -> list[dict]:
     url = redis_url(external_redis)
-    return [instance_object(name, spec, instances, url) for name, spec in sorted(instances.items())]
+    return [instance_object(name, spec, url) for name, spec in sorted(instances.items())]
 
 
 def all_objects(instances: Mapping[str, InstanceSpec], external_redis: str = "") -> list[dict]:

@@ -39,11 +39,12 @@ from services.deploy.k8s.instances import (
 REDIS_SERVICE = "distserve-redis"
 ROLES = ("prefill", "decode")
 MONITORING_NAMESPACE = "monitoring"  # where Prometheus runs: it alone reaches the metrics ports from outside
-# what the planner's actuator does, and nothing more: its instances' workloads, and their pods to wait on drains
+# what the planner's actuator does, and nothing more: list, server-side apply (patch, and create for a new
+# object), scale to zero (patch) and delete its instances' workloads; list pods to see a drain end
 ACTUATOR_RULES = [
-    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "create", "patch", "delete"]},
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "create", "patch", "delete"]},
     {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"],
-     "verbs": ["get", "list", "create", "patch", "delete"]},
+     "verbs": ["list", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
 ]
 

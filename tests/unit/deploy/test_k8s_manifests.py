@@ -13,7 +13,7 @@ import yaml
 from services.cli import main
 from services.deploy.compose import named_instances, spec_of
 from services.deploy.k8s.colocation import colocation_problems
-from services.deploy.k8s.instances import COMPONENT, GPU, SPEC
+from services.deploy.k8s.instances import COMPONENT, GPU, HOSTNAME, SPEC
 from services.deploy.k8s.manifests import all_objects
 from services.planner.placement import Cluster, Parallel, pack, pack_units
 from tests.unit.deploy.k8s_schemas import validate
@@ -77,22 +77,24 @@ def test_each_instance_requests_its_planned_gpus_and_alg2_pairs_share_nodes(emit
     for obj in instances:
         requested, planned = gpus(obj)
         assert requested == planned, obj["metadata"]["name"]
-    low = "low-affinity" in name
-    assert colocation_problems(objects, all_paired=low) == []
-    paired = [o for o in instances if "distserve.io/colocated-with" in o["metadata"]["annotations"]]
-    assert paired or not low
+    assert colocation_problems(objects, all_paired="low-affinity" in name) == []
 
 
-def test_a_decode_instance_without_its_affinity_is_refused() -> None:
+def test_alg2_segments_of_a_stage_are_bound_to_one_node_and_checked() -> None:
     placement = pack_units(Cluster(nodes=2, gpus_per_node=8), Parallel(2, 2), Parallel(2, 1), cross=2, units=1)
     objects = all_objects(named_instances(placement))
-    (decode,) = [o for o in objects if o["metadata"]["name"] == "decode-0"]
-    assert decode["kind"] == "LeaderWorkerSet" and decode["spec"]["leaderWorkerTemplate"]["size"] == 2
+    by_name = {o["metadata"]["name"]: o for o in objects}
+    for name in ("prefill-0", "decode-0"):
+        lwt = by_name[name]["spec"]["leaderWorkerTemplate"]
+        assert by_name[name]["kind"] == "LeaderWorkerSet" and lwt["size"] == 2  # a pod on each of the 2 nodes
+        (term,) = lwt["workerTemplate"]["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term == {"labelSelector": {"matchLabels": {"distserve.io/nodes": "0.1"}}, "topologyKey": HOSTNAME,
+                        "matchLabelKeys": ["leaderworkerset.sigs.k8s.io/worker-index"]}
     assert colocation_problems(objects, all_paired=True) == []
-    del decode["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["affinity"]["podAffinity"]
-    assert colocation_problems(objects) == ["decode-0: a pod template lacks the required affinity to prefill-0's pods"]
+    del by_name["decode-0"]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["affinity"]["podAffinity"]
+    assert colocation_problems(objects) == ["decode-0: a pod template does not keep its pods on the nodes of group 0.1"]
     alone = [o for o in objects if o["metadata"]["name"] != "prefill-0"]
-    assert colocation_problems(alone) == ["decode-0: paired with prefill-0, which is not rendered"]
+    assert "decode-0: no prefill instance shares its nodes 0.1" in colocation_problems(alone, all_paired=True)
 
 
 def test_stages_split_unevenly_across_nodes_run_one_pod_per_stage() -> None:
