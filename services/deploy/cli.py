@@ -14,6 +14,7 @@ from services.deploy.compose import (
     named_instances,
     node_addresses,
 )
+from services.deploy.compose_monitoring import FILE as MONITORING_FILE
 from services.deploy.k8s.emit import emit_k8s
 from services.deploy.k8s.kube_actuator import ClusterApi, KubeActuator
 from services.planner.actuator import apply_placement
@@ -78,4 +79,6 @@ def emit(args: argparse.Namespace, placement: Placement) -> int:
           f"kept {len(done.kept)} instances")
     for node, address in enumerate(addresses):
         print(f"  on {address}: docker compose -f {Path(args.out) / file_name(node)} up -d --remove-orphans")
+    print(f"  monitoring (first host): docker compose -f {Path(args.out) / MONITORING_FILE} up -d  "
+          "(Prometheus 127.0.0.1:9090, Grafana 127.0.0.1:3000)")
     return 0

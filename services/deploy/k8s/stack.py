@@ -4,6 +4,8 @@ Prometheus Operator PodMonitors."""
 
 from __future__ import annotations
 
+import json
+
 from services.common import defaults
 from services.common.redis_auth import USER as REDIS_USER
 from services.common.secret import SECRET_ENV
@@ -35,6 +37,7 @@ from services.deploy.k8s.instances import (
     secret_path,
     secret_volume,
 )
+from services.deploy.observability import dashboard
 
 REDIS_SERVICE = "distserve-redis"
 ROLES = ("prefill", "decode")
@@ -198,9 +201,17 @@ def pod_monitors() -> list[dict]:
             monitor("distserve-planner", ["planner"], "http")]
 
 
+def dashboard_config_map() -> dict:
+    """The Grafana dashboard, for Grafana's dashboard sidecar (which loads ConfigMaps labelled grafana_dashboard)."""
+    meta = _meta("distserve-dashboard", "monitoring")
+    meta["labels"]["grafana_dashboard"] = "1"
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+            "data": {"distserve.json": json.dumps(dashboard(), indent=1)}}
+
+
 def stack_objects(external_redis: str = "") -> list[dict]:
     """Everything but the instances; `external_redis`: the URL of a Redis run elsewhere (then none here)."""
     url = redis_url(external_redis)
     return [*([] if external_redis else redis()), *router(url), *planner(url), kvxfer(),
-            *disruption_budgets(), *network_policies(), *pod_monitors()]
+            *disruption_budgets(), *network_policies(), *pod_monitors(), dashboard_config_map()]
 
