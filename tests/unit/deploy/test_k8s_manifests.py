@@ -4,15 +4,17 @@ expressed and checked; only the router is open beyond the namespace."""
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
-from services.cli import main
+from services.cli import build_parser, main
 from services.deploy.compose import named_instances, spec_of
-from services.deploy.k8s.colocation import colocation_problems
+from services.deploy.k8s.colocation import colocation_problems, pod_templates
 from services.deploy.k8s.instances import COMPONENT, GPU, HOSTNAME, SPEC
 from services.deploy.k8s.manifests import all_objects
 from services.planner.placement import Cluster, Parallel, pack, pack_units
@@ -121,3 +123,19 @@ def test_only_the_router_is_open_beyond_the_namespace() -> None:
     metrics = policies["distserve-metrics"]["ingress"][0]
     assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     assert all(port["port"] not in (50051, 8000, 50100, 6379) for port in metrics["ports"])
+
+
+def test_every_container_command_parses() -> None:
+    placement = pack_units(Cluster(nodes=2, gpus_per_node=8), Parallel(2, 2), Parallel(2, 1), cross=2, units=1)
+    commands = []
+    for obj in all_objects(named_instances(placement)):
+        templates = pod_templates(obj) if obj["kind"] in ("Deployment", "LeaderWorkerSet") else \
+            [obj["spec"]["template"]] if obj["kind"] == "DaemonSet" else []
+        commands += [c["command"] for t in templates for c in t["spec"]["containers"]]
+    parser = build_parser()
+    for command in commands:
+        if command[0] == "sh":  # a worker pod's rank: its number from the pod's index
+            command = shlex.split(re.sub(r"\$\$\(\(LWS_WORKER_INDEX \* \d+ \+ \d+\)\)", "3", command[2].removeprefix("exec ")))
+        if command[0] == "distserve":
+            parser.parse_args(command[1:])
+    assert {c[1] for c in commands if c[0] == "distserve"} == {"router", "planner", "kvxfer", "prefill", "decode", "rank"}
