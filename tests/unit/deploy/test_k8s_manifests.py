@@ -139,3 +139,13 @@ def test_every_container_command_parses() -> None:
         if command[0] == "distserve":
             parser.parse_args(command[1:])
     assert {c[1] for c in commands if c[0] == "distserve"} == {"router", "planner", "kvxfer", "prefill", "decode", "rank"}
+
+
+def test_an_external_redis_replaces_the_namespaces_own() -> None:
+    instances = named_instances(pack(Cluster(nodes=1, gpus_per_node=2), Parallel(1, 1), 1, Parallel(1, 1), 1))
+    url = "rediss://distserve@redis.example.com:6380/0"
+    objects = all_objects(instances, url)
+    assert not [o for o in objects if o["metadata"]["name"] == "distserve-redis"]
+    env = {e["name"]: e.get("value") for o in objects if o["kind"] == "Deployment"
+           for c in o["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])}
+    assert env["DISTSERVE_REDIS_URL"] == url and env["DISTSERVE_ROUTER_REDIS_URL"] == url
