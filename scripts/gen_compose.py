@@ -1,5 +1,6 @@
 """Writes deploy/docker-compose.yml: the compose emitter's file for one 8-GPU host running 4 prefill and 4 decode
-instances of one GPU each. A test fails when the committed file differs from what this writes."""
+instances of one GPU each, and its monitoring files (docker-compose.monitoring.yml, prometheus/, grafana/). A test
+fails when a committed file differs from what this writes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.deploy.compose import compose_files, named_instances, to_yaml  # noqa: E402
+from services.deploy.compose_monitoring import monitoring_files  # noqa: E402
 from services.planner.placement import Cluster, Parallel, pack  # noqa: E402
 
 HEADER = """\
@@ -23,13 +25,23 @@ HEADER = """\
 """
 
 
+PLACEMENT = pack(Cluster(nodes=1, gpus_per_node=8), Parallel(1, 1), 4, Parallel(1, 1), 4)
+
+
 def render() -> str:
-    placement = pack(Cluster(nodes=1, gpus_per_node=8), Parallel(1, 1), 4, Parallel(1, 1), 4)
-    (doc,) = compose_files(named_instances(placement), ("127.0.0.1",)).values()
+    (doc,) = compose_files(named_instances(PLACEMENT), ("127.0.0.1",)).values()
     return HEADER + to_yaml(doc)
 
 
+def render_monitoring() -> dict[str, str]:
+    """deploy/-relative path → text of each monitoring file."""
+    return monitoring_files(named_instances(PLACEMENT), ("127.0.0.1",))
+
+
 if __name__ == "__main__":
-    out = Path(__file__).resolve().parents[1] / "deploy" / "docker-compose.yml"
-    out.write_text(render())
-    print(out)
+    deploy = Path(__file__).resolve().parents[1] / "deploy"
+    (deploy / "docker-compose.yml").write_text(render())
+    for relative, text in render_monitoring().items():
+        (deploy / relative).parent.mkdir(parents=True, exist_ok=True)
+        (deploy / relative).write_text(text)
+    print(deploy)

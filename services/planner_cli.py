@@ -9,7 +9,7 @@ import json
 from services.deploy.cli import (
     add_actuator_arguments,
     add_emit_arguments,
-    compose_actuator,
+    deployment_actuator,
     emit,
 )
 from services.planner.schemas import ClusterBody, PlanRequest, SLOBody, WorkloadBody
@@ -81,7 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
     given = {k: v for k, v in (("fit_interval", args.fit_interval), ("model_profile", args.model_profile)) if v is not None}
     serve(PlannerSettings(host=args.host, port=args.port, redis_url=args.redis_url, workers=args.workers,
                           replan_interval=args.replan_interval, admin_key_file=args.admin_key_file,
-                          allow_unauthenticated=args.allow_unauthenticated, **given), compose_actuator(args))
+                          allow_unauthenticated=args.allow_unauthenticated, **given), deployment_actuator(args))
     return 0
 
 

@@ -14,16 +14,23 @@ from services.deploy.compose import (
     node_addresses,
 )
 from services.deploy.compose_actuator import ComposeActuator
+from services.deploy.compose_monitoring import FILE as MONITORING_FILE
+from services.deploy.k8s.emit import emit_k8s
+from services.deploy.k8s.kube_actuator import ClusterApi, KubeActuator
 from services.planner.actuation import apply_placement
 from services.planner.placement import Placement
 
 
 def add_emit_arguments(plan: argparse.ArgumentParser) -> None:
-    plan.add_argument("--emit", choices=["compose"], default=None, help="also write deployment files for the plan")
+    plan.add_argument("--emit", choices=["compose", "k8s"], default=None, help="also write deployment files for the plan "
+                      "(compose: one file per host; k8s: a kustomize base and overlay)")
     plan.add_argument("--out", default=None, help="folder of the emitted files (with --emit)")
     plan.add_argument("--node-addresses", default="",
                       help="comma-separated address of each node (default: 127.0.0.1 for one node, "
                            "else node0,node1,...)")
+    plan.add_argument("--namespace", default="distserve", help="with --emit k8s: the overlay's namespace")
+    plan.add_argument("--image", default="distserve:latest", help="with --emit k8s: the image (REGISTRY/NAME:TAG)")
+    plan.add_argument("--redis-url", default="", help="with --emit k8s: an external Redis (default: one in the namespace)")
 
 
 def add_actuator_arguments(serve: argparse.ArgumentParser) -> None:
@@ -31,6 +38,13 @@ def add_actuator_arguments(serve: argparse.ArgumentParser) -> None:
                        help="apply replans to the compose files in this folder (one per node address)")
     serve.add_argument("--node-addresses", default="",
                        help="comma-separated address of each node, with --compose-out (default: 127.0.0.1)")
+    serve.add_argument("--k8s-namespace", default="",
+                       help="apply replans to the instances in this Kubernetes namespace (in-cluster credentials)")
+
+
+def deployment_actuator(args: argparse.Namespace) -> ComposeActuator | KubeActuator | None:
+    """The actuator `--k8s-namespace` or `--compose-out` asks for, if any."""
+    return KubeActuator(ClusterApi(args.k8s_namespace)) if args.k8s_namespace else compose_actuator(args)
 
 
 def compose_actuator(args: argparse.Namespace) -> ComposeActuator | None:
@@ -42,7 +56,9 @@ def compose_actuator(args: argparse.Namespace) -> ComposeActuator | None:
 
 
 def emit(args: argparse.Namespace, placement: Placement) -> int:
-    """Write (or update) the compose files in args.out and say how to apply them."""
+    """Write (or update) the compose files (or the Kubernetes manifests) in args.out and say how to apply them."""
+    if getattr(args, "emit", None) == "k8s":
+        return emit_k8s(args, placement)
     if not args.out:
         print("error: --emit compose needs --out DIR")
         return 2
@@ -63,4 +79,6 @@ def emit(args: argparse.Namespace, placement: Placement) -> int:
           f"kept {len(done.kept)} instances")
     for node, address in enumerate(addresses):
         print(f"  on {address}: docker compose -f {Path(args.out) / file_name(node)} up -d --remove-orphans")
+    print(f"  monitoring (first host): docker compose -f {Path(args.out) / MONITORING_FILE} up -d  "
+          "(Prometheus 127.0.0.1:9090, Grafana 127.0.0.1:3000)")
     return 0

@@ -55,6 +55,17 @@ def named_instances(placement: Placement) -> dict[str, InstanceSpec]:
     return {f"{inst.role}-{inst.index}": spec for inst, spec in zip(placement.instances, specs_of(placement))}
 
 
+def spec_json(spec: InstanceSpec) -> str:
+    """The instance's spec as the JSON a deployment labels it with (read back by `spec_of`)."""
+    return json.dumps({"role": spec.role, "tp": spec.tp, "pp": spec.pp,
+                       "stages": [[s.node, list(s.gpus)] for s in spec.stages]})
+
+
+def spec_of(text: str) -> InstanceSpec:
+    spec = json.loads(text)
+    return InstanceSpec(spec["role"], spec["tp"], spec["pp"], tuple(Stage(n, tuple(g)) for n, g in spec["stages"]))
+
+
 def _shared_memory() -> dict:
     """CUDA IPC between the containers of one host needs their IPC and PID namespaces shared (the host's, so a
     restarted kvxfer finds them again); UCX pins memory, so memlock is unlimited. /dev/shm is then the host's:
@@ -147,13 +158,11 @@ def _instance(name: str, spec: InstanceSpec, addresses: tuple[str, ...], redis_u
     if spec.tp * spec.pp > 1:
         command += ["--tp", str(spec.tp), "--pp", str(spec.pp), "--rendezvous", _rendezvous(spec, addresses)]
     service = _service(command, f"{address}:{INSTANCE_PORT + slot}", start_period="10m")
-    spec_json = json.dumps({"role": spec.role, "tp": spec.tp, "pp": spec.pp,
-                            "stages": [[s.node, list(s.gpus)] for s in spec.stages]})
     service.update(
         environment={"DISTSERVE_REDIS_URL": redis_url, "DISTSERVE_KVXFER": f"{address}:{KVXFER_PORT}",
                      "DISTSERVE_DRAIN_GRACE_S": str(defaults.DRAIN_GRACE_S),
                      "DISTSERVE_NODE": f"node{node}", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-        volumes=[MODEL_VOLUME], deploy=_gpus([slot]), labels={LABEL: spec_json},
+        volumes=[MODEL_VOLUME], deploy=_gpus([slot]), labels={LABEL: spec_json(spec)},
         depends_on={"kvxfer": {"condition": "service_healthy", "restart": True},
                     **(_healthy("redis") if node == 0 else {})},
         stop_grace_period=STOP_GRACE, **_shared_memory())
@@ -210,9 +219,7 @@ def instances_of(doc: dict) -> dict[str, InstanceSpec]:
     for name, service in doc.get("services", {}).items():
         label = service.get("labels", {}).get(LABEL)
         if label is not None:
-            spec = json.loads(label)
-            stages = tuple(Stage(node, tuple(gpus)) for node, gpus in spec["stages"])
-            found[name] = InstanceSpec(spec["role"], spec["tp"], spec["pp"], stages)
+            found[name] = spec_of(label)
     return found
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from services.deploy.compose import compose_files, file_name, instances_of, write_files
+from services.deploy.compose_monitoring import write_monitoring
 from services.planner.actuation import InstanceSpec, RunningInstance
 
 
@@ -51,4 +52,5 @@ class ComposeActuator:
 
     def _write(self, instances: dict[str, InstanceSpec]) -> None:
         write_files(compose_files(instances, self.addresses), self.out)  # raises before writing when refused
+        write_monitoring(instances, self.addresses, self.out)  # Prometheus scrapes what the files now run
         self.instances = instances

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import queue
+import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -71,3 +75,22 @@ def recorded_requests(redis_url: str) -> list[dict[str, str]]:
     return [fields for _, fields in client.xrange("ds:requests")]
 
 
+READY = "ready; Ctrl-C stops everything"  # `distserve up`'s last line once every service serves
+
+
+def read_until_ready(process: subprocess.Popen, timeout_s: float) -> list[str]:
+    """The lines `up` prints up to its ready line (the rest of its output is drained, so it never blocks)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline, seen = time.monotonic() + timeout_s, []
+    while not seen or seen[-1] != READY:
+        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))  # queue.Empty: not ready in time
+        assert line is not None, f"`distserve up` exited ({process.wait()}) before it was ready: {seen}"
+        seen.append(line)
+    return seen

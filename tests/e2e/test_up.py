@@ -4,12 +4,9 @@ planner it starts, and Ctrl-C (SIGINT) stopping every process it started."""
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,11 +16,10 @@ import psutil
 import pytest
 
 from services.common.net import free_port
-from tests.e2e.helpers import generate
+from tests.e2e.helpers import generate, read_until_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 KEY = "sk-distserve-test"
-READY = "ready; Ctrl-C stops everything"
 
 
 @dataclass
@@ -33,24 +29,6 @@ class Up:
     http: str
     planner: str
     lines: list[str]
-
-
-def _read_until_ready(process: subprocess.Popen, timeout_s: float) -> list[str]:
-    """The lines `up` prints up to its ready line (the rest of its output is drained, so it never blocks)."""
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline, seen = time.monotonic() + timeout_s, []
-    while not seen or seen[-1] != READY:
-        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))  # queue.Empty: not ready in time
-        assert line is not None, f"`distserve up` exited ({process.wait()}) before it was ready: {seen}"
-        seen.append(line)
-    return seen
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +41,7 @@ def up(tiny_llama_dir: str) -> Iterator[Up]:
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
                                env={**os.environ, "DISTSERVE_ROUTER_API_KEY": KEY})
     try:
-        lines = _read_until_ready(process, 180)
+        lines = read_until_ready(process, 180)
         yield Up(process, f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{http_port}",
                  f"http://127.0.0.1:{planner_port}", lines)
     finally:

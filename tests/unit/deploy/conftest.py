@@ -30,7 +30,7 @@ def plan_cli_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
               "--output-len", "64", "--num-requests", "50", "--workers", "1", "--plot", "",
               "--emit", "compose", "--out", str(out)])
     assert exit_.value.code == 0
-    return {p.name: yaml.safe_load(p.read_text()) for p in sorted(out.glob("*.yml"))}
+    return {p.name: yaml.safe_load(p.read_text()) for p in sorted(out.glob("docker-compose.node*.yml"))}
 
 
 HOST_DOCS = ["deploy/docker-compose.yml", "one host", "two hosts: node0", "two hosts: node1", "distserve plan --emit"]

@@ -67,7 +67,7 @@ def test_an_instance_spanning_hosts_has_its_ranks_on_their_stages_hosts() -> Non
 
 
 def read(out: Path) -> dict[str, dict]:
-    return {p.name: yaml.safe_load(p.read_text())["services"] for p in sorted(out.glob("*.yml"))}
+    return {p.name: yaml.safe_load(p.read_text())["services"] for p in sorted(out.glob("docker-compose.node*.yml"))}
 
 
 def test_replanning_into_the_same_folder_keeps_services_still_wanted(tmp_path: Path) -> None:
@@ -94,7 +94,9 @@ def test_emit_says_how_to_apply_and_where_the_ranks_run(tmp_path: Path, capsys: 
     assert "decode instances" not in printed
     for node, address in enumerate(ADDRESSES):
         assert f"on {address}: docker compose -f {tmp_path}/docker-compose.node{node}.yml up -d" in printed
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["docker-compose.node0.yml", "docker-compose.node1.yml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docker-compose.monitoring.yml", "docker-compose.node0.yml",
+                                                          "docker-compose.node1.yml", "grafana", "prometheus"]
+    assert f"monitoring (first host): docker compose -f {tmp_path}/docker-compose.monitoring.yml up -d" in printed
 
 
 def test_emit_refuses_without_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
