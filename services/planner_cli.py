@@ -12,7 +12,13 @@ from services.deploy.cli import (
     deployment_actuator,
     emit,
 )
-from services.planner.schemas import ClusterBody, PlanRequest, SLOBody, WorkloadBody
+from services.planner.schemas import (
+    ClusterBody,
+    PlanRequest,
+    PrefixHitsBody,
+    SLOBody,
+    WorkloadBody,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,6 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument("--input-len", type=int, help="fixed prompt length (overrides --workload)")
     plan.add_argument("--output-len", type=int, help="fixed output length (with --input-len)")
     plan.add_argument("--arrival-cv", type=float, default=1.0, help="1: Poisson; else gamma with this CV")
+    plan.add_argument("--prefix-hits", default=None, help="prompt tokens found in the prefix cache: a JSON object "
+                      "{edges, quantiles} (the body's workload.prefix_hits, GET /v1/workload's form) or a file of one")
     plan.add_argument("--ttft", type=float, default=0.2, help="TTFT objective, s")
     plan.add_argument("--tpot", type=float, default=0.1, help="TPOT objective, s")
     plan.add_argument("--attainment", type=float, default=0.9)
@@ -85,11 +93,23 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def prefix_hits(value: str | None) -> PrefixHitsBody | None:
+    """--prefix-hits: inline JSON, or the path of a file of it."""
+    if value is None:
+        return None
+    if not value.lstrip().startswith("{"):
+        with open(value) as f:
+            value = f.read()
+    return PrefixHitsBody.model_validate_json(value)
+
+
 def plan_request(args: argparse.Namespace) -> PlanRequest:
+    hits = prefix_hits(args.prefix_hits)
     if args.input_len is not None:
-        workload = WorkloadBody(input_len=args.input_len, output_len=args.output_len, arrival_cv=args.arrival_cv)
+        workload = WorkloadBody(input_len=args.input_len, output_len=args.output_len, arrival_cv=args.arrival_cv,
+                                prefix_hits=hits)
     else:
-        workload = WorkloadBody(name=args.workload, arrival_cv=args.arrival_cv)
+        workload = WorkloadBody(name=args.workload, arrival_cv=args.arrival_cv, prefix_hits=hits)
     return PlanRequest(
         model=args.model, hardware=args.hardware, workload=workload, algorithm=args.algorithm, rate=args.rate,
         cluster=ClusterBody(nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_memory_gb=args.gpu_memory_gb,
@@ -106,6 +126,8 @@ def format_table(plan: dict) -> str:
     rows += ["", f"algorithm {plan['algorithm']}; {plan['num_gpus']} GPUs; goodput {plan['goodput']:.2f} req/s = "
                  f"{plan['goodput_per_gpu']:.3f} req/s per GPU (phase estimate {plan['estimated_goodput_per_gpu']:.3f}); "
                  f"search {plan['search_seconds']:.1f} s"]
+    if plan["hit_rate"]:
+        rows.append(f"prefix hits: {plan['hit_rate']:.0%} of prompt tokens found in the prefix cache")
     if plan["rate"] is not None:
         rows.append(f"rate {plan['rate']} req/s: {'met' if plan['meets_rate'] else 'NOT met'} in the whole-system simulation")
     rows += ["", "instance     node  gpus"]

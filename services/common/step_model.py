@@ -1,7 +1,7 @@
 """The step-time lines of the latency model (paper appendix A), shared by the planner, which fits and plans with
 them, and the router, which predicts each request's latency with the planner's fit (`ds:model`).
 
-prefill(batch) = c0 + per_token · t + per_sq · t2   (t tokens in the batch, t2 the sum of squared prompt lengths)
+prefill(batch) = c0 + per_token · t + per_sq · t2   (t tokens computed in the batch, t2 = Σ `prompt_sq` of them)
 decode(batch)  = c0 + per_ctx · t + per_req · b      (t context tokens, b requests)
 """
 
@@ -10,11 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def prompt_sq(new: int, cached: int) -> int:
+    """The t2 term of `new` prompt tokens computed after `cached` ones (a prefix-cache hit or earlier chunks):
+    (cached + new)² − cached², the causal attention of those positions in the units of a whole prompt's
+    length², which it is when nothing was cached."""
+    return new * (new + 2 * cached)
+
+
 @dataclass(frozen=True, slots=True)
 class PrefillCoeffs:
     c0: float  # s
     per_token: float  # s per batch token
-    per_sq: float  # s per squared prompt token
+    per_sq: float  # s per unit of t2 (a squared prompt token)
 
     def seconds(self, tokens: float, sum_sq: float) -> float:
         return self.c0 + self.per_token * tokens + self.per_sq * sum_sq

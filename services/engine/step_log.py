@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
+from services.common.step_model import prompt_sq
 from services.engine.scheduler import SchedulerOutput
 
 StepKind = Literal["prefill", "decode", "mixed"]
@@ -22,7 +23,7 @@ class StepRecord:
     kind: StepKind  # prefill: prompt tokens only; decode: one new token per sequence; mixed: both
     seqs: int  # sequences in the batch
     tokens: int  # tokens computed
-    sum_sq: int  # Σ squared tokens computed per sequence (a whole prompt: its length²)
+    sum_sq: int  # t2: Σ `prompt_sq` of the tokens computed per sequence (a whole prompt: its length²; a decode: 1)
     context: int  # Σ tokens attended per sequence (cached + computed)
     start: float  # unix seconds, as the step's outputs are stamped
     seconds: float  # the step's period in service (module docstring)
@@ -31,7 +32,11 @@ class StepRecord:
     def of(cls, batch: SchedulerOutput, start: float, seconds: float) -> StepRecord:
         decodes = sum(1 for it in batch.items if it.num_new == 1 and it.seq.num_computed > 0)
         kind: StepKind = "decode" if decodes == len(batch.items) else "prefill" if not decodes else "mixed"
-        return cls(kind, len(batch.items), batch.num_tokens, sum(it.num_new ** 2 for it in batch.items),
+        # a prompt's suffix after a prefix-cache hit (or earlier chunks) attends to them too: t2 counts that, as
+        # the planner's simulator charges it; a decoding sequence's attention is the decode terms' (by context)
+        t2 = sum(1 if it.num_new == 1 and it.seq.num_computed > 0 else prompt_sq(it.num_new, it.seq.num_computed)
+                 for it in batch.items)
+        return cls(kind, len(batch.items), batch.num_tokens, t2,
                    sum(it.seq.num_computed + it.num_new for it in batch.items), start, seconds)
 
 

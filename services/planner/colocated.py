@@ -20,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from services.common.step_model import prompt_sq
 from services.planner.instances import INF
 from services.planner.latency import TPCoefficients
 from services.planner.serving import ServingOverheads
@@ -40,7 +41,7 @@ class _Seq:
 @dataclass(slots=True)
 class _Step:
     prompt_tokens: int = 0
-    prompt_sq: int = 0  # attention term of the prompt tokens: a chunk of c after k cached tokens counts c·(c + 2k)
+    prompt_sq: int = 0  # t2 of the prompt tokens (`prompt_sq` of each chunk after its computed tokens)
     decodes: int = 0
     context: int = 0  # tokens the decodes attend to
 
@@ -99,7 +100,7 @@ class ColocatedInstance:
         for seq, take in batch:
             if seq.prompt_left:
                 step.prompt_tokens += take
-                step.prompt_sq += take * (take + 2 * seq.computed)
+                step.prompt_sq += prompt_sq(take, seq.computed)
             else:
                 step.decodes += 1
                 step.context += seq.computed + 1

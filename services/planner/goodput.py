@@ -32,6 +32,7 @@ class Scenario:
     cv: float = 1.0  # coefficient of variation of inter-arrival times: 1 is Poisson
     max_batch_tokens: int | None = None  # prefill Lm; None: from the latency model
     max_requests: int = 20000  # size of the request pool, the most any run takes
+    decode_holds_prefix: bool = False  # a pull moves only the uncached KV: the decode instance holds the prefix
 
     @cached_property
     def pool(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -40,12 +41,19 @@ class Scenario:
         prompts, outputs = self.workload.sample(self.max_requests, rng)
         return prompts, outputs, unit_arrivals(self.max_requests, rng, self.cv)
 
-    def requests(self, rate: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The first requests of the pool for a run at `rate`, arrival times scaled to it."""
+    @cached_property
+    def cached(self) -> np.ndarray:
+        """Prompt tokens of each pool request found in the prefix cache; drawn from a stream of their own, so
+        hits leave the lengths and arrivals as they are without them."""
+        return self.workload.cached(self.pool[0], np.random.default_rng([self.seed, 1]))
+
+    def requests(self, rate: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The first requests of the pool for a run at `rate`: (prompts, outputs, arrival times scaled to the
+        rate, cached prompt tokens)."""
         prompts, outputs, unit = self.pool
         window = 20 * float(outputs.mean()) * self.slo.tpot
         n = min(self.max_requests, max(self.num_requests, int(rate * window)))
-        return prompts[:n], outputs[:n], unit[:n] / rate
+        return prompts[:n], outputs[:n], unit[:n] / rate, self.cached[:n]
 
     def fits(self, par: Parallel) -> bool:
         """The weights fit and the longest request's KV fits in one instance of `par`."""
@@ -56,12 +64,12 @@ class Scenario:
         return self.max_batch_tokens or self.model.at(tp).saturation_tokens()
 
     def prefill_attainment(self, par: Parallel, rate: float) -> float:
-        prompts, _, arrivals = self.requests(rate)
-        ttft = simulate_prefill(self.model.at(par.tp, par.pp), par.pp, self.lm(par.tp), prompts, arrivals)
+        prompts, _, arrivals, cached = self.requests(rate)
+        ttft = simulate_prefill(self.model.at(par.tp, par.pp), par.pp, self.lm(par.tp), prompts, arrivals, cached)
         return float(np.mean(ttft <= self.slo.ttft))
 
     def decode_attainment(self, par: Parallel, rate: float) -> float:
-        prompts, outputs, arrivals = self.requests(rate)
+        prompts, outputs, arrivals, _ = self.requests(rate)
         capacity = self.model.kv_capacity(par.tp, par.pp)
         misses = int((1 - self.slo.attainment) * len(prompts))  # beyond this the target is lost: stop early
         tpot = simulate_decode(self.model.at(par.tp, par.pp), par.pp, capacity, prompts, outputs, arrivals,
@@ -69,7 +77,9 @@ class Scenario:
         return float(np.mean(tpot <= self.slo.tpot))
 
     def attainment(self, placement: Placement, rate: float) -> float:
-        result = simulate(self.model, placement, self.cluster, *self.requests(rate), self.max_batch_tokens)
+        prompts, outputs, arrivals, cached = self.requests(rate)
+        result = simulate(self.model, placement, self.cluster, prompts, outputs, arrivals, self.max_batch_tokens,
+                          cached=cached, decode_holds_prefix=self.decode_holds_prefix)
         return result.attainment(self.slo)
 
 

@@ -12,20 +12,24 @@ from collections import deque
 from collections.abc import Callable
 from operator import attrgetter
 
+from services.common.step_model import prompt_sq
 from services.planner.latency import TPCoefficients
 
 INF = float("inf")
 
 
 class PrefillInstance:
-    """FCFS queue; a batch takes queued prompts while they fit in `max_batch_tokens` (Lm), a longer prompt runs
-    alone; the batch then crosses `pp` pipeline stages of equal share, stage 0 taking the next batch as soon
-    as it is free."""
+    """FCFS queue; a batch takes queued prompts while their uncached tokens fit in `max_batch_tokens` (Lm), a longer
+    prompt runs alone; the batch then crosses `pp` pipeline stages of equal share, stage 0 taking the next batch as
+    soon as it is free. A prompt's tokens found in the prefix cache (`cached`) are not computed: the batch is
+    charged its uncached tokens and their attention over the cached prefix (`prompt_sq`)."""
 
     def __init__(self, coeffs: TPCoefficients, pp: int, max_batch_tokens: int, prompt: list[int],
-                 done_at: list[float]) -> None:
+                 done_at: list[float], cached: list[int] | None = None) -> None:
         self.coeffs, self.pp, self.max_batch_tokens = coeffs, pp, max_batch_tokens
-        self.prompt, self.done_at = prompt, done_at  # shared arrays: lengths in, prefill end times out
+        self.done_at = done_at  # shared array: prefill end times out
+        self.cached = cached or [0] * len(prompt)
+        self.new = [p - c for p, c in zip(prompt, self.cached)]  # tokens each prompt computes
         self.queue: deque[int] = deque()
         self.arrival: dict[int, float] = {}
         self.queued_tokens = 0
@@ -33,29 +37,29 @@ class PrefillInstance:
         self.busy_tokens = 0
 
     def load(self, t: float) -> int:
-        """Prompt tokens waiting or in stage 0 at time t."""
+        """Prompt tokens to compute waiting or in stage 0 at time t."""
         return self.queued_tokens + (self.busy_tokens if self.stage_free[0] > t else 0)
 
     def enqueue(self, rid: int, t: float) -> None:
         self.queue.append(rid)
         self.arrival[rid] = t
-        self.queued_tokens += self.prompt[rid]
+        self.queued_tokens += self.new[rid]
 
     def advance(self, t: float) -> None:
         """Run every batch whose stage 0 starts before t."""
-        queue, prompt = self.queue, self.prompt
+        queue, new, cached = self.queue, self.new, self.cached
         while queue:
             start = max(self.stage_free[0], self.arrival[queue[0]])
             if start >= t:
                 return
             batch = [queue.popleft()]
-            tokens = prompt[batch[0]]
-            while queue and tokens + prompt[queue[0]] <= self.max_batch_tokens:
-                tokens += prompt[queue[0]]
+            tokens = new[batch[0]]
+            while queue and tokens + new[queue[0]] <= self.max_batch_tokens:
+                tokens += new[queue[0]]
                 batch.append(queue.popleft())
             self.queued_tokens -= tokens
             self.busy_tokens = tokens
-            stage = self.coeffs.prefill_time(tokens, sum(prompt[r] * prompt[r] for r in batch)) / self.pp
+            stage = self.coeffs.prefill_time(tokens, sum(prompt_sq(new[r], cached[r]) for r in batch)) / self.pp
             end = start
             for k in range(self.pp):
                 end = max(end, self.stage_free[k]) + stage

@@ -17,14 +17,16 @@ from services.planner.search import PlanResult
 from services.planner.service import replan_request, run_plan
 
 log = logging.getLogger(__name__)
-# watched statistic → the scale below which a change counts as absolute (a CV near 0 is as bursty as 1)
-WATCHED = {"rate": 1e-9, "prompt_mean": 1.0, "output_mean": 1.0, "arrival_cv": 1.0}
+# watched statistic → the scale below which a change counts as absolute (a CV near 0 is as bursty as 1; a hit rate
+# near 0 moves the prefill load by its absolute change)
+WATCHED = {"rate": 1e-9, "prompt_mean": 1.0, "output_mean": 1.0, "arrival_cv": 1.0, "hit_rate": 0.4}
 
 
 def shift(before: dict, after: dict, threshold: float) -> list[str]:
-    """The watched statistics that moved by more than `threshold`, relative to their former value."""
-    return [key for key, floor in WATCHED.items()
-            if abs(after[key] - before[key]) > threshold * max(abs(before[key]), floor)]
+    """The watched statistics that moved by more than `threshold`, relative to their former value (those that
+    either side lacks are not compared)."""
+    return [key for key, floor in WATCHED.items() if key in before and key in after
+            and abs(after[key] - before[key]) > threshold * max(abs(before[key]), floor)]
 
 
 @dataclass(slots=True)

@@ -19,6 +19,29 @@ class ClusterBody(_Body):
     inter_node_gbps: float = Field(200.0, gt=0, description="bandwidth between nodes, gigabits/s")
 
 
+class PrefixHitsBody(_Body):
+    """The share of each prompt found in the prefix cache, by prompt length (GET /v1/workload gives the recorded
+    one in this form)."""
+
+    edges: list[int] = Field([], max_length=64, description="ascending prompt lengths bounding the bins: bin i "
+                             "holds prompts of length in (edges[i-1], edges[i]]; one bin more than edges")
+    quantiles: list[list[float]] = Field(
+        min_length=1, max_length=65, description="per bin, the cached fraction of the prompt at probabilities "
+                                                 "spread evenly over [0, 1] (non-decreasing, each in [0, 1]); one "
+                                                 "value: that fraction for every prompt of the bin")
+
+    @model_validator(mode="after")
+    def _shape(self) -> PrefixHitsBody:
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:])) or any(e < 1 for e in self.edges):
+            raise ValueError("prefix_hits.edges: positive and strictly ascending")
+        if len(self.quantiles) != len(self.edges) + 1:
+            raise ValueError("prefix_hits.quantiles: one list per bin, len(edges) + 1")
+        for q in self.quantiles:
+            if not 1 <= len(q) <= 101 or any(not 0 <= f <= 1 for f in q) or any(b < a for a, b in zip(q, q[1:])):
+                raise ValueError("prefix_hits.quantiles: 1 to 101 non-decreasing fractions in [0, 1] per bin")
+        return self
+
+
 class WorkloadBody(_Body):
     name: Literal["chatbot", "code", "summarization"] | None = Field(
         None, description="synthetic workload: chatbot (ShareGPT-like), code (HumanEval-like), summarization "
@@ -27,6 +50,8 @@ class WorkloadBody(_Body):
     output_len: int | None = Field(None, ge=1, description="fixed output length (with input_len)")
     lengths: list[tuple[int, int]] | None = Field(None, min_length=1, description="recorded (prompt, output) pairs")
     arrival_cv: float = Field(1.0, gt=0, le=10, description="CV of inter-arrival gaps: 1 Poisson, else gamma")
+    prefix_hits: PrefixHitsBody | None = Field(
+        None, description="prompt tokens found in the prefix cache, which prefill does not compute; none: no hits")
 
     @model_validator(mode="after")
     def _one_form(self) -> WorkloadBody:

@@ -9,13 +9,14 @@ from services.planner.config import PlannerSettings
 from services.planner.fitted_model import describe, with_fit
 from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
-from services.planner.latency import LatencyModel
 from services.planner.online_fit import OnlineFit
 from services.planner.placement import Cluster, Parallel, Placement, pack
+from services.planner.prefix import PrefixHits, hit_rate
 from services.planner.profile import fit_profile, read_profile
 from services.planner.records import RecordedWorkload
 from services.planner.schemas import (
     PlanRequest,
+    PrefixHitsBody,
     ReplanRequest,
     SimulateRequest,
     WorkloadBody,
@@ -28,12 +29,17 @@ from services.planner.workload import Workload, length_stats, unit_arrivals
 ALGORITHMS = {"high-affinity": high_affinity, "low-affinity": low_affinity}
 
 
+def hits_of(body: PrefixHitsBody | None) -> PrefixHits | None:
+    return None if body is None else PrefixHits(tuple(body.edges), tuple(tuple(q) for q in body.quantiles))
+
+
 def workload_of(body: WorkloadBody) -> Workload:
+    hits = hits_of(body.prefix_hits)
     if body.name is not None:
-        return Workload(body.name)
+        return Workload(body.name, hits=hits)
     if body.lengths is not None:
-        return Workload("recorded", recorded=tuple(body.lengths))
-    return Workload("fixed", input_len=body.input_len, output_len=body.output_len)
+        return Workload("recorded", recorded=tuple(body.lengths), hits=hits)
+    return Workload("fixed", input_len=body.input_len, output_len=body.output_len, hits=hits)
 
 
 def scenario_of(req: PlanRequest | SimulateRequest, fit: dict | None = None) -> Scenario:
@@ -59,7 +65,7 @@ def placement_dict(placement: Placement) -> list[dict]:
             for inst in placement.instances]
 
 
-def plan_dict(req: PlanRequest, result: PlanResult, model: LatencyModel) -> dict:
+def plan_dict(req: PlanRequest, result: PlanResult, scn: Scenario) -> dict:
     p = result.placement
     return {
         "model": req.model, "hardware": req.hardware, "algorithm": result.algorithm,
@@ -69,11 +75,12 @@ def plan_dict(req: PlanRequest, result: PlanResult, model: LatencyModel) -> dict
         "goodput_per_gpu": result.goodput_per_gpu,
         "estimated_goodput_per_gpu": result.estimated_goodput / p.num_gpus,
         "num_gpus": p.num_gpus,
+        "hit_rate": hit_rate(scn.pool[0], scn.cached),
         "rate": req.rate, "meets_rate": result.meets_rate,
         "search_seconds": result.search_seconds,
         "instances": placement_dict(p),
         "request": req.model_dump(mode="json"),
-        "latency_model": describe(model),
+        "latency_model": describe(scn.model),
     }
 
 
@@ -81,7 +88,7 @@ def run_plan(req: PlanRequest, workers: int | None = None, fit: dict | None = No
     """The plan of a request; with `fit` (the stored online fit), planned with the stack's own model."""
     scn = scenario_of(req, fit)
     result = ALGORITHMS[req.algorithm](scn, req.rate, workers=workers)
-    return plan_dict(req, result, scn.model), result, scn
+    return plan_dict(req, result, scn), result, scn
 
 
 def placement_of(req: SimulateRequest, cluster: Cluster) -> Placement:
@@ -101,14 +108,18 @@ def run_simulate(req: SimulateRequest) -> dict:
     rng = np.random.default_rng(req.seed)
     prompts, outputs = scn.workload.sample(req.num_requests, rng)
     arrivals = unit_arrivals(req.num_requests, rng, req.workload.arrival_cv) / req.rate
-    result = simulate(scn.model, placement, scn.cluster, prompts, outputs, arrivals)
+    cached = scn.workload.cached(prompts, np.random.default_rng([req.seed, 1]))
+    result = simulate(scn.model, placement, scn.cluster, prompts, outputs, arrivals, cached=cached)
     return {**result.summary(scn.slo), "num_requests": req.num_requests, "rate": req.rate,
-            "workload": length_stats(prompts, outputs), "instances": placement_dict(placement)}
+            "workload": {**length_stats(prompts, outputs), "hit_rate": hit_rate(prompts, cached)},
+            "instances": placement_dict(placement)}
 
 
 def replan_request(req: ReplanRequest, recorded: RecordedWorkload) -> PlanRequest:
-    """A plan request for the recorded lengths, burstiness and (unless given) rate."""
-    workload = WorkloadBody(lengths=list(recorded.workload.recorded), arrival_cv=min(max(recorded.arrival_cv, 0.05), 10.0))
+    """A plan request for the recorded lengths, prefix hits, burstiness and (unless given) rate."""
+    hits = recorded.workload.hits
+    workload = WorkloadBody(lengths=list(recorded.workload.recorded), arrival_cv=min(max(recorded.arrival_cv, 0.05), 10.0),
+                            prefix_hits=None if hits is None else PrefixHitsBody(**hits.as_dict()))
     rate = req.rate or (recorded.rate if np.isfinite(recorded.rate) else None)
     fields = req.model_dump(exclude={"max_records", "rate"})
     return PlanRequest(**fields, workload=workload, rate=rate)

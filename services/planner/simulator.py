@@ -1,8 +1,10 @@
 """Discrete-event simulation of a disaggregated deployment: every request's TTFT and TPOT.
 
-Requests go to the prefill instance with the fewest pending prompt tokens; at the first token the KV cache
-moves (prompt tokens × KV bytes per token over NVLink when both instances share their nodes, else over the
-inter-node link, stages in parallel) to the decode instance with the fewest reserved KV tokens.
+Requests go to the prefill instance with the fewest pending prompt tokens to compute (a prompt's tokens found in
+the prefix cache, `cached`, are not); at the first token the KV cache moves (prompt tokens × KV bytes per token
+over NVLink when both instances share their nodes, else over the inter-node link, stages in parallel; only the
+uncached tokens where the decode instance holds the prefix) to the decode instance with the fewest reserved KV
+tokens, which holds the whole context.
 TTFT = prefill end − arrival; TPOT = (finish − first token) / (output − 1), 0 for single-token outputs.
 With `serving` (the overheads of a served stack, `serving.py`) the hops are added where they fall.
 """
@@ -46,10 +48,10 @@ class SimResult:
 
 
 def simulate_prefill(coeffs: TPCoefficients, pp: int, max_batch_tokens: int, prompts: np.ndarray,
-                     arrivals: np.ndarray) -> np.ndarray:
-    """TTFT of each request on one prefill instance."""
+                     arrivals: np.ndarray, cached: np.ndarray | None = None) -> np.ndarray:
+    """TTFT of each request on one prefill instance (`cached`: its prompt tokens found in the prefix cache)."""
     prompt, done = prompts.tolist(), [0.0] * len(prompts)
-    inst = PrefillInstance(coeffs, pp, max_batch_tokens, prompt, done)
+    inst = PrefillInstance(coeffs, pp, max_batch_tokens, prompt, done, None if cached is None else cached.tolist())
     for rid, t in enumerate(arrivals.tolist()):
         inst.advance(t)
         inst.enqueue(rid, t)
@@ -103,18 +105,22 @@ def transfer_seconds(tokens: int, kv_bytes_per_token: int, src: Instance, dst: I
 
 def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompts: np.ndarray,
              outputs: np.ndarray, arrivals: np.ndarray, max_batch_tokens: int | None = None,
-             serving: ServingOverheads | None = None) -> SimResult:
-    """Run the whole placement on one request sequence (arrivals ascending)."""
+             serving: ServingOverheads | None = None, *, cached: np.ndarray | None = None,
+             decode_holds_prefix: bool = False) -> SimResult:
+    """Run the whole placement on one request sequence (arrivals ascending); `cached`: each prompt's tokens found
+    in the prefix cache; `decode_holds_prefix`: the decode instance holds them too, so only the rest moves."""
     hop = serving or ServingOverheads()
     n = len(prompts)
     prompt, output = prompts.tolist(), outputs.tolist()
+    hit = [0] * n if cached is None else cached.tolist()
+    moved = [p - c for p, c in zip(prompt, hit)] if decode_holds_prefix else prompt
     p_coeffs = model.at(placement.prefill.tp, placement.prefill.pp)
     d_coeffs = model.at(placement.decode.tp, placement.decode.pp)
     lm = max_batch_tokens or p_coeffs.saturation_tokens()
     capacity = model.kv_capacity(placement.decode.tp, placement.decode.pp)
     first, start, finish, owner = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
 
-    prefills = [PrefillInstance(p_coeffs, placement.prefill.pp, lm, prompt, first)
+    prefills = [PrefillInstance(p_coeffs, placement.prefill.pp, lm, prompt, first, hit)
                 for _ in range(placement.n_prefill)]
     for rid, t in enumerate((arrivals + hop.to_prefill).tolist()):
         for inst in prefills:
@@ -139,7 +145,7 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
             target = min(range(len(decodes)), key=lambda d: (decodes[d].load(t) + in_flight[d], d))
             need = prompt[rid] + output[rid]
             in_flight[target] += need
-            delay = transfer_seconds(prompt[rid], kv_bytes, p_inst[owner[rid]], d_inst[target], cluster)
+            delay = transfer_seconds(moved[rid], kv_bytes, p_inst[owner[rid]], d_inst[target], cluster)
             delay += hop.reserve + hop.admit
             heapq.heappush(events, (t + delay, 1, rid, target))
         else:

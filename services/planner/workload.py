@@ -7,6 +7,8 @@ Synthetic distributions (statistics they reproduce are in docs/planner.md):
   HumanEval prompts and canonical solutions (../shared/data/HumanEval.jsonl.gz).
 - summarization (LongBench-like): prompt ~ U[1900, 2048] capped at 2040 − output (the authors' preprocessing),
   output ~ LogNormal(4.16, 1.0) (an assumption: the answers are not in shared/data).
+
+Any of them may carry a prefix-hit distribution (`prefix.py`): the prompt tokens found in the prefix cache.
 """
 
 from __future__ import annotations
@@ -15,17 +17,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.planner.prefix import PrefixHits
+
 MAX_TOTAL = 2048
 
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """Where request lengths come from: a synthetic family, fixed lengths, or recorded pairs."""
+    """Where request lengths come from: a synthetic family, fixed lengths, or recorded pairs; and their prefix
+    hits (none by default)."""
 
     name: str
     input_len: int = 0
     output_len: int = 0
     recorded: tuple[tuple[int, int], ...] = ()
+    hits: PrefixHits | None = None
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """`n` (prompt, output) lengths."""
@@ -35,6 +41,10 @@ class Workload:
         if self.name == "fixed":
             return np.full(n, self.input_len, np.int64), np.full(n, self.output_len, np.int64)
         return _SYNTHETIC[self.name](n, rng)
+
+    def cached(self, prompts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Prompt tokens of each request found in the prefix cache."""
+        return np.zeros_like(prompts) if self.hits is None else self.hits.cached(prompts, rng)
 
 
 def _rejecting(draw, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

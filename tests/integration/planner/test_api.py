@@ -91,6 +91,20 @@ def test_workload_and_replan_from_recorded_requests(api, rds, record):
     assert api.get("/v1/plan").json()["workload"]["count"] == 300
 
 
+def test_recorded_prefix_hits_are_served_and_planned_with(api, rds, record):
+    record(rds, 300, rate=2.0, prompt=600, output=40, start=time.time() - 200, cached=0.75)
+    stats = api.get("/v1/workload").json()
+    assert stats["hit_rate"] == pytest.approx(0.75, abs=0.01)
+    assert stats["prefix_hits"]["quantiles"][0][10] == pytest.approx(0.75, abs=0.01)
+    workload = {"input_len": 600, "output_len": 40}
+    cold = api.post("/v1/plan", json={**PLAN, "workload": workload}).json()
+    warm = api.post("/v1/plan", json={**PLAN, "workload": {**workload, "prefix_hits": stats["prefix_hits"]}}).json()
+    assert cold["hit_rate"] == 0 and warm["hit_rate"] == pytest.approx(0.75, abs=0.01)
+    assert warm["request"]["workload"]["prefix_hits"] == stats["prefix_hits"]
+    per_gpu = [plan["prefill"]["goodput"] / (plan["prefill"]["tp"] * plan["prefill"]["pp"]) for plan in (cold, warm)]
+    assert per_gpu[1] > 2 * per_gpu[0] and warm["goodput_per_gpu"] > cold["goodput_per_gpu"]
+
+
 def test_replan_without_records_is_a_clear_400(api):
     body = {k: PLAN[k] for k in ("model", "cluster")}
     answer = api.post("/v1/replan", json=body)

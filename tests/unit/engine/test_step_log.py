@@ -29,6 +29,12 @@ def test_record_shape_of_prefill_decode_and_mixed_batches() -> None:
     assert mixed.kind == "mixed"
 
 
+def test_a_suffix_after_a_prefix_hit_counts_its_attention_over_the_prefix() -> None:
+    # 8 tokens computed after 32 cached: t2 = 40² − 32² (the planner's simulator charges the same, prompt_sq)
+    hit = StepRecord.of(SchedulerOutput([ScheduledSeq(_seq(40, 32), 8), ScheduledSeq(_seq(6, 0), 6)]), 5.0, 0.1)
+    assert (hit.kind, hit.tokens, hit.sum_sq, hit.context) == ("prefill", 14, 40 ** 2 - 32 ** 2 + 36, 46)
+
+
 def test_log_keeps_the_newest_and_filters_by_start() -> None:
     log = StepLog(maxlen=3)
     for start in range(5):

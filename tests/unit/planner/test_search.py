@@ -5,6 +5,7 @@ import pytest
 from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
 from services.planner.placement import Cluster, Parallel
+from services.planner.prefix import PrefixHits
 from services.planner.search import (
     brute_force,
     high_affinity,
@@ -75,3 +76,16 @@ def test_a_cluster_too_small_for_the_model_is_refused():
                    SLO(2.5, 0.15, 0.9), num_requests=200)
     with pytest.raises(ValueError, match="slo|cluster"):
         high_affinity(scn, workers=1)
+
+
+def test_a_workload_with_a_high_hit_rate_needs_fewer_prefill_gpus_for_the_same_rate():
+    plans = []
+    for hits in (None, PrefixHits((), ((0.8,),))):  # every prompt 80 % cached
+        scn = Scenario(OPT13B, Cluster(1, 4), Workload("chatbot", hits=hits), SLO(0.2, 0.1, 0.9), num_requests=300,
+                       max_requests=1000)
+        plans.append(high_affinity(scn, 4.0, workers=1))
+    cold, warm = plans
+    assert cold.meets_rate and warm.meets_rate
+    assert warm.prefill_goodput > 2 * cold.evaluated["prefill", 1, 1]  # the same instance serves more than twice
+    assert warm.placement.n_prefill * warm.placement.prefill.gpus < cold.placement.n_prefill * cold.placement.prefill.gpus
+    assert warm.decode_goodput == cold.decode_goodput  # decode holds the whole context either way

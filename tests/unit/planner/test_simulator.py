@@ -143,3 +143,56 @@ def test_a_hand_off_lengthens_the_step_its_request_joins_for_everyone_in_it():
     # A's first step (it joins) and B's join step at 0.25 + x each take 4 ms more; A's other 7 steps do not.
     assert joined.tpot[1] == pytest.approx(ideal.tpot[1] + 0.008)
     assert joined.tpot[0] == pytest.approx(ideal.tpot[0] + 0.008 / 9)
+
+
+PREFIX = TPCoefficients(PrefillCoeffs(0.01, 5e-5, 2e-8), NO_DECODE, NO_DECODE)  # c0, per token, per t2 unit
+
+
+def test_a_prefix_hit_charges_only_the_suffix_and_its_attention_over_the_prefix():
+    whole = simulate_prefill(PREFIX, 1, 4096, np.array([1024]), np.zeros(1))
+    hit = simulate_prefill(PREFIX, 1, 4096, np.array([1024]), np.zeros(1), cached=np.array([768]))
+    assert whole == pytest.approx([0.01 + 5e-5 * 1024 + 2e-8 * 1024 ** 2])
+    assert hit == pytest.approx([0.01 + 5e-5 * 256 + 2e-8 * (1024 ** 2 - 768 ** 2)])  # 256 new · (256 + 2 · 768)
+
+
+def test_no_hits_simulate_exactly_as_without_a_hit_distribution():
+    model, rng = _model(), np.random.default_rng(3)
+    prompts, outputs = rng.integers(16, 1800, 500), rng.integers(1, 200, 500)
+    arrivals = unit_arrivals(500, rng) / 8
+    placement, cluster = pack(Cluster(1, 4), Parallel(1, 1), 2, Parallel(1, 1), 2), Cluster(1, 4)
+    plain = simulate(model, placement, cluster, prompts, outputs, arrivals)
+    zero = simulate(model, placement, cluster, prompts, outputs, arrivals, cached=np.zeros(500, np.int64),
+                    decode_holds_prefix=True)
+    assert np.array_equal(plain.ttft, zero.ttft) and np.array_equal(plain.tpot, zero.tpot)
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_mdl_closed_form_with_the_service_time_of_the_uncached_length(rho):
+    cached = np.full(N, 384)  # of L = 512: the prefill computes 128 tokens after 384 cached
+    d = PREFIX.prefill_time(L - 384, (L - 384) * (L + 384))
+    lam = rho / d
+    arrivals = unit_arrivals(N, np.random.default_rng(7)) / lam
+    ttft = simulate_prefill(PREFIX, 1, 1, np.full(N, L), arrivals, cached)  # Lm = 1: no batching
+    assert ttft.mean() == pytest.approx(d + lam * d * d / (2 * (1 - lam * d)), rel=0.03)
+    assert d < PREFIX.prefill_time(L, L * L) / 2
+
+
+def test_lm_counts_the_uncached_tokens_of_a_batch():
+    arrivals = np.array([0.0, 0.001, 0.002])
+    alone = simulate_prefill(PREFIX, 1, 300, np.full(3, 200), arrivals)
+    batched = simulate_prefill(PREFIX, 1, 300, np.full(3, 200), arrivals, cached=np.full(3, 100))
+    assert alone[1] + arrivals[1] != pytest.approx(alone[2] + arrivals[2])  # 400 tokens > Lm: one at a time
+    assert batched[1] + arrivals[1] == pytest.approx(batched[2] + arrivals[2])  # 200 uncached ≤ Lm: together
+
+
+def test_a_decode_holding_the_prefix_pulls_only_the_uncached_blocks():
+    model, rng = _model(), np.random.default_rng(0)
+    prompts, outputs, cached = np.full(200, 1000), np.full(200, 20), np.full(200, 900)
+    arrivals = unit_arrivals(200, rng) / 5
+    cluster = Cluster(2, 1, inter_node_gbps=10)
+    far = pack(cluster, Parallel(1, 1), 1, Parallel(1, 1), 1)
+    full = simulate(model, far, cluster, prompts, outputs, arrivals, cached=cached)
+    delta = simulate(model, far, cluster, prompts, outputs, arrivals, cached=cached, decode_holds_prefix=True)
+    saved = transfer_seconds(900, model.shape.kv_bytes_per_token(), *far.instances, cluster)
+    assert delta.ttft == pytest.approx(full.ttft)
+    assert delta.tpot.mean() < full.tpot.mean() - saved / 19 * 0.9
