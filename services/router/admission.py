@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs, prompt_sq
 from services.router.slo import RequestSLO
 
 Policy = Literal["off", "refuse", "best-effort"]  # off: predict only (for the error metrics), never refuse
@@ -127,7 +127,7 @@ class Decision:
 
 
 def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: int, mix: Mix | None = None,
-                 running_s: float = 0.0, arriving_tps: float = 0.0) -> float:
+                 running_s: float = 0.0, arriving_tps: float = 0.0, cached: int = 0) -> float:
     """Prefill queue drain then this prompt, FCFS in batches of whole prompts up to `batch_tokens` tokens. A
     batch closes when the next prompt does not fit, so it carries less than the bound: on average the bound
     less half the prompt a queued token belongs to (`Mix.queued_prompt`; the mean leftover of a renewal
@@ -137,7 +137,8 @@ def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: 
     (`arriving_tps` prompt tokens per second) join its batch while it waits, up to the batch's room: left out,
     the prediction was too low where the queue is long, which is where admission decides. The queued prompts'
     lengths are unknown: the quadratic term takes Σ prompt² of the queue as its tokens × the mix's
-    `queued_prompt` (without a mix, as prompts of this one's length)."""
+    `queued_prompt` (without a mix, as prompts of this one's length). `prompt`: the tokens this one computes,
+    after `cached` ones its prefix cache holds (they count in its attention: `prompt_sq`)."""
     queued_prompt = mix.queued_prompt() if mix else prompt
     fill = batch_tokens - min(queued_prompt, batch_tokens) / 2  # the tokens a batch carries on average
     running = min(queued, fill)
@@ -148,7 +149,7 @@ def predict_ttft(line: PrefillCoeffs, queued: float, prompt: int, batch_tokens: 
     own = rest - (batches - 1) * fill  # this one's batch: its prompt and the queue's tail
     wait = left + (batches - 1) * line.seconds(fill, fill * queued_prompt)
     joining = min(max(0.0, fill - own), arriving_tps * wait) if queued > 0 else 0.0
-    return (left + line.seconds(rest + joining, (ahead + joining) * queued_prompt + prompt * prompt)
+    return (left + line.seconds(rest + joining, (ahead + joining) * queued_prompt + prompt_sq(prompt, cached))
             + (batches - 1) * line.c0)
 
 
@@ -209,8 +210,9 @@ def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
     joining_tps = arriving_tps / max(1, len(prefill))
-    suffix = prompt - (cached if p and p.id == prefill_id else 0)
-    return Prediction(predict_ttft(pl, p.load, suffix, batch_tokens, mix, p.running_s, joining_tps) + model.ttft_hops
+    hit = cached if p and p.id == prefill_id else 0
+    return Prediction(predict_ttft(pl, p.load, prompt - hit, batch_tokens, mix, p.running_s, joining_tps, hit)
+                      + model.ttft_hops
                       if pl else None,
                       predict_tpot(dl, d.load, prompt, max_tokens, mix, model.handoff) if dl and max_tokens > 1 else None,
                       p.id if p else "", d.id if d else "", p.load if p else 0.0)

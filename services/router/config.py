@@ -58,6 +58,13 @@ class RouterSettings(BaseSettings):
         "model", description="how the prefill instance is picked (disagg): model: the least predicted TTFT, its queue "
                              "plus the prefill of the prompt's suffix it has not cached; queue: the fewest pending "
                              "prefill tokens")
+    local_prefill_tokens: int = Field(
+        64, ge=0, description="routing=model: the longest uncached suffix a decode instance holding the rest of the "
+                              "prompt prefills itself, when the model predicts it sooner (0: never)")
+    reverse_pull_tokens: int = Field(
+        32, ge=0, description="routing=model: how many more prompt tokens the decode instance must hold than the "
+                              "prefill for the prefill to pull them from it first, when the model predicts it "
+                              "sooner (0: never)")
     prefill_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, ge=1,
                                       description="the prefill instances' batch bound in tokens, for the prediction")
 

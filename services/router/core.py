@@ -25,6 +25,7 @@ from services.router.cleanup import Cleanups
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
 from services.router.gate import SloGate
 from services.router.output_text import OutputText
+from services.router.paths import DECISIONS
 from services.router.prefix_routing import PrefixRouter
 from services.router.request import RouterRequest
 
@@ -77,7 +78,11 @@ class RouterCore:
         """Streams the request's tokens; cancelling the iteration cancels every downstream call."""
         req.lifetime.arrival = req.lifetime.arrival or time.time()
         if self.prefix_router is not None:
-            req.prefill_pick = await self.prefix_router.pick(req.prompt_ids, req.cache_namespace)
+            req.prefill_pick, req.route = await self.prefix_router.route(
+                req.prompt_ids, req.cache_namespace, req.params.max_tokens,
+                paths=req.n == 1 and req.params.prompt_logprobs is None)
+        if self.mode == "disagg":
+            DECISIONS.labels(req.route.path).inc()
         if self.gate is not None:
             self.gate.admit(req, self._queued_tokens)  # refuses before any prefill
         if self._queued >= self.max_queued:
@@ -174,9 +179,15 @@ class RouterCore:
             async for chunk in self._decode_shared(req, req.shared, params):
                 yield chunk
             return
+        path = req.route.path if req.attempt == 0 else "pull"  # a retry goes the plain way
+        if path == "local":
+            async for chunk in self._local(req, prompt_ids, params):
+                yield chunk
+            return
+        prefix = await self._lease_prefix(req, prompt_ids) if path == "reverse" else None
         prefilled = await self.cleanups.claim(
             self._with_retries(req, "prefill", self._prefill_load(req, prompt_ids),
-                               lambda a: self._prefill(req, prompt_ids, params, a), self._preferred(req)),
+                               lambda a: self._prefill(req, prompt_ids, params, a, prefix=prefix), self._preferred(req)),
             self._end_lease)
         streamed = False
         try:
@@ -188,7 +199,8 @@ class RouterCore:
             load = len(prompt_ids) + params.max_tokens
             failed: set[str] = set()
             for attempt in range(self.retries + 1):
-                assignment = await self.cleanups.claim(self.dispatcher.acquire("decode", load, frozenset(failed)),
+                prefer = req.route.decode_id if req.attempt == 0 and not failed else ""
+                assignment = await self.cleanups.claim(self.dispatcher.acquire("decode", load, frozenset(failed), prefer),
                                                        self.dispatcher.release)
                 req.decode_instance = assignment.info.id
                 try:
@@ -256,9 +268,43 @@ class RouterCore:
 
     @staticmethod
     def _prefill_load(req: RouterRequest, prompt_ids: list[int]) -> int:
-        """The prompt tokens the prefill will compute, as booked on it: those it is not known to hold."""
+        """The prompt tokens the prefill will compute, as booked on it: those it is not known to hold (nor to
+        pull from the decode instance first)."""
         pick = req.prefill_pick
-        return len(prompt_ids) - (pick.cached_tokens if pick and req.attempt == 0 else 0)
+        if pick is None or req.attempt > 0:
+            return len(prompt_ids)
+        reverse = req.route.decode_cached if req.route.path == "reverse" else 0
+        return len(prompt_ids) - max(pick.cached_tokens, reverse)
+
+    async def _local(self, req: RouterRequest, prompt_ids: list[int],
+                     params: SamplingParams) -> AsyncIterator[worker_pb2.TokenChunk]:
+        """The decode instance holding most of the prompt prefills the rest itself, then decodes."""
+        assignment = await self.cleanups.claim(
+            self.dispatcher.acquire("decode", len(prompt_ids) + params.max_tokens, prefer=req.route.decode_id),
+            self.dispatcher.release)
+        req.prefill_instance = req.decode_instance = assignment.info.id
+        stub = worker_pb2_grpc.DecodeStub(self.dispatcher.channel(assignment.info.address))
+        call = stub.Decode(worker_pb2.DecodeRequest(
+            request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params),
+            cache_namespace=req.cache_namespace), timeout=req.remaining())
+        async for chunk in self._relay(req, call, assignment):
+            yield chunk
+
+    async def _lease_prefix(self, req: RouterRequest, prompt_ids: list[int]) -> kv_pb2.KVHandle | None:
+        """A lease of the prompt's prefix cached on the decode instance, for the prefill to pull (None: none now,
+        and the prefill computes it)."""
+        info = self.dispatcher.instances.get(req.route.decode_id)
+        if info is None:
+            return None
+        stub = worker_pb2_grpc.DecodeStub(self.dispatcher.channel(info.address))
+        try:
+            reply = await stub.LeasePrefix(worker_pb2.LeasePrefixRequest(
+                prompt_token_ids=prompt_ids, cache_namespace=req.cache_namespace), timeout=5)
+        except grpc.RpcError as exc:
+            log.info("no prefix lease from %s (%s): prefilling it", info.id, exc.code(),
+                     extra={"request_id": req.request_id})
+            return None
+        return reply.kv if reply.HasField("kv") else None
 
     async def _with_retries(self, req: RouterRequest, role: str, load: float, call, prefer: str = ""):
         failed: set[str] = set()
@@ -279,12 +325,13 @@ class RouterCore:
                 await self.cleanups.run(self.dispatcher.release(assignment))
 
     async def _prefill(self, req: RouterRequest, prompt_ids: list[int], params: SamplingParams,
-                       assignment: Assignment, pulls: int = 1) -> worker_pb2.PrefillResponse:
+                       assignment: Assignment, pulls: int = 1,
+                       prefix: kv_pb2.KVHandle | None = None) -> worker_pb2.PrefillResponse:
         req.prefill_instance = assignment.info.id
         stub = worker_pb2_grpc.PrefillStub(self.dispatcher.channel(assignment.info.address))
         response = await stub.Prefill(worker_pb2.PrefillRequest(
             request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params),
-            pulls=pulls, cache_namespace=req.cache_namespace),
+            pulls=pulls, cache_namespace=req.cache_namespace, prefix=prefix),
             timeout=req.remaining())
         req.lifetime.merge(response.stamps)
         return response

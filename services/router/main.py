@@ -28,6 +28,7 @@ from services.router.gate import SloGate
 from services.router.http import build_app
 from services.router.kv_release import lease_releaser
 from services.router.margin import ErrorWindow
+from services.router.paths import PathLimits
 from services.router.prefix_routing import PrefixRouter
 from services.router.readiness import missing_roles, publish_health
 from services.router.request import RequestBuilder
@@ -58,7 +59,8 @@ async def serve_router(settings: RouterSettings) -> None:
     gate = SloGate(registry, dispatcher, settings.admission, default_slo(settings.slo_ttft_ms, settings.slo_tpot_ms),
                    settings.prefill_batch_tokens, ErrorWindow(settings.slo_ttft_error_quantile, settings.slo_tpot_error_quantile)) \
         if settings.mode == "disagg" else None
-    prefix_router = PrefixRouter(registry, dispatcher, settings.prefill_batch_tokens, lambda: gate.model,
+    limits = PathLimits(settings.local_prefill_tokens, settings.reverse_pull_tokens)
+    prefix_router = PrefixRouter(registry, dispatcher, settings.prefill_batch_tokens, limits, lambda: gate.model,
                                  gate.mix.mix) if gate is not None and settings.routing == "model" else None
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
                       settings.retries, release_lease=lease_releaser(dispatcher), gate=gate, prefix_router=prefix_router)

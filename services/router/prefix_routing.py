@@ -1,6 +1,8 @@
-"""The prefill pick by the latency model: each live prefill instance's predicted TTFT for this prompt is its
+"""The pick of instances by the latency model: each live prefill instance's predicted TTFT for this prompt is its
 queue plus the prefill of the suffix it has not cached (the cache index says how many of the prompt's leading
-blocks its pool holds); the least wins. Without a fitted line for every candidate, the same sum in tokens.
+blocks its pool holds); the least wins. Without a fitted line for every candidate, the same sum in tokens. Then
+the decode instance holding most of the prompt (within one request of the least load) and the path the K/V takes
+there (`router/paths.py`).
 
 A stale index entry only mispredicts: the engine looks its own cache up again, and computes what it lacks.
 """
@@ -17,6 +19,7 @@ from services.common.prefix_hash import block_hashes
 from services.common.registry import InstanceInfo, Registry
 from services.router.admission import Candidate, FittedModel, Mix, predict_ttft
 from services.router.dispatch import Dispatcher
+from services.router.paths import PathLimits, Route, choose_path, pick_decode
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +44,9 @@ def pick_prefill(candidates: list[Candidate], cached: dict[str, int], prompt: in
 
     def cost(i: int) -> tuple[float, float]:
         c = candidates[i]
-        suffix = prompt - cached.get(c.id, 0)
-        ttft = predict_ttft(lines[i], c.load, suffix, batch_tokens, mix, c.running_s) if timed else c.load + suffix
+        hit = cached.get(c.id, 0)
+        ttft = predict_ttft(lines[i], c.load, prompt - hit, batch_tokens, mix, c.running_s, cached=hit) if timed \
+            else c.load + prompt - hit
         return ttft, c.load
 
     if not candidates:
@@ -55,25 +59,43 @@ class PrefixRouter:
     """Reads what the pick needs per request: the index and the load book (every router's bookings; this
     router's own while Redis is away), and the fitted model and recent mix that admission reads."""
 
-    def __init__(self, registry: Registry, dispatcher: Dispatcher, batch_tokens: int,
+    def __init__(self, registry: Registry, dispatcher: Dispatcher, batch_tokens: int, limits: PathLimits,
                  model: Callable[[], FittedModel | None] = lambda: None, mix: Callable[[], Mix | None] = lambda: None) -> None:
         self.registry = registry
+        self.limits = limits
         self.dispatcher = dispatcher
         self.batch_tokens = batch_tokens
         self.model = model
         self.mix = mix
 
-    async def pick(self, prompt_ids: list[int], namespace: str) -> PrefillPick | None:
-        live = self.dispatcher.live("prefill")
+    async def route(self, prompt_ids: list[int], namespace: str, max_tokens: int,
+                    paths: bool = True) -> tuple[PrefillPick | None, Route]:
+        """The prefill pick and, with `paths`, the decode instance and the path (`router/paths.py`)."""
+        prefill, decode = self.dispatcher.live("prefill"), self.dispatcher.live("decode") if paths else []
+        books = {}
+        for role in ("prefill", "decode") if paths else ("prefill",):
+            try:
+                books[role] = await self.registry.loads(role)
+            except (RedisError, OSError):
+                books[role] = {}
+        cached = await self.cached_tokens(prefill + decode, prompt_ids, namespace)
         local = self.dispatcher.local_load
-        try:
-            book = await self.registry.loads("prefill")
-        except (RedisError, OSError):
-            book = {}
-        cached = await self.cached_tokens(live, prompt_ids, namespace)
-        candidates = [Candidate(i.id, f"prefill@{i.device}", max(book.get(i.id, 0.0), local.get(i.id, 0.0)))
-                      for i in live]
-        return pick_prefill(candidates, cached, len(prompt_ids), self.batch_tokens, self.model(), self.mix())
+
+        def candidates(role: str, infos: list[InstanceInfo]) -> list[Candidate]:
+            return [Candidate(i.id, f"{role}@{i.device}", max(books[role].get(i.id, 0.0), local.get(i.id, 0.0)))
+                    for i in infos]
+
+        model, mix = self.model(), self.mix()
+        prefills = candidates("prefill", prefill)
+        pick = pick_prefill(prefills, cached, len(prompt_ids), self.batch_tokens, model, mix)
+        if pick is None or not paths:
+            return pick, Route("pull")
+        chosen = next(c for c in prefills if c.id == pick.instance_id)
+        d = pick_decode(candidates("decode", decode), cached, len(prompt_ids) + max_tokens)
+        line = model.prefill.get(chosen.kind) if model else None
+        route = choose_path(len(prompt_ids), chosen, pick.cached_tokens, d, cached.get(d.id, 0) if d else 0, line,
+                            self.batch_tokens, self.limits, mix)
+        return pick, route
 
     async def cached_tokens(self, instances: list[InstanceInfo], prompt_ids: list[int],
                             namespace: str) -> dict[str, int]:

@@ -15,6 +15,7 @@ from services.common.tokenizer import Tokenizer
 from services.common.validation import validate_request
 from services.router.admission import Prediction
 from services.router.choices import SharedPrefill
+from services.router.paths import Route
 from services.router.prefix_routing import PrefillPick
 from services.router.slo import RequestSLO
 
@@ -52,6 +53,7 @@ class RouterRequest:
     cache_namespace: str = ""  # prefix caching: its tenant and salt (`cache_namespace`); "" shares with all
     cached_tokens: int = 0  # prompt tokens whose K/V the prefill found in its prefix cache
     prefill_pick: PrefillPick | None = None  # routing by the model: the prefill instance chosen at arrival
+    route: Route = Route("pull")  # ... and the decode instance and the path its K/V takes (router/paths.py)
 
     @property
     def public_id(self) -> str:
@@ -69,7 +71,7 @@ class RouterRequest:
     def record(self, n_tokens: int, mode: str) -> dict[str, str | int | float]:
         """Its entry in the request stream (`ds:requests`): the client's id is `label`, ours `request_id`."""
         return {"request_id": self.request_id, "label": self.label, "prompt_tokens": len(self.prompt_ids),
-                "output_tokens": n_tokens, "cached_tokens": self.cached_tokens, "prefill_instance": self.prefill_instance,
+                "output_tokens": n_tokens, "cached_tokens": self.cached_tokens, "path": self.route.path, "prefill_instance": self.prefill_instance,
                 "decode_instance": self.decode_instance, "mode": mode, "seed": self.params.seed,
                 **self.lifetime.to_record(), **(self.prediction.to_record() if self.prediction else {})}
 

@@ -66,6 +66,12 @@ def test_a_follow_up_turn_computes_only_its_new_tokens(make_engine) -> None:
     cached = (len(SYSTEM) + len(first) - 1) // 4 * 4  # the last answer token's K/V was never computed
     assert engine.scheduler.cache.hit == cached
     assert computed == len(turn2) - cached
+    while engine.has_work():
+        engine.step()
+    engine.scheduler.cache.hit = 0  # turn 2's blocks, computed after its hit, are cached in turn
+    engine.add_request("t3", turn2 + [16, 17, 18], replace(PARAMS))
+    engine.step()
+    assert engine.scheduler.cache.hit == len(turn2) // 4 * 4
 
 
 def test_namespaces_do_not_share_blocks(make_engine) -> None:
