@@ -21,7 +21,9 @@ CONVERSATION = [1, *(3 + (i * 29) % 250 for i in range(120))]  # 121 tokens: 7 f
 
 @pytest.fixture(scope="module")
 def stack(tiny_llama_dir: str, redis_url: str) -> Iterator[Stack]:
-    with running_stack(tiny_llama_dir, f"{redis_url.rsplit('/', 1)[0]}/{DB}", prefill=2, decode=1) as stack:
+    only_pulls = {"DISTSERVE_ROUTER_LOCAL_PREFILL_TOKENS": "0", "DISTSERVE_ROUTER_REVERSE_PULL_TOKENS": "0"}
+    with running_stack(tiny_llama_dir, f"{redis_url.rsplit('/', 1)[0]}/{DB}", prefill=2, decode=1,
+                       extra_env=only_pulls) as stack:  # the prefill pick alone (the paths: test_multi_turn.py)
         yield stack
 
 
