@@ -111,7 +111,8 @@ class Scheduler:
             return
         bs = self.blocks.block_size
         seq.block_table = self.blocks.match(seq.hashes(bs, (seq.num_tokens - 1) // bs))
-        seq.num_computed = seq.num_registered = len(seq.block_table) * bs
+        seq.num_registered = len(seq.block_table)
+        seq.num_computed = seq.num_registered * bs
 
     def _drop_cached(self, seq: Sequence) -> None:
         """Undoes `_start_cached` for a sequence that goes on waiting."""
