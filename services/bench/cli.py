@@ -10,11 +10,13 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import get_args
 
-from services.bench.workload import WORKLOADS
+from services.bench.workload import THINK_S, WORKLOADS
 from services.common.engine_settings import add_engine_arguments, engine_fields
 from services.engine.fingerprint import engine_fingerprint
 from services.launcher.cores import cores_argument
+from services.router.config import RouterSettings
 
 MODES = ("disagg", "colocated", "chunked")
 PROFILE_CACHE = Path.home() / ".cache" / "distserve" / "profiles"
@@ -56,14 +58,18 @@ def _multiples(text: str, flag: str = "--overload") -> tuple[float, ...]:
 
 
 def _config(args: argparse.Namespace):
-    from services.bench.runner import BenchConfig
+    from services.bench.runner import VARIED, BenchConfig
     from services.engine.presets import resolve_model
 
     if not args.start and not (args.router and args.redis_url):
         raise SystemExit("give --start, or --router and --redis-url of a running stack")
     modes = _names(args.compare, MODES, "--compare") if args.compare else (args.mode,)
-    if not args.start and len(modes) > 1:
-        raise SystemExit("--compare starts a stack per mode: it needs --start")
+    if not args.start and (len(modes) > 1 or args.vary):
+        raise SystemExit("--compare and --vary start a stack per variant: they need --start")
+    workloads = _names(args.workload, WORKLOADS, "--workload")
+    if args.simulate and "multi-turn" in workloads:
+        raise SystemExit("--simulate: the simulator has no conversations (think time, cached history); "
+                         "leave out multi-turn")
     if args.at_knee and (not args.simulate or args.rate):
         raise SystemExit("--at-knee measures multiples of the fitted simulator's knee: it needs --simulate, and no --rate")
     model = resolve_model(args.model)
@@ -75,9 +81,10 @@ def _config(args: argparse.Namespace):
                                        ("max_steps", args.max_steps), ("calibration", args.calibration),
                                        ("window_s", args.window)) if v is not None}}
     return BenchConfig(
-        model=model, modes=modes, workloads=_names(args.workload, WORKLOADS, "--workload"), devices=devices,
+        model=model, modes=modes, workloads=workloads, devices=devices,
         start=args.start, router=args.router or "", redis_url=args.redis_url or "", prompt_scale=args.prompt_scale,
-        output_scale=args.output_scale, cv=args.cv, seed=args.seed, ttft=args.ttft, tpot=args.tpot, ttft_scale=args.ttft_scale,
+        output_scale=args.output_scale, cv=args.cv, seed=args.seed, think_s=args.think_time, routing=args.routing,
+        vary=_names(args.vary, VARIED, "--vary") if args.vary else (), ttft=args.ttft, tpot=args.tpot, ttft_scale=args.ttft_scale,
         tpot_scale=args.tpot_scale, slo_scale=args.slo_scale, target=args.attainment, rate=args.rate,
         start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
         **engine_fields(args), calibration_rate=args.calibration_rate,
@@ -123,14 +130,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--model", default=None, help="model folder or preset (default small-llama)")
     where.add_argument("--devices", default="cpu:0,cpu:1", help="devices; disagg puts the first half on prefill")
     add_engine_arguments(where)
+    where.add_argument("--routing", choices=get_args(RouterSettings.model_fields["routing"].annotation),
+                       default=RouterSettings.model_fields["routing"].default,
+                       help="with --start: " + RouterSettings.model_fields["routing"].description)
+    where.add_argument("--vary", default="", help="with --start: also run each mode with these settings flipped, every "
+                       "combination: prefix-caching, routing (disagg), e.g. prefix-caching")
     where.add_argument("--service-cores", type=cores_argument, default="auto", help="with --start: CPU cores of the router and "
                        "Redis: auto (disagg on CPU: the prefill instances' cores; else any), any, or e.g. 0")
     load = p.add_argument_group("workload")
-    load.add_argument("--workload", default="chatbot", help="comma-separated: chatbot, code, summarization")
+    load.add_argument("--workload", default="chatbot", help="comma-separated: " + ", ".join(WORKLOADS) + " (the last "
+                      "two share prefixes: conversations whose turns resend the history, and a few shared system prompts)")
     load.add_argument("--prompt-scale", type=float, default=0.25, help="multiplies the planner's prompt lengths")
     load.add_argument("--output-scale", type=float, default=0.5, help="multiplies the planner's output lengths")
     load.add_argument("--cv", type=float, default=1.0, help="inter-arrival CV: 1 Poisson, else gamma")
     load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--think-time", type=float, default=THINK_S,
+                      help="multi-turn: mean seconds (exponential) from an answer to the next turn")
     load.add_argument("--num-requests", type=int, default=None, help="requests per rate, at most (default 100; quick 30)")
     load.add_argument("--window", type=float, default=None,
                       help="a rate sends the requests arriving within this many seconds, within --num-requests and "

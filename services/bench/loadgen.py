@@ -1,12 +1,17 @@
-"""The load generator: fires Generate calls at their arrival times over one gRPC channel, times every token on
-receipt, then joins the router's lifecycle records (Redis stream `ds:requests`) for the stage breakdown."""
+"""The load generator: drives conversations over one gRPC channel, times every token on receipt, then joins the
+router's lifecycle records (Redis stream `ds:requests`) for the stage breakdown.
+
+Conversations start at their arrival times (open loop); within one, a turn is sent only after the previous turn's
+answer and its think time (closed loop), its prompt the conversation so far: every earlier turn's message and the
+answer the server returned, then its own message. A single request is a conversation of one turn.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import grpc
 import redis
@@ -20,11 +25,27 @@ STAMP_FIELDS = Lifetime.__dataclass_fields__.keys()
 
 
 @dataclass(frozen=True, slots=True)
-class BenchRequest:
+class Turn:
     request_id: str
-    prompt_ids: tuple[int, ...]
+    message_ids: tuple[int, ...]  # what it adds to the conversation (a first turn: its whole prompt)
     max_tokens: int
-    arrival: float  # seconds from the start of the run
+    think_s: float = 0.0  # seconds from the previous turn's answer to this turn
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    arrival: float  # its first turn's, seconds from the start of the run
+    turns: tuple[Turn, ...]
+
+
+def renamed(conversations: list[Conversation], suffix: str) -> list[Conversation]:
+    """The same conversations, every request id followed by `suffix` (a rerun of the same requests)."""
+    return [replace(c, turns=tuple(replace(t, request_id=t.request_id + suffix) for t in c.turns)) for c in conversations]
+
+
+def single(request_id: str, prompt_ids: tuple[int, ...], max_tokens: int, arrival: float = 0.0) -> Conversation:
+    """One request: a conversation of one turn."""
+    return Conversation(arrival, (Turn(request_id, prompt_ids, max_tokens),))
 
 
 @dataclass(slots=True)
@@ -41,6 +62,8 @@ class RequestResult:
     error: str = ""
     stages: dict[str, float] = field(default_factory=dict)
     lifetime: Lifetime | None = None  # the router's record of it
+    turn: int = 0  # its place in its conversation (0: the first)
+    cached_tokens: int = 0  # prompt tokens whose K/V came from the prefix cache, as the router reports them
 
     @property
     def ok(self) -> bool:
@@ -69,27 +92,51 @@ class RequestResult:
         return self.last - self.sent if self.ok else float("inf")
 
 
-async def run_load(address: str, requests: list[BenchRequest], on_done: Callable[[], None] = lambda: None,
-                   timeout_s: float = 600.0, metadata: tuple[tuple[str, str], ...] = ()) -> list[RequestResult]:
-    """Sends every request at its arrival time (open loop), with `metadata` (e.g. its SLO), and waits for all."""
+async def run_load(address: str, conversations: list[Conversation], on_done: Callable[[], None] = lambda: None,
+                   timeout_s: float = 600.0, metadata: tuple[tuple[str, str], ...] = (),
+                   cache_salt: str = "") -> list[RequestResult]:
+    """Starts every conversation at its arrival time, sends its turns with `metadata` (e.g. their SLO) and
+    `cache_salt` (when given: they share cached K/V with no other run's) and waits for all; the results in the
+    order of the conversations and their turns."""
     async with grpc.aio.insecure_channel(address) as channel:
         stub = router_pb2_grpc.RouterStub(channel)
         loop = asyncio.get_running_loop()
         began = loop.time()
         tasks = []
-        for req in requests:
-            delay = began + req.arrival - loop.time()
+        for conversation in conversations:
+            delay = began + conversation.arrival - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_call(stub, req, timeout_s, on_done, metadata)))
-        return list(await asyncio.gather(*tasks))
+            tasks.append(asyncio.create_task(_converse(stub, conversation, timeout_s, on_done, metadata, cache_salt)))
+        return [result for results in await asyncio.gather(*tasks) for result in results]
 
 
-async def _call(stub: router_pb2_grpc.RouterStub, req: BenchRequest, timeout_s: float,
-                on_done: Callable[[], None], metadata: tuple[tuple[str, str], ...] = ()) -> RequestResult:
-    result = RequestResult(req.request_id, len(req.prompt_ids), sent=time.time())
-    message = router_pb2.GenerateRequest(prompt_token_ids=req.prompt_ids, max_tokens=req.max_tokens, temperature=0.0,
-                                         ignore_eos=True, request_id=req.request_id)
+async def _converse(stub: router_pb2_grpc.RouterStub, conversation: Conversation, timeout_s: float,
+                    on_done: Callable[[], None], metadata: tuple[tuple[str, str], ...],
+                    cache_salt: str) -> list[RequestResult]:
+    """Its turns one after another; after a failed turn the rest fail unsent."""
+    history: tuple[int, ...] = ()
+    results = []
+    for k, turn in enumerate(conversation.turns):
+        prompt = history + turn.message_ids
+        if results and not results[-1].ok:
+            results.append(RequestResult(turn.request_id, len(prompt), error="an earlier turn failed", turn=k))
+            on_done()
+            continue
+        if k and turn.think_s > 0:
+            await asyncio.sleep(turn.think_s)
+        answer: list[int] = []
+        message = router_pb2.GenerateRequest(prompt_token_ids=prompt, max_tokens=turn.max_tokens, temperature=0.0,
+                                             ignore_eos=True, request_id=turn.request_id, cache_salt=cache_salt or None)
+        results.append(await _call(stub, message, k, answer, timeout_s, on_done, metadata))
+        history = prompt + tuple(answer)
+    return results
+
+
+async def _call(stub: router_pb2_grpc.RouterStub, message: router_pb2.GenerateRequest, turn: int, answer: list[int],
+                timeout_s: float, on_done: Callable[[], None], metadata: tuple[tuple[str, str], ...]) -> RequestResult:
+    """One Generate call; the tokens received are appended to `answer`."""
+    result = RequestResult(message.request_id, len(message.prompt_token_ids), sent=time.time(), turn=turn)
     try:
         async for chunk in stub.Generate(message, timeout=timeout_s, metadata=metadata or None):
             if chunk.token_ids:
@@ -101,6 +148,8 @@ async def _call(stub: router_pb2_grpc.RouterStub, req: BenchRequest, timeout_s: 
                 elif not result.second:
                     result.second = now
             result.output_tokens += len(chunk.token_ids)
+            answer.extend(chunk.token_ids)
+            result.cached_tokens = max(result.cached_tokens, chunk.cached_tokens)
     except grpc.aio.AioRpcError as exc:
         result.error = f"{exc.code().name}: {exc.details()}"
     finally:

@@ -9,22 +9,22 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the headless backend)
 
-from services.bench.results import STAGES, ModeResult  # noqa: E402
+from services.bench.results import STAGES, ModeResult, names  # noqa: E402
 
 COLORS = {"disagg": "tab:blue", "colocated": "tab:orange", "chunked": "tab:green"}
 
 
 def attainment_plot(results: list[ModeResult], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for r in results:
+    for r, name in zip(results, names(results)):
         color = COLORS.get(r.mode)
         ax.plot([p.rate / r.devices for p in r.points], [100 * p.attainment for p in r.points], marker="o",
-                color=color, label=f"{r.mode} measured")
-        for curve, style, name in ((r.simulated_curve, "--", "simulated"), (r.calibrated_curve, ":", "calibrated"),
+                color=color, label=f"{name} measured")
+        for curve, style, kind in ((r.simulated_curve, "--", "simulated"), (r.calibrated_curve, ":", "calibrated"),
                                    (r.fitted_curve, "-.", "fitted")):
             if curve:
                 ax.plot([x / r.devices for x, _ in curve], [100 * a for _, a in curve], linestyle=style, color=color,
-                        label=f"{r.mode} {name}")
+                        label=f"{name} {kind}")
     if results:
         ax.axhline(100 * results[0].slo["target"], color="grey", linestyle=":", label="target")
     ax.set_xlabel("rate per device (req/s)")
@@ -41,11 +41,11 @@ def breakdown_plot(results: list[ModeResult], path: Path, title: str) -> None:
     """Stacked mean seconds per stage at each mode's goodput point (else its lowest rate)."""
     fig, ax = plt.subplots(figsize=(6.5, 4))
     labels = []
-    for r in results:
+    for r, name in zip(results, names(results)):
         point = r.reference_point()
         if point is None:
             continue
-        labels.append(f"{r.mode}\n{point.rate:.3g} req/s")
+        labels.append(f"{name}\n{point.rate:.3g} req/s")
         bottom = 0.0
         for j, stage in enumerate(STAGES):
             value = 1e3 * point.stages.get(stage, 0.0)

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
-from services.bench.results import STAGES, ModeResult
+from services.bench.results import STAGES, ModeResult, names
 
 
 def _finite(value):
@@ -23,15 +23,17 @@ def _finite(value):
 
 
 def ratios(results: list[ModeResult]) -> dict[str, dict[str, float | None]]:
-    """Per workload: disaggregated goodput per device over each other mode's (None when the other is 0)."""
+    """Per workload (and settings, where they vary): disaggregated goodput per device over each other mode's with
+    the same settings (None when the other is 0)."""
     out: dict[str, dict[str, float | None]] = {}
-    for r in results:
+    for r, name in zip(results, names(results)):
         if r.mode == "disagg":
             continue
-        base = next((d for d in results if d.mode == "disagg" and d.workload == r.workload), None)
+        base = next((d for d in results if d.mode == "disagg" and (d.workload, d.settings) == (r.workload, r.settings)),
+                    None)
         if base is not None:
             value = base.goodput_per_device / r.goodput_per_device if r.goodput_per_device else None
-            out.setdefault(r.workload, {})[f"disagg/{r.mode}"] = value
+            out.setdefault(r.workload + name.removeprefix(r.mode), {})[f"disagg/{r.mode}"] = value
     return out
 
 
@@ -167,14 +169,34 @@ def _ci_lines(results: list[ModeResult], console: Console) -> None:
                           f"{'within' if e['fitted_within_ci'] else 'OUTSIDE'}")
 
 
+def _ttft(stats: dict[str, float]) -> tuple[str, str]:
+    return _ms(stats.get("p50")), _ms(stats.get("p90"))
+
+
+def _cache_table(results: list[ModeResult], console: Console) -> None:
+    """Per run: the prefix cache's hit rate, TTFT of first and follow-up turns apart, TPOT and attainment."""
+    table = Table(title="prefix cache and turns per run (ms; hit rate = cached / prompt tokens of completed requests)")
+    for col in ("workload", "mode", "cache", "route", "rate", "requests", "hit rate", "1st TTFT p50", "p90",
+                "follow-up TTFT p50", "p90 ", "TPOT p50", "p90  ", "attainment [95% CI]", "goodput/device"):
+        table.add_column(col, justify="left" if col in ("workload", "mode", "cache", "route") else "right")
+    for r in results:
+        for p in r.points:
+            low, high = p.attainment_ci
+            table.add_row(r.workload, r.mode, r.prefix_caching, r.routing, f"{p.rate:.3g}{'*' if p.rate == r.goodput else ''}",
+                          str(p.requests), _pct(p.prefix_hit_rate), *_ttft(p.first_turn_ttft), *_ttft(p.followup_ttft),
+                          *_ttft(p.tpot), f"{100 * p.attainment:.0f}% [{100 * low:.0f}, {100 * high:.0f}]",
+                          f"{r.goodput_per_device:.3f}")
+    console.print(table)
+
+
 def print_tables(results: list[ModeResult], console: Console) -> None:
     """Goodput per mode and workload, the points of each, and the comparisons."""
     summary = Table(title="goodput per device (req/s per device; attainment target met)")
     for col in ("workload", "mode", "devices", "TTFT SLO ms", "TPOT SLO ms", "goodput/device", "simulated",
                 "calibrated", "fitted", "lone TTFT ms", "lone TPOT ms"):
         summary.add_column(col, justify="right" if col not in ("workload", "mode") else "left")
-    for r in results:
-        summary.add_row(r.workload, r.mode, str(r.devices), _ms(r.slo["ttft_s"]), _ms(r.slo["tpot_s"]),
+    for r, name in zip(results, names(results)):
+        summary.add_row(r.workload, name, str(r.devices), _ms(r.slo["ttft_s"]), _ms(r.slo["tpot_s"]),
                         f"{r.goodput_per_device:.2f}", _num(r.simulated_goodput_per_device),
                         _num(r.calibrated_goodput_per_device), _num(r.fitted_goodput_per_device),
                         _ms(r.lone.get("ttft_s")), _ms(r.lone.get("tpot_s")))
@@ -193,18 +215,19 @@ def print_tables(results: list[ModeResult], console: Console) -> None:
             *STAGES, "xfer share")
     for col in cols:
         points.add_column(col, justify="left" if col in ("workload", "mode") else "right")
-    for r in results:
+    for r, name in zip(results, names(results)):
         for p in r.points:
             sim, cal, fit = p.simulated_attainment, p.calibrated_attainment, p.fitted_attainment
             scale = "-" if not math.isfinite(p.tightest_slo_scale) else f"{p.tightest_slo_scale:.2f}"
             mark = "*" if p.rate == r.goodput else ""
-            points.add_row(r.workload, r.mode, f"{p.rate:.3g}{mark}", str(p.runs), _pct(p.attainment), _pct(sim),
+            points.add_row(r.workload, name, f"{p.rate:.3g}{mark}", str(p.runs), _pct(p.attainment), _pct(sim),
                            _points(sim, p.attainment), _pct(cal), _points(cal, p.attainment), _pct(fit),
                            _points(fit, p.attainment), _points(p.replayed_attainment, p.attainment),
                            _ms(p.ttft.get("p90")), _ms(p.tpot.get("p90")), _ms(p.first_gap.get("p90")), scale,
                            *(_ms(p.stages.get(s)) for s in STAGES),
                            "-" if p.transfer_share is None else f"{100 * p.transfer_share:.2f}%")
     console.print(points)
+    _cache_table(results, console)
     _ci_lines(results, console)
     _live_table(results, console)
     _overload_table(results, console)

@@ -31,6 +31,9 @@ class Point:
     transfer_share: float | None  # mean transfer / mean end-to-end latency; None without a transfer stage
     wall_s: float
     per_request: list[tuple[int, int, float | None, float | None]]  # (prompt, output, TTFT s, TPOT s); None: failed
+    prefix_hit_rate: float | None  # of completed requests: prompt tokens served from the prefix cache / all
+    first_turn_ttft: dict[str, float]  # TTFT stats of completed first turns (every request of a single-turn workload)
+    followup_ttft: dict[str, float]  # ... of completed follow-up turns
     simulated_attainment: float | None = None  # the planner's simulator, latency model as profiled
     calibrated_attainment: float | None = None  # ... with the model rescaled to served lone requests
     fitted_attainment: float | None = None  # ... with the model fitted to served steps, plus the path's overheads
@@ -61,6 +64,12 @@ class ModeResult:
     fitted_curve: list[tuple[float, float]] = field(default_factory=list)
     overload: list[dict] = field(default_factory=list)  # OverloadPoint fields: past the knee, admission off and on
     fitted_knee: float | None = None  # req/s: the fitted simulator's goodput the `--at-knee` rates are multiples of
+    prefix_caching: str = "on"  # the instances' setting
+    routing: str = "model"  # the router's prefill pick (disagg)
+
+    @property
+    def settings(self) -> str:
+        return f"cache {self.prefix_caching} route {self.routing}"
 
     def point_at(self, rate: float) -> Point | None:
         return next((p for p in self.points if p.rate == rate), None)
@@ -68,6 +77,12 @@ class ModeResult:
     def reference_point(self) -> Point | None:
         """The goodput point, else the lowest measured rate (where the breakdown is least congested)."""
         return self.point_at(self.goodput) or min(self.points, key=lambda p: p.rate, default=None)
+
+
+def names(results: list[ModeResult]) -> list[str]:
+    """Each result's name in tables and plots: its mode, with its settings where they vary between the results."""
+    varied = len({r.settings for r in results}) > 1
+    return [f"{r.mode} {r.settings}" if varied else r.mode for r in results]
 
 
 def _dist(values: np.ndarray) -> dict[str, float]:
@@ -91,6 +106,8 @@ def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float
     share = None
     if "transfer" in stage_means and ok.any():
         share = stage_means["transfer"] / float(e2e[ok].mean())
+    first = np.array([r.turn == 0 for r in results], bool)
+    prompted = sum(r.prompt_tokens for r in results if r.ok)
     return Point(
         rate=rate, attainment=met, attainment_se=float(np.sqrt(met * (1 - met) / n)),
         attainment_ci=wilson_interval(met, len(results)),
@@ -100,4 +117,6 @@ def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float
         ttft=_dist(ttft[ok]), tpot=_dist(tpot[ok]), first_gap=_dist(gaps), e2e=_dist(e2e[ok]), stages=stage_means,
         transfer_share=share, wall_s=wall_s,
         per_request=[(r.prompt_tokens, r.output_tokens, r.ttft if r.ok else None, r.tpot if r.ok else None)
-                     for r in results])
+                     for r in results],
+        prefix_hit_rate=sum(r.cached_tokens for r in results if r.ok) / prompted if prompted else None,
+        first_turn_ttft=_dist(ttft[ok & first]), followup_ttft=_dist(ttft[ok & ~first]))

@@ -12,20 +12,21 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from typing import get_args
 
 import numpy as np
 from rich.progress import Progress
 
 from services.bench.live import run_errors, scrape
-from services.bench.loadgen import BenchRequest, RequestResult, attach_stages, run_load, stream_tail
+from services.bench.loadgen import Conversation, RequestResult, attach_stages, renamed, run_load, single, stream_tail
 from services.bench.overload import REFUSE_ENV, OverloadPoint, admission_env, overload_point, slo_metadata
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
 from services.bench.served import joins_of, loaded_overheads, path_overheads, prefill_rows
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import fixed_rates_goodput, goodput_search, pooled_runs
-from services.bench.workload import BenchWorkload, Sample
-from services.common.engine_settings import EngineSettings, engine_fields
+from services.bench.workload import THINK_S, BenchWorkload, Sample
+from services.common.engine_settings import EngineSettings, OnOff, engine_fields
 from services.common.net import free_port
 from services.launcher.stack import Stack, StackConfig
 from services.planner.latency import TPCoefficients
@@ -34,8 +35,12 @@ from services.planner.profile import fit_profile, read_profile
 from services.planner.serving import ServingOverheads
 from services.planner.shapes import load_shape
 from services.planner.step_fit import ServedFit, fit_steps
+from services.router.config import RouterSettings
 
 DEFAULT_LINK_GBPS = 10.0  # used for the simulator's guess before any transfer was measured
+ROUTINGS: tuple[str, ...] = get_args(RouterSettings.model_fields["routing"].annotation)
+ROUTING_ENV = "DISTSERVE_ROUTER_ROUTING"
+VARIED = ("prefix-caching", "routing")  # settings `vary` can flip
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +59,9 @@ class BenchConfig(EngineSettings):
     output_scale: float = 0.5
     cv: float = 1.0
     seed: int = 0
+    think_s: float = THINK_S  # multi-turn: mean think time between an answer and the next turn
+    routing: str = RouterSettings.model_fields["routing"].default  # the started router's prefill pick
+    vary: tuple[str, ...] = ()  # of VARIED: each mode also runs with these settings flipped (routing: disagg only)
     ttft: float | None = None  # s at scale 1; None: ttft_scale × the lone TTFT of the profile
     tpot: float | None = None
     ttft_scale: float = 5.0
@@ -79,6 +87,26 @@ class BenchConfig(EngineSettings):
 
 
 @dataclass(frozen=True, slots=True)
+class Variant:
+    """What one started stack serves with."""
+
+    mode: str
+    prefix_caching: OnOff
+    routing: str  # of ROUTINGS
+
+
+def variants(cfg: BenchConfig) -> list[Variant]:
+    """Each mode with the configured settings, and with every combination of the varied ones flipped."""
+
+    def values(setting: str, given: str, both: tuple[str, ...]) -> tuple[str, ...]:
+        return (given, *(v for v in both if v != given)) if setting in cfg.vary else (given,)
+
+    return [Variant(mode, caching, routing) for mode in cfg.modes
+            for caching in values("prefix-caching", cfg.prefix_caching, get_args(OnOff))
+            for routing in (values("routing", cfg.routing, ROUTINGS) if mode == "disagg" else (cfg.routing,))]
+
+
+@dataclass(frozen=True, slots=True)
 class Served:
     mode: str
     address: str
@@ -97,17 +125,20 @@ class Served:
 
 
 @contextmanager
-def serving(cfg: BenchConfig, mode: str) -> Iterator[Served]:
-    """A stack of `mode` on the configured devices (disagg: first half prefill, rest decode), or the given router."""
+def serving(cfg: BenchConfig, variant: Variant) -> Iterator[Served]:
+    """A stack of `variant` on the configured devices (disagg: first half prefill, rest decode), or the given
+    router (serving as it was started)."""
+    mode = variant.mode
     if not cfg.start:
         yield Served(mode, cfg.router, cfg.redis_url)
         return
     n = len(cfg.devices)
     admission = bool(cfg.overload) and mode == "disagg"  # the router predicts from the planner's online fit
+    env = {ROUTING_ENV: variant.routing, **(admission_env(cfg.max_batch_tokens) if admission else {})}
+    engine = engine_fields(replace(cfg, prefix_caching=variant.prefix_caching))
     stack = Stack(StackConfig(model=cfg.model, mode=mode, prefill=n // 2, decode=n - n // 2, devices=cfg.devices,
-                              grpc_port=free_port(), http_port=0, **engine_fields(cfg), service_cores=cfg.service_cores,
-                              log_level="WARNING", planner_port=free_port() if admission else 0,
-                              extra_env=admission_env(cfg.max_batch_tokens) if admission else {}))
+                              grpc_port=free_port(), http_port=0, **engine, service_cores=cfg.service_cores,
+                              log_level="WARNING", planner_port=free_port() if admission else 0, extra_env=env))
     stack.start()
     try:
         yield Served(mode, stack.router_address, stack.redis_url, stack if admission else None)
@@ -115,13 +146,14 @@ def serving(cfg: BenchConfig, mode: str) -> Iterator[Served]:
         stack.stop()
 
 
-def run_requests(served: Served, requests: list[BenchRequest], progress: Progress | None, label: str,
+def run_requests(served: Served, conversations: list[Conversation], progress: Progress | None, label: str,
                  metadata: tuple[tuple[str, str], ...] = ()) -> list[RequestResult]:
-    """Runs the requests open-loop (with `metadata` on each call) and joins their stage breakdowns."""
-    task = progress.add_task(label, total=len(requests)) if progress else None
+    """Runs the conversations (with `metadata` on each call) and joins their stage breakdowns. A run shares cached
+    K/V with no other (a cache salt of its own): a rate's requests rerun at the next rate would hit the cache."""
+    task = progress.add_task(label, total=sum(len(c.turns) for c in conversations)) if progress else None
     tail = stream_tail(served.redis_url)
     done = (lambda: progress.advance(task)) if progress else (lambda: None)
-    results = asyncio.run(run_load(served.address, requests, done, metadata=metadata))
+    results = asyncio.run(run_load(served.address, conversations, done, metadata=metadata, cache_salt=uuid.uuid4().hex))
     attach_stages(served.redis_url, results, tail)
     return results
 
@@ -151,9 +183,9 @@ def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, pro
     lone = []
     began = time.time()
     for i in range(n):
-        lone += run_requests(served, [BenchRequest(f"warm-{run}-{i}", sample.prompt_ids[i], 16, 0.0)], None, "")
+        lone += run_requests(served, [single(f"warm-{run}-{i}", sample.prompt_ids[i], 16)], None, "")
     lone_end = time.time()
-    burst = [BenchRequest(f"warm-{run}-b{i}", sample.prompt_ids[i], 16, 0.0) for i in range(n)]
+    burst = [single(f"warm-{run}-b{i}", sample.prompt_ids[i], 16) for i in range(n)]
     run_requests(served, burst, progress, f"{served.mode}: warm-up")
     moved = [(r.prompt_tokens * kv_bytes * 8, r.stages["transfer"]) for r in lone if r.stages.get("transfer", 0) > 0]
     gbps = sum(b for b, _ in moved) / sum(s for _, s in moved) / 1e9 if moved else DEFAULT_LINK_GBPS
@@ -175,7 +207,7 @@ def calibrate(served: Served, warm: WarmUp, sample: Sample, rate: float, profile
     `loaded_overheads` of this load with the model fitted to its steps)."""
     lone_steps = [s for s in served_steps(served.redis_url, warm.began) if s.start < warm.lone_end]
     lone = path_overheads(warm.lone, lone_steps)
-    reqs = sample.requests(rate, f"calib-{uuid.uuid4().hex[:6]}")
+    reqs = sample.conversations(rate, f"calib-{uuid.uuid4().hex[:6]}")
     began = time.time()
     results = run_requests(served, reqs, progress, f"{served.mode}: calibration {rate:.3g} req/s")
     steps = served_steps(served.redis_url, began)
@@ -206,7 +238,7 @@ def bench_sample(cfg: BenchConfig, workload: str, count: int, seed_offset: int =
     """`count` requests of `workload` as the bench draws them (its length scales, arrivals and seed)."""
     shape = load_shape(cfg.model)
     return BenchWorkload(workload, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv,
-                         cfg.seed + seed_offset).sample(count, shape.vocab)
+                         cfg.seed + seed_offset, cfg.think_s).sample(count, shape.vocab)
 
 
 def point_sample(cfg: BenchConfig, sample: Sample) -> Callable[[float], Sample]:
@@ -252,8 +284,9 @@ class Bench:
 
     def run(self) -> list[ModeResult]:
         out = []
-        for mode in self.cfg.modes:
-            with serving(self.cfg, mode) as served:
+        for variant in variants(self.cfg):
+            mode = variant.mode
+            with serving(self.cfg, variant) as served:
                 first = self.samples[self.cfg.workloads[0]]
                 warm = warm_up(self.cfg, served, first, self.kv_bytes, self.progress)
                 predictors: dict[str, Predictor] = {}
@@ -274,6 +307,7 @@ class Bench:
                 for wl in self.cfg.workloads:
                     result = self.measure(served, wl, predictors, fit_since, joins)
                     result.lone, result.calibration = warm.served_lone(), calibration
+                    result.prefix_caching, result.routing = variant.prefix_caching, variant.routing
                     out.append(result)
         return out
 
@@ -281,7 +315,7 @@ class Bench:
         """The load at each `--overload` multiple of the knee, run with admission off, then (the router restarted
         to refuse) on, with the SLO as metadata throughout (`overload.py`)."""
         slo, devices = self.slos[workload], len(self.cfg.devices)
-        loads = [(m, m * knee, self.sample_at(workload)(m * knee).requests(m * knee, f"over-{uuid.uuid4().hex[:6]}"))
+        loads = [(m, m * knee, self.sample_at(workload)(m * knee).conversations(m * knee, f"over-{uuid.uuid4().hex[:6]}"))
                  for m in self.cfg.overload]
         out: dict[tuple[float, bool], OverloadPoint] = {}
         for admission in (False, True):
@@ -289,7 +323,7 @@ class Bench:
                 assert served.stack is not None
                 served.stack.restart_router(REFUSE_ENV)
             for multiple, rate, reqs in loads:
-                again = [replace(r, request_id=f"{r.request_id}-{'on' if admission else 'off'}") for r in reqs]
+                again = renamed(reqs, f"-{'on' if admission else 'off'}")
                 label = f"{served.mode} {workload} {multiple:g}x knee, admission {'on' if admission else 'off'}"
                 before = scrape(served.router_metrics())
                 results = run_requests(served, again, self.progress, label, slo_metadata(slo))
@@ -314,7 +348,7 @@ class Bench:
 
         def at(rate: float) -> float:
             part = sample_at(rate)
-            reqs = part.requests(rate, f"bench-{run}-{len(points)}")
+            reqs = part.conversations(rate, f"bench-{run}-{len(points)}")
             refit()
             began, wall = time.time(), time.monotonic()
             label = f"{served.mode} {workload} {rate:.3g} req/s"
@@ -323,7 +357,7 @@ class Bench:
             live: list[dict] = []  # the router's live model errors of each run
 
             def run_once(i: int) -> list[RequestResult]:
-                again = [replace(r, request_id=f"{r.request_id}-r{i}") for r in reqs] if i else reqs
+                again = renamed(reqs, f"-r{i}") if i else reqs
                 before = scrape(served.router_metrics()) if served.live else None
                 results = run_requests(served, again, self.progress, label + (f" (run {i + 1})" if i else ""),
                                        slo_metadata(slo) if served.live else ())

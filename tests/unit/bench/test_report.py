@@ -81,3 +81,28 @@ def test_the_fitted_knee_the_rates_were_chosen_around_is_printed():
         console = Console(record=True, width=200)
         print_tables([ModeResult("disagg", "chatbot", 2, slo.as_dict(), 0.0, 0.0, [], {}, fitted_knee=knee)], console)
         assert words in console.export_text()
+
+
+def test_a_point_reports_the_cache_hit_rate_and_first_and_follow_up_turns_apart():
+    results = [_result(0, 0.4, 0.01), _result(1, 0.1, 0.01), _result(2, 0.2, 0.01), RequestResult("r3", 8, error="x")]
+    results[1].turn, results[1].cached_tokens = 1, 6
+    results[2].turn, results[2].cached_tokens = 2, 2
+    results[3].turn, results[3].cached_tokens = 3, 8  # failed: left out of the hit rate
+    point = summarize(1.0, results, SLO(0.3, 0.02), 1.0)
+    assert point.prefix_hit_rate == pytest.approx(8 / 24)
+    assert point.first_turn_ttft["p50"] == pytest.approx(0.4)
+    assert point.followup_ttft["p50"] == pytest.approx(0.15) and point.followup_ttft["p90"] == pytest.approx(0.19)
+
+
+def test_runs_that_differ_in_settings_are_named_and_compared_alike():
+    results = [_mode("disagg", 4.0), _mode("colocated", 2.0), _mode("disagg", 2.0), _mode("colocated", 2.0)]
+    results[2].prefix_caching = results[3].prefix_caching = "off"
+    doc = document(results, {}, 1.0)
+    assert doc["ratios"] == {"chatbot cache on route model": {"disagg/colocated": 2.0},
+                             "chatbot cache off route model": {"disagg/colocated": 1.0}}
+    assert doc["results"][2]["prefix_caching"] == "off" and doc["results"][0]["routing"] == "model"
+    assert {"prefix_hit_rate", "first_turn_ttft", "followup_ttft"} <= set(doc["results"][0]["points"][0])
+    console = Console(record=True, width=250)
+    print_tables(results, console)
+    text = console.export_text()
+    assert "prefix cache and turns per run" in text and "disagg cache off route model" in text

@@ -37,3 +37,47 @@ def test_a_point_takes_its_window_or_with_at_knee_every_requested_one():
     assert [len(windowed(rate).prompts) for rate in (0.1, 0.6, 2.0)] == [30, 75, 200]
     fixed = point_sample(BenchConfig(model="m", num_requests=200, window_s=125.0, at_knee=(0.8, 1.0)), sample)
     assert [len(fixed(rate).prompts) for rate in (0.1, 0.6, 2.0)] == [200, 200, 200]
+
+
+def test_each_turn_sends_the_previous_prompt_its_answer_and_a_new_message():
+    sample = BenchWorkload("multi-turn", seed=4).sample(300, vocab=300)
+    assert sample.turns[0] == 0 and len(sample.prompt_ids) == len(sample) == 300
+    for i in np.flatnonzero(sample.turns > 0):
+        assert sample.turns[i] == sample.turns[i - 1] + 1
+        assert sample.prompts[i] == sample.prompts[i - 1] + sample.outputs[i - 1] + len(sample.prompt_ids[i])
+        assert sample.unit_arrivals[i] == sample.unit_arrivals[i - 1] and sample.think_s[i] > 0
+    firsts = sample.turns == 0
+    assert (sample.think_s[firsts] == 0).all() and (sample.prompts[firsts] >= 64).all()  # each its system prompt
+    lengths = np.diff([*np.flatnonzero(firsts), len(sample)])[:-1]  # the last conversation may be cut short
+    assert lengths.min() >= 3 and lengths.max() <= 6
+    assert 1.5 < sample.think_s[~firsts].mean() < 2.5  # exponential, 2 s by default
+    # the rate counts requests: conversations come at the rate over the mean turns per conversation
+    assert 0.8 < len(sample) / sample.unit_arrivals[-1] < 1.25
+    assert (sample.prompts + sample.outputs <= 4096).all()
+
+
+def test_a_conversation_ends_before_a_turn_that_would_pass_the_context():
+    sample = BenchWorkload("multi-turn", max_context=300, seed=1).sample(200, vocab=300)
+    assert (sample.prompts + sample.outputs <= 300).all()
+    assert np.diff([*np.flatnonzero(sample.turns == 0), len(sample)]).min() < 3  # some were cut short
+
+
+def test_the_conversations_of_a_run_group_the_turns_in_order():
+    sample = BenchWorkload("multi-turn", think_s=0.5).sample(20, vocab=300)
+    conversations = sample.conversations(2.0, "x")
+    turns = [t for c in conversations for t in c.turns]
+    assert [t.request_id for t in turns] == [f"x-{i}" for i in range(20)]
+    assert [t.message_ids for t in turns] == list(sample.prompt_ids)
+    assert [t.max_tokens for t in turns] == sample.outputs.tolist() and [t.think_s for t in turns] == sample.think_s.tolist()
+    assert [c.arrival for c in conversations] == (sample.unit_arrivals[sample.turns == 0] / 2.0).tolist()
+    single = BenchWorkload("chatbot").sample(5, vocab=300).conversations(1.0, "y")
+    assert [len(c.turns) for c in single] == [1] * 5 and all(c.turns[0].think_s == 0 for c in single)
+
+
+def test_shared_prompt_requests_begin_with_one_of_a_few_long_system_prompts():
+    sample = BenchWorkload("shared-prompt", system_prompts=3).sample(60, vocab=300)
+    shared = 256  # 1024 tokens at the default prompt scale
+    assert len({ids[:shared] for ids in sample.prompt_ids}) == 3
+    assert len({ids[shared:] for ids in sample.prompt_ids}) == 60  # each its own message
+    assert [len(ids) for ids in sample.prompt_ids] == sample.prompts.tolist()
+    assert (sample.prompts > shared).all() and (sample.turns == 0).all()

@@ -74,6 +74,17 @@ def test_a_follow_up_turn_computes_only_its_new_tokens(make_engine) -> None:
     assert engine.scheduler.cache.hit == len(turn2) // 4 * 4
 
 
+def test_a_turn_that_started_on_cached_blocks_caches_the_blocks_it_fills(make_engine) -> None:
+    """Turn 3 finds turn 2's blocks, though turn 2 itself started on turn 1's cached ones."""
+    engine = make_engine(num_blocks=64, block_size=4)
+    first = run(engine, [SYSTEM])["r0"][0]
+    turn2 = SYSTEM + first + [11, 12, 13, 14, 15]
+    second = run(engine, [turn2])["r0"][0]
+    engine.scheduler.cache.hit = 0
+    run(engine, [turn2 + second + [16, 17]])
+    assert engine.scheduler.cache.hit == (len(turn2) + len(second) - 1) // 4 * 4
+
+
 def test_namespaces_do_not_share_blocks(make_engine) -> None:
     engine = make_engine(num_blocks=64, block_size=4)
     run(engine, PROMPTS[:1], namespace="tenant-a")
