@@ -30,6 +30,7 @@ def test_multi_turn_chat_with_the_cache_on_and_off_reports_hits_and_turns_apart(
         low, high = point["attainment_ci"]
         assert 0 <= low <= point["attainment"] <= high <= 1
         assert result["goodput_per_device"] == (1.0 if point["attainment"] >= 0.9 else 0.0)  # 2 req/s on 2 devices
-    # follow-ups resend their history: the prefill instance holds the earlier prompt's full blocks
-    assert 0.05 < on["points"][0]["prefix_hit_rate"] < 1
+    # follow-ups resend their history: the prefill instance holds the full blocks of every earlier turn's prompt
+    # (about half of these prompt tokens; the answers were computed on the decode instance)
+    assert 0.3 < on["points"][0]["prefix_hit_rate"] < 1
     assert off["points"][0]["prefix_hit_rate"] == 0  # the setting reached the instances
