@@ -17,6 +17,11 @@ def add_settings_arguments(parser: argparse.ArgumentParser, settings: type[BaseS
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, choices=choices, help=field.description)
 
 
-def settings_values(args: argparse.Namespace, settings: type[BaseSettings]) -> dict:
+def settings_values(args: argparse.Namespace, settings: type[BaseSettings], skip: tuple[str, ...] = ()) -> dict:
     """The flags given on the command line (unset ones fall back to the environment, then defaults)."""
-    return {k: v for k, v in vars(args).items() if k in settings.model_fields and v is not None}
+    return {k: v for k, v in vars(args).items() if k in settings.model_fields and k not in skip and v is not None}
+
+
+def settings_flags(values: dict) -> list[str]:
+    """The command-line flags that carry `values` (as settings_values gives them) to another process."""
+    return [arg for name, value in values.items() for arg in ("--" + name.replace("_", "-"), str(value))]

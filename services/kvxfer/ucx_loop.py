@@ -13,20 +13,24 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 import ucxx
-from ucxx._lib.arr import Array
-from ucxx._lib.libucxx import UCXCloseError, UCXListener
-from ucxx._lib_async.application_context import ProgressTasks
-from ucxx._lib_async.listener import Listener, _listener_handler, _ListenerHandlerTracker
-from ucxx._lib_async.utils import hash64bits
-from ucxx.types import Tag, TagMaskFull
 
 from services.kvxfer.conn_filter import client_address, reject
 from services.kvxfer.iov import IovMessages, IovRequest
+from services.kvxfer.ucxx_private import (
+    Array,
+    Tag,
+    TagMaskFull,
+    claim_progress,
+    endpoint_tag,
+    screened_listener,
+    tag_within,
+    ucp_endpoint,
+    worker,
+)
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 5.0  # ucxx's own bound on a new endpoint's exchange of peer information
@@ -38,9 +42,9 @@ class UcxLoop:
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
-        ProgressTasks[self._loop] = self  # ucxx starts no progress task of its own on this loop
+        claim_progress(self._loop, self)  # ucxx starts no progress task of its own on this loop
         ucxx.init(progress_mode="blocking", enable_python_future=False, enable_delayed_submission=False)
-        self._worker = ucxx.core._get_ctx().worker
+        self._worker = worker()
         self._worker.init_blocking_progress_mode()
         self._pending: list[tuple[object, asyncio.Future, Array | None]] = []  # (request, its future, its buffer)
         self._scheduled = False
@@ -54,25 +58,16 @@ class UcxLoop:
         be built). As ucxx's create_listener, with the request screened before the endpoint is made."""
         if admit is None:
             return ucxx.create_listener(handler, port=port)
-        ctx = ucxx.core._get_ctx()
-        tracker = _ListenerHandlerTracker()
-        made: list[weakref.ref] = []  # the UCX listener, weakly: its callback must not keep it open
 
-        def on_request(request: int) -> None:
-            listener = made[0]()
-            if listener is None:
-                return
+        def on_request(listener_ptr: int, request: int) -> bool:
             ip = client_address(request)
             if ip is None or not admit(ip):
-                reject(listener.ucxx_ptr, request)
+                reject(listener_ptr, request)
                 log.warning("UCX connection from %s refused: not an allowed peer address", ip)
-                return
-            ep = listener.create_endpoint_from_conn_request(request, True)
-            _listener_handler(ep, self._loop, handler, weakref.ref(ctx), True, CONNECT_TIMEOUT_S, tracker)
+                return False
+            return True
 
-        raw = UCXListener.create(worker=ctx.worker, port=port, cb_func=on_request, deliver_endpoint=False)
-        made.append(weakref.ref(raw))
-        return Listener(raw, tracker, ctx)
+        return screened_listener(self._loop, port, handler, on_request, CONNECT_TIMEOUT_S)
 
     async def connect(self, host: str, port: int, timeout_s: float) -> ucxx.Endpoint:
         """An endpoint to the listener at host:port."""
@@ -92,26 +87,26 @@ class UcxLoop:
     def send(self, ep: ucxx.Endpoint, buf: object, tag: int) -> asyncio.Future:
         """Post a send of buf; the future is done once buf may be reused."""
         arr = Array(buf)
-        return self._track(_ucp(ep).tag_send(arr, _tag(ep._tags["msg_send"], tag)), arr)
+        return self._track(ucp_endpoint(ep).tag_send(arr, _tag(endpoint_tag(ep, True), tag)), arr)
 
     def recv(self, ep: ucxx.Endpoint, buf: object, tag: int) -> asyncio.Future:
         """Post a receive into buf; the future is done once the message is in."""
         arr = Array(buf)
-        return self._track(_ucp(ep).tag_recv(arr, _tag(ep._tags["msg_recv"], tag), TagMaskFull), arr)
+        return self._track(ucp_endpoint(ep).tag_recv(arr, _tag(endpoint_tag(ep, False), tag), TagMaskFull), arr)
 
     def send_iov(self, ep: ucxx.Endpoint, tags: Sequence[int], pool: np.ndarray, counts: Sequence[int],
                  offsets: Sequence[int], lengths: Sequence[int]) -> asyncio.Future:
         """Post sends of the pool's ranges, counts[i] of them as message i with our tag tags[i] (iov.py); done
         once all may be reused."""
-        handle = _ucp(ep).handle
-        messages = IovMessages([_tag(ep._tags["msg_send"], t).value for t in tags], counts, offsets, lengths)
+        handle = ucp_endpoint(ep).handle
+        messages = IovMessages([_tag(endpoint_tag(ep, True), t).value for t in tags], counts, offsets, lengths)
         return self._track(IovRequest.send(handle, ep, pool, messages), None)
 
     def recv_iov(self, ep: ucxx.Endpoint, tags: Sequence[int], pool: np.ndarray, counts: Sequence[int],
                  offsets: Sequence[int], lengths: Sequence[int]) -> asyncio.Future:
         """Post receives of messages into the pool's ranges, as send_iov sent them; done once all are in."""
-        _ucp(ep)  # the endpoint is open
-        messages = IovMessages([_tag(ep._tags["msg_recv"], t).value for t in tags], counts, offsets, lengths)
+        ucp_endpoint(ep)  # the endpoint is open
+        messages = IovMessages([_tag(endpoint_tag(ep, False), t).value for t in tags], counts, offsets, lengths)
         return self._track(IovRequest.recv(self._worker.handle, ep, pool, messages), None)
 
     def kick(self) -> None:
@@ -160,14 +155,6 @@ def _settle(request, future: asyncio.Future) -> None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _tag(endpoint_tag: int, tag: int) -> Tag:
-    """Our tag within the endpoint's, as ucxx's Endpoint.send/recv make it (a SHA-1: cached)."""
-    return Tag(hash64bits(endpoint_tag, hash(tag)))
-
-
-def _ucp(ep: ucxx.Endpoint):
-    """The endpoint's UCXEndpoint (ucxx's own send/recv await through its progress modes)."""
-    if ep.closed:
-        raise UCXCloseError("Endpoint closed")
-    ep._ep.raise_on_error()
-    return ep._ep
+def _tag(endpoint: int, tag: int) -> Tag:
+    """Our tag within the endpoint's (a SHA-1: cached)."""
+    return tag_within(endpoint, tag)

@@ -9,18 +9,22 @@ import threading
 from services.common import defaults
 from services.common.engine_settings import add_engine_arguments, engine_fields
 from services.common.net import bindable
+from services.common.settings_cli import add_settings_arguments, settings_values
 from services.launcher.cores import cores_argument
 from services.launcher.credentials import planner_admin_keys
 from services.launcher.stack import Stack, StackConfig
 from services.launcher.supervisor import Supervisor
+from services.router.config import RouterSettings
+
+# Router settings `up` wires itself (from its own flags, or the ports and Redis it made), and `api_key`, kept off
+# command lines (`--api-key-file`); every other router setting is an `up` flag, passed on to the router.
+STACK_WIRED = ("model", "mode", "host", "grpc_port", "http_port", "redis_url", "api_key_file", "allow_unauthenticated",
+               "tls_cert", "tls_key", "metrics_port", "drain_grace_s", "api_key")
 
 
-def _up(args: argparse.Namespace) -> int:
-    from services.engine.presets import resolve_model
-
-    model = resolve_model(args.model)
-    _check_parallel(model, args)
-    config = StackConfig(
+def config_from_args(args: argparse.Namespace, model: str) -> StackConfig:
+    """The stack `up` starts: its flags, the engine's and the router's settings given among them."""
+    return StackConfig(
         model=model, mode=args.mode, prefill=args.prefill, decode=args.decode,
         prefill_tp=args.prefill_tp, prefill_pp=args.prefill_pp, decode_tp=args.decode_tp, decode_pp=args.decode_pp,
         devices=tuple(d for d in args.devices.split(",") if d) if args.devices else (), host=args.host,
@@ -28,7 +32,16 @@ def _up(args: argparse.Namespace) -> int:
         redis_url=args.redis_url or "", **engine_fields(args),
         log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s,
         api_key_file=args.api_key_file, allow_unauthenticated=args.allow_unauthenticated,
-        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca, supervised=True)
+        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca, supervised=True,
+        router_settings=settings_values(args, RouterSettings, skip=STACK_WIRED))
+
+
+def _up(args: argparse.Namespace) -> int:
+    from services.engine.presets import resolve_model
+
+    model = resolve_model(args.model)
+    _check_parallel(model, args)
+    config = config_from_args(args, model)
     if bool(config.tls_cert) != bool(config.tls_key):
         raise SystemExit("distserve up: --tls-cert and --tls-key go together")
     taken = [p for p in (config.grpc_port, config.http_port, config.planner_port) if p and not bindable(config.host, p)]
@@ -108,6 +121,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tls-ca", default="", help="the CA that signed --tls-cert, to check the router when it starts "
                    "(default: --tls-cert itself, self-signed)")
     add_engine_arguments(p)
+    router = p.add_argument_group("router", "the router's settings, as `distserve router` takes them (admission, SLOs, "
+                                            "limits); unset: its DISTSERVE_ROUTER_* variables, then its defaults")
+    add_settings_arguments(router, RouterSettings, skip=STACK_WIRED)
     p.add_argument("--service-cores", type=cores_argument, default="auto", help="CPU cores of the router, Redis and planner: "
                    "auto (disagg on CPU: the prefill instances' cores; else any), any, or e.g. 0,1")
     p.add_argument("--drain-grace-s", type=float, default=defaults.DRAIN_GRACE_S,

@@ -21,6 +21,7 @@ from services.common.pool_files import remove_pool_files
 from services.common.redis_auth import redis_password
 from services.common.redis_server import EmbeddedRedis
 from services.common.secret import SECRET_ENV, ensure_secret, read_secret
+from services.common.settings_cli import settings_flags
 from services.common.step_journal import journal_path
 from services.launcher.cores import host_service_cores, pin_process
 from services.launcher.credentials import planner_access, router_access, router_ca
@@ -58,6 +59,7 @@ class StackConfig(EngineSettings):
     tls_cert: str = ""  # TLS on the router's client ports: its certificate and key (PEM); empty: plaintext
     tls_key: str = ""
     tls_ca: str = ""    # what the launcher checks the router's certificate against; empty: tls_cert (self-signed)
+    router_settings: dict[str, object] = field(default_factory=dict)  # RouterSettings given to `up`, as router flags
     # A second host for the decode instances (disagg): its own kvxfer there, so every KV pull crosses hosts.
     decode_host: str = ""   # the address decode instances and their kvxfer listen on; empty: this host
     decode_netns: str = ""  # the network namespace that host is (`ip netns exec`); empty: this one
@@ -145,6 +147,13 @@ class Stack:
                **child_env(), SECRET_ENV: self.secret_file, **self.config.extra_env, **(env or {})}
         return subprocess.Popen(cmd, env=env, start_new_session=True)
 
+    def router_args(self) -> list[str]:
+        """The router's command: what the stack wires, then the router settings given to `up`."""
+        c = self.config
+        return ["router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(c.grpc_port),
+                "--http-port", str(c.http_port), "--redis-url", self.redis_url, *router_access(c),
+                *settings_flags(c.router_settings)]
+
     def respawn(self, proc: Proc) -> None:
         """Starts a dead process again, as it was started (same name, ports and instance id)."""
         if proc.role:
@@ -206,10 +215,7 @@ class Stack:
                 first += tp * pp
             for proc in waits:
                 wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
-            router = self._spawn("router", [
-                "router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(c.grpc_port),
-                "--http-port", str(c.http_port), "--redis-url", self.redis_url, *router_access(c)],
-                self.router_address, cores=self.service_cores)
+            router = self._spawn("router", self.router_args(), self.router_address, cores=self.service_cores)
             wait_serving(router.address, router.process, c.ready_timeout_s, "router", internal=False,
                          client_ca=router_ca(c))
             if c.planner_port:
