@@ -5,7 +5,6 @@ Single-threaded by design; services drive it from one worker thread (services/en
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -42,7 +41,6 @@ class EngineConfig(EngineSettings):
     pp: int = 1  # pipeline stages
     devices: tuple[str, ...] = ()  # one per rank (TP x PP > 1); default: consecutive from `device`
     rendezvous: str = ""  # host:port where rank 0 waits for ranks started elsewhere; empty: it starts them
-    crash_tokens: tuple[int, ...] = ()  # tests only: a step with a prompt containing these ids aborts the process
 
 
 @dataclass(slots=True)
@@ -221,7 +219,7 @@ class LLMEngine:
             self.last_step = None
             return []
         step_start = time.time()
-        ran = self.guard.run(self._execute, batch, self.runner.lost_rank)
+        ran = self.guard.run(self._execute, batch, self.lost_rank)
         step_end = time.time()
         self.last_step = StepRecord.of(ran.batch, step_start, step_end - step_start) if ran.batch.items else None
         self.computed_tokens += ran.batch.num_tokens
@@ -239,9 +237,6 @@ class LLMEngine:
         if self.journal is not None:
             self.journal.begin([it.seq.request_id for it in batch.items])
         try:
-            if self.config.crash_tokens and any(_contains(it.seq.prompt_ids, self.config.crash_tokens)
-                                                for it in batch.items):
-                os.abort()
             return self.runner.execute(batch)
         finally:
             if self.journal is not None:
@@ -265,7 +260,7 @@ class LLMEngine:
         its first token with its own seed (as a decode instance does for choices sharing a disaggregated prefill)."""
         last = len(parent.prompt_ids) - 1
         whole, partial = divmod(last, self.blocks.block_size)
-        copies = isinstance(self.runner, ModelRunner)  # a TP/PP runner's ranks hold their own pools: recompute
+        copies = self.runner.copies_blocks
         for child in parent.forks:
             child.prompt_logprobs = parent.prompt_logprobs  # one list: this step's entries join it in the update
             copy = self.blocks.try_allocate(1) if partial and copies else []
@@ -322,11 +317,9 @@ class LLMEngine:
                     results[out.request_id].extend(out.new_token_ids)
         return [results[rid] for rid in ids]
 
+    def lost_rank(self) -> str | None:
+        """Why a TP/PP instance cannot step any more (a rank's process exited); None while it can."""
+        return self.runner.lost_rank()
+
     def close(self) -> None:
         self.runner.close()
-
-
-
-def _contains(ids: list[int], part: tuple[int, ...]) -> bool:
-    n = len(part)
-    return any(tuple(ids[i:i + n]) == part for i in range(len(ids) - n + 1))

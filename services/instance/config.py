@@ -41,5 +41,3 @@ class InstanceSettings(EngineSettingsFields):
     metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")
     step_journal: bool = Field(False, description="write each step's request ids to a journal that the supervisor "
                                                   "reads after a crash (`distserve up` sets it)")
-    test_crash_tokens: str = Field("", description="tests only: comma-separated token ids; a step with a prompt "
-                                                   "containing them aborts the process")

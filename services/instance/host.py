@@ -47,8 +47,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     engine = LLMEngine(EngineConfig(
         model=settings.model, policy=settings.role, device=settings.device, **engine_fields(settings),
         pool_path=pool_path, tp=settings.tp, pp=settings.pp,
-        devices=tuple(d for d in settings.devices.split(",") if d), rendezvous=settings.rendezvous,
-        crash_tokens=tuple(int(t) for t in settings.test_crash_tokens.split(",") if t)), device)
+        devices=tuple(d for d in settings.devices.split(",") if d), rendezvous=settings.rendezvous), device)
     incarnation = uuid.uuid4().hex[:8]
     if settings.step_journal:
         engine.journal = StepJournal(instance_id, incarnation)
@@ -84,7 +83,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     lost = None  # a TP/PP rank that exited: the instance cannot step any more
-    while not stop.is_set() and not async_engine.failed and not (lost := engine.runner.lost_rank()):
+    while not stop.is_set() and not async_engine.failed and not (lost := engine.lost_rank()):
         try:
             if keepers:  # without its kvxfers the instance can neither lease nor pull
                 ready = all([await keeper.check() for keeper in keepers])

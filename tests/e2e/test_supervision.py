@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 import httpx
@@ -213,11 +214,12 @@ async def test_the_only_prefill_killed_comes_back(tiny_llama_dir, reference) -> 
         await _kill_each(stack, supervisor, reference, ["prefill"])
 
 
-CRASH_TOKENS = [7, 7, 7, 42, 42, 42]  # a prompt holding these makes an instance abort (DISTSERVE_TEST_CRASH_TOKENS)
+CRASH_TOKENS = [7, 7, 7, 42, 42, 42]  # a prompt holding these makes an instance abort (tests/e2e/hooks)
 
 
 async def test_a_request_that_crashes_its_instance_is_not_retried_on_another(tiny_llama_dir, reference) -> None:
-    env = {"DISTSERVE_TEST_CRASH_TOKENS": ",".join(map(str, CRASH_TOKENS))}
+    env = {"DISTSERVE_TEST_CRASH_TOKENS": ",".join(map(str, CRASH_TOKENS)),  # read by hooks/sitecustomize.py
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "hooks"), os.environ.get("PYTHONPATH", "")])}
     with supervised(tiny_llama_dir, prefill=2, extra_env=env) as (stack, supervisor):
         pids = {p.name: p.process.pid for p in stack.procs}
         load = Load(stack.router_address, reference, http=f"http://{stack.config.host}:{stack.config.http_port}")

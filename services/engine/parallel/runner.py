@@ -97,6 +97,8 @@ class ParallelRunner:
     def pool_paths(self) -> list[str | None]:
         return [spec.pool_path for spec in self.specs]
 
+    copies_blocks = False  # each rank holds its own pool: a choice recomputes its block instead
+
     def lost_rank(self) -> str | None:
         """Why the instance lost a rank (its process exited), or None while every rank runs."""
         for spec, (proc, _) in zip(self.specs[1:], self._ranks):
