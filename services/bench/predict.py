@@ -36,14 +36,16 @@ class Predictor:
     max_batch_tokens: int
     serving: ServingOverheads | None = None  # the served path's overheads; None: the planner's ideal path
     mode: str = "disagg"  # or colocated / chunked: one instance per device
+    cache_block: int = 0  # disagg with prefix caching: the block size its hits are modelled in (0: no hits)
 
     @classmethod
     def from_profile(cls, path: str, kv_tokens: int, max_batch_tokens: int, link_gbps: float,
-                     mode: str = "disagg") -> Predictor:
+                     mode: str = "disagg", cache_block: int = 0) -> Predictor:
         """`kv_tokens`: an instance's KV capacity; `link_gbps`: the prefill-to-decode KV transfer rate."""
         model = fit_profile(read_profile(path))
         model.kv_tokens = {(1, 1): kv_tokens}
-        return cls(model, Cluster(nodes=1, gpus_per_node=2, intra_node_gbps=link_gbps), max_batch_tokens, mode=mode)
+        return cls(model, Cluster(nodes=1, gpus_per_node=2, intra_node_gbps=link_gbps), max_batch_tokens, mode=mode,
+                   cache_block=cache_block)
 
     def calibrated(self, lone: list[tuple[int, int, float, float]]) -> tuple[Predictor, dict[str, float]]:
         """This predictor rescaled to lone requests (prompt tokens, output tokens, TTFT s, TPOT s) served one at a
@@ -63,7 +65,8 @@ class Predictor:
         if self.mode == "disagg":
             placement = pack(self.cluster, Parallel(), 1, Parallel(), 1)
             result = simulator.simulate(self.model, placement, self.cluster, sample.prompts, sample.outputs,
-                                        sample.arrivals(rate), self.max_batch_tokens, self.serving)
+                                        sample.arrivals(rate), self.max_batch_tokens, self.serving,
+                                        cached=sample.cached_tokens(self.cache_block) if self.cache_block else None)
         else:
             result = simulate_colocated(self.model.at(1), self.mode, self.cluster.gpus_per_node,
                                         self.model.kv_capacity(1, 1), self.max_batch_tokens, sample.prompts,

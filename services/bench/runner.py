@@ -268,8 +268,11 @@ class Bench:
         count = max(cfg.calibration, math.ceil(self.calibration_rate * cfg.window_s), 1)
         self.calibration_sample = bench_sample(cfg, first, count, seed_offset=1)
 
-    def _predictor(self, link_gbps: float, mode: str = "disagg") -> Predictor:
-        return Predictor.from_profile(self.cfg.profile, self.kv_tokens, self.cfg.max_batch_tokens, link_gbps, mode)
+    def _predictor(self, link_gbps: float, mode: str = "disagg", caching: str = "off") -> Predictor:
+        """The simulator of `mode`; disaggregated with prefix caching on, the sample's shared prefixes are hits."""
+        cache_block = self.cfg.block_size if caching == "on" and mode == "disagg" else 0
+        return Predictor.from_profile(self.cfg.profile, self.kv_tokens, self.cfg.max_batch_tokens, link_gbps, mode,
+                                      cache_block)
 
     def _start_rate(self, workload: str) -> float:
         if self.cfg.start_rate:
@@ -294,7 +297,7 @@ class Bench:
                 fit_since = 0.0  # unix seconds: the fitted model learns from the steps served since then
                 joins: Counter[float] = Counter()  # ... and the hand-offs of the requests served since then
                 if self.cfg.simulate and mode in PREDICTED_MODES:
-                    predictors["simulated"] = self._predictor(warm.link_gbps, mode)
+                    predictors["simulated"] = self._predictor(warm.link_gbps, mode, variant.prefix_caching)
                     if warm.lone_points():
                         predictors["calibrated"], calibration = predictors["simulated"].calibrated(warm.lone_points())
                     calibration["link_gbps"] = warm.link_gbps

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.bench.loadgen import Conversation, Turn
+from services.common.prefix_hash import block_hashes
 from services.planner.workload import Workload, length_stats, unit_arrivals
 
 PLANNER_WORKLOADS = ("chatbot", "code", "summarization")
@@ -65,6 +66,21 @@ class Sample:
         return [Conversation(float(arrivals[a]), tuple(
             Turn(f"{prefix}-{i}", self.prompt_ids[i], int(self.outputs[i]), float(self.think_s[i])) for i in range(a, b)))
             for a, b in zip(starts, [*starts[1:], len(self)])]
+
+    def cached_tokens(self, block_size: int) -> np.ndarray:
+        """Each request's prompt tokens a prefix cache holding every earlier request's full blocks would supply
+        (at least its last token computed): what a single prefill instance whose pool evicts none of them finds.
+        Single-turn samples only (a turn's ids are its whole prompt)."""
+        if self.turns.any():
+            raise ValueError("cached_tokens: a multi-turn sample's ids are what each turn adds, not its prompt")
+        seen: set[int] = set()
+        cached = np.zeros(len(self), np.int64)
+        for i, ids in enumerate(self.prompt_ids):
+            hashes = block_hashes(list(ids), block_size)
+            usable = (len(ids) - 1) // block_size
+            cached[i] = next((k for k, h in enumerate(hashes[:usable]) if h not in seen), usable) * block_size
+            seen.update(hashes)
+        return cached
 
     def head(self, n: int) -> Sample:
         """The first `n` requests (the last conversation possibly cut short)."""

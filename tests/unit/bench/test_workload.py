@@ -1,6 +1,7 @@
 """Benchmark samples are the planner's lengths, scaled and clipped, with repeatable ids and arrivals."""
 
 import numpy as np
+import pytest
 
 from services.bench.workload import BenchWorkload, scale_lengths
 
@@ -81,3 +82,13 @@ def test_shared_prompt_requests_begin_with_one_of_a_few_long_system_prompts():
     assert len({ids[shared:] for ids in sample.prompt_ids}) == 60  # each its own message
     assert [len(ids) for ids in sample.prompt_ids] == sample.prompts.tolist()
     assert (sample.prompts > shared).all() and (sample.turns == 0).all()
+
+
+def test_the_modelled_hits_are_each_system_prompts_blocks_after_its_first_request():
+    sample = BenchWorkload("shared-prompt", system_prompts=3).sample(60, vocab=300)
+    cached = sample.cached_tokens(16)
+    firsts = {ids[:256]: i for i, ids in reversed(list(enumerate(sample.prompt_ids)))}
+    assert [int(cached[i]) for i in firsts.values()] == [0, 0, 0]
+    assert all(cached[i] == 256 for i in range(60) if i not in firsts.values())  # the message's blocks are its own
+    with pytest.raises(ValueError):
+        BenchWorkload("multi-turn").sample(20, vocab=300).cached_tokens(16)
