@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class PrefillPick:
-    instance_id: str
+    instance_id: str  # "": none holds more of the prompt than the others; the load book picks
     cached_tokens: int  # of the prompt, held there (as the index says)
     load: float  # the queue it joins, in prompt tokens
 
@@ -52,6 +52,9 @@ def pick_prefill(candidates: list[Candidate], cached: dict[str, int], prompt: in
     if not candidates:
         return None
     best = candidates[min(range(len(candidates)), key=cost)]
+    least = min(cached.get(c.id, 0) for c in candidates)
+    if cached.get(best.id, 0) == least:  # the cache tells them apart nowhere: the book's atomic pick (no herding)
+        return PrefillPick("", least, best.load)
     return PrefillPick(best.id, cached.get(best.id, 0), best.load)
 
 
@@ -90,7 +93,7 @@ class PrefixRouter:
         pick = pick_prefill(prefills, cached, len(prompt_ids), self.batch_tokens, model, mix)
         if pick is None or not paths:
             return pick, Route("pull")
-        chosen = next(c for c in prefills if c.id == pick.instance_id)
+        chosen = next((c for c in prefills if c.id == pick.instance_id), min(prefills, key=lambda c: c.load))
         d = pick_decode(candidates("decode", decode), cached, len(prompt_ids) + max_tokens)
         line = model.prefill.get(chosen.kind) if model else None
         route = choose_path(len(prompt_ids), chosen, pick.cached_tokens, d, cached.get(d.id, 0) if d else 0, line,

@@ -20,14 +20,16 @@ def test_a_longer_queue_wins_when_it_holds_enough_of_the_prompt() -> None:
     assert (pick.instance_id, pick.cached_tokens) == ("b", 768)
 
 
-def test_the_shorter_queue_wins_when_the_cached_part_is_small() -> None:
-    assert pick_prefill(_two(0, 300), {"b": 64}, 800, 512, MODEL).instance_id == "a"
+def test_where_the_holder_does_not_win_the_load_book_picks_atomically() -> None:
+    """No instance is preferred unless it holds more of the prompt than another: the book's pick does not herd."""
+    assert pick_prefill(_two(0, 300), {"b": 64}, 800, 512, MODEL).instance_id == ""
+    assert pick_prefill(_two(0, 0), {}, 800, 512, MODEL).instance_id == ""
 
 
 def test_without_a_fitted_line_for_each_it_counts_tokens() -> None:
     partial = FittedModel({"prefill@cpu:0": LINE}, {})
     assert pick_prefill(_two(100, 150), {"b": 64}, 200, 512, partial).instance_id == "b"  # 150 + 136 < 100 + 200
-    assert pick_prefill(_two(100, 150), {}, 200, 512, None).instance_id == "a"
+    assert pick_prefill(_two(100, 150), {}, 200, 512, None).instance_id == ""
     assert pick_prefill([], {}, 200, 512, None) is None
 
 
