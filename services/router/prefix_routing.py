@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 class PrefillPick:
     instance_id: str  # "": none holds more of the prompt than the others; the load book picks
     cached_tokens: int  # of the prompt, held there (as the index says)
-    load: float  # the queue it joins, in prompt tokens
 
 
 def prompt_hashes(prompt_ids: list[int], block_size: int, namespace: str) -> list[int]:
@@ -54,8 +53,8 @@ def pick_prefill(candidates: list[Candidate], cached: dict[str, int], prompt: in
     best = candidates[min(range(len(candidates)), key=cost)]
     least = min(cached.get(c.id, 0) for c in candidates)
     if cached.get(best.id, 0) == least:  # the cache tells them apart nowhere: the book's atomic pick (no herding)
-        return PrefillPick("", least, best.load)
-    return PrefillPick(best.id, cached.get(best.id, 0), best.load)
+        return PrefillPick("", least)
+    return PrefillPick(best.id, cached.get(best.id, 0))
 
 
 class PrefixRouter:
