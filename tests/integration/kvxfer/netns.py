@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -58,10 +59,28 @@ def make_veth_pair() -> VethPair:
             _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", host.device)
             _ip("-n", host.netns, "link", "set", host.device, "up")
             _ip("-n", host.netns, "link", "set", "lo", "up")
+        _wait_running(pair)
     except BaseException:
         pair.delete()
         raise
     return pair
+
+
+def _operstate(host: Host) -> str:
+    out = subprocess.run(["ip", "-n", host.netns, "-j", "link", "show", "dev", host.device],
+                         capture_output=True, text=True, timeout=10, check=True).stdout
+    return json.loads(out)[0]["operstate"]
+
+
+def _wait_running(pair: VethPair, timeout_s: float = 10.0) -> None:
+    """Wait till both ends have carrier: the kernel reports it up to a second after `link set up`, and UCX,
+    which lists its devices once when a process starts, leaves out a device without it (its pulls then fail
+    with "Destination is unreachable")."""
+    deadline = time.monotonic() + timeout_s
+    while (states := [_operstate(h) for h in (pair.a, pair.b)]) != ["UP", "UP"]:
+        if time.monotonic() > deadline:
+            raise NetnsUnavailable(f"the veth pair did not come up in {timeout_s:.0f} s: {states}")
+        time.sleep(0.02)
 
 
 def tx_bytes(host: Host) -> int:
