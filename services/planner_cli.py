@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from services.common.settings_cli import add_settings_arguments, settings_values
 from services.deploy.cli import (
     add_actuator_arguments,
     add_emit_arguments,
     deployment_actuator,
     emit,
 )
+from services.planner.config import PlannerSettings
 from services.planner.schemas import (
     ClusterBody,
     PlanRequest,
@@ -23,16 +25,7 @@ from services.planner.schemas import (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     serve = subparsers.add_parser("planner", help="serve the planner REST API (OpenAPI at /docs)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8001)
-    serve.add_argument("--redis-url", default=None, help="Redis with request records (enables /v1/replan)")
-    serve.add_argument("--workers", type=int, default=None, help="search processes (default: CPU cores)")
-    serve.add_argument("--replan-interval", type=float, default=0.0, help="seconds between workload checks")
-    serve.add_argument("--admin-key-file", default="", help="file of hashed admin keys; POST /v1/* needs one")
-    serve.add_argument("--allow-unauthenticated", action="store_true", help="bind beyond loopback without admin keys")
-    serve.add_argument("--fit-interval", type=float, default=None, help="seconds between refits of the online "
-                       "latency model (0: none; default 5 or DISTSERVE_PLANNER_FIT_INTERVAL)")
-    serve.add_argument("--model-profile", default=None, help="profile file seeding the online fit's attention terms")
+    add_settings_arguments(serve, PlannerSettings)
     add_actuator_arguments(serve)
     serve.set_defaults(func=_serve)
 
@@ -84,12 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from services.planner.__main__ import serve
-    from services.planner.config import PlannerSettings
 
-    given = {k: v for k, v in (("fit_interval", args.fit_interval), ("model_profile", args.model_profile)) if v is not None}
-    serve(PlannerSettings(host=args.host, port=args.port, redis_url=args.redis_url, workers=args.workers,
-                          replan_interval=args.replan_interval, admin_key_file=args.admin_key_file,
-                          allow_unauthenticated=args.allow_unauthenticated, **given), deployment_actuator(args))
+    serve(PlannerSettings(**settings_values(args, PlannerSettings)), deployment_actuator(args))
     return 0
 
 

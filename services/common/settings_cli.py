@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import get_args
+from typing import Literal, get_args, get_origin
 
 from pydantic_settings import BaseSettings
 
@@ -12,9 +12,12 @@ def add_settings_arguments(parser: argparse.ArgumentParser, settings: type[BaseS
     for name, field in settings.model_fields.items():
         if name in skip:
             continue
-        kind = field.annotation if field.annotation in (int, float) else str
-        choices = get_args(field.annotation) or None
-        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, choices=choices, help=field.description)
+        flag, kind = "--" + name.replace("_", "-"), field.annotation if field.annotation in (int, float) else str
+        if field.annotation is bool:  # `--flag` alone, or `--flag true|false`
+            parser.add_argument(flag, nargs="?", const="true", default=None, help=field.description)
+            continue
+        choices = get_args(field.annotation) if get_origin(field.annotation) is Literal else None
+        parser.add_argument(flag, type=kind, default=None, choices=choices, help=field.description)
 
 
 def settings_values(args: argparse.Namespace, settings: type[BaseSettings], skip: tuple[str, ...] = ()) -> dict:
