@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import get_args
 
-from services.bench.workload import THINK_S, WORKLOADS
+from services.bench.workload import SYSTEM_PROMPTS, THINK_S, WORKLOADS
 from services.common.engine_settings import add_engine_arguments, engine_fields
 from services.engine.fingerprint import engine_fingerprint
 from services.launcher.cores import cores_argument
@@ -83,7 +83,8 @@ def _config(args: argparse.Namespace):
     return BenchConfig(
         model=model, modes=modes, workloads=workloads, devices=devices,
         start=args.start, router=args.router or "", redis_url=args.redis_url or "", prompt_scale=args.prompt_scale,
-        output_scale=args.output_scale, cv=args.cv, seed=args.seed, think_s=args.think_time, routing=args.routing,
+        output_scale=args.output_scale, cv=args.cv, seed=args.seed, think_s=args.think_time,
+        system_prompts=args.system_prompts, routing=args.routing,
         vary=_names(args.vary, VARIED, "--vary") if args.vary else (), ttft=args.ttft, tpot=args.tpot, ttft_scale=args.ttft_scale,
         tpot_scale=args.tpot_scale, slo_scale=args.slo_scale, target=args.attainment, rate=args.rate,
         start_rate=args.start_rate, factor=args.factor, simulate=args.simulate, profile=profile,
@@ -146,6 +147,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--seed", type=int, default=0)
     load.add_argument("--think-time", type=float, default=THINK_S,
                       help="multi-turn: mean seconds (exponential) from an answer to the next turn")
+    load.add_argument("--system-prompts", type=int, default=SYSTEM_PROMPTS,
+                      help="shared-prompt: how many distinct system prompts the requests draw from (uniformly)")
     load.add_argument("--num-requests", type=int, default=None, help="requests per rate, at most (default 100; quick 30)")
     load.add_argument("--window", type=float, default=None,
                       help="a rate sends the requests arriving within this many seconds, within --num-requests and "

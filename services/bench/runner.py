@@ -25,7 +25,7 @@ from services.bench.results import ModeResult, summarize
 from services.bench.served import joins_of, loaded_overheads, path_overheads, prefill_rows
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import fixed_rates_goodput, goodput_search, pooled_runs
-from services.bench.workload import THINK_S, BenchWorkload, Sample
+from services.bench.workload import SYSTEM_PROMPTS, THINK_S, BenchWorkload, Sample
 from services.common.engine_settings import EngineSettings, OnOff, engine_fields
 from services.common.net import free_port
 from services.launcher.stack import Stack, StackConfig
@@ -60,6 +60,7 @@ class BenchConfig(EngineSettings):
     cv: float = 1.0
     seed: int = 0
     think_s: float = THINK_S  # multi-turn: mean think time between an answer and the next turn
+    system_prompts: int = SYSTEM_PROMPTS  # shared-prompt: how many distinct system prompts
     routing: str = RouterSettings.model_fields["routing"].default  # the started router's prefill pick
     vary: tuple[str, ...] = ()  # of VARIED: each mode also runs with these settings flipped (routing: disagg only)
     ttft: float | None = None  # s at scale 1; None: ttft_scale × the lone TTFT of the profile
@@ -238,7 +239,7 @@ def bench_sample(cfg: BenchConfig, workload: str, count: int, seed_offset: int =
     """`count` requests of `workload` as the bench draws them (its length scales, arrivals and seed)."""
     shape = load_shape(cfg.model)
     return BenchWorkload(workload, cfg.prompt_scale, cfg.output_scale, shape.max_context, cfg.cv,
-                         cfg.seed + seed_offset, cfg.think_s).sample(count, shape.vocab)
+                         cfg.seed + seed_offset, cfg.think_s, system_prompts=cfg.system_prompts).sample(count, shape.vocab)
 
 
 def point_sample(cfg: BenchConfig, sample: Sample) -> Callable[[float], Sample]:

@@ -35,6 +35,7 @@ SHARED_TOKENS = 1024  # a shared system prompt
 MESSAGE = (4.4, 0.8)  # a user message's length: LogNormal(mu, sigma), median 81 tokens
 ANSWER_CAP = 1024  # tokens of one answer at most
 THINK_S = 2.0  # multi-turn: mean think time (seconds)
+SYSTEM_PROMPTS = 4  # shared-prompt: how many
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,7 @@ class BenchWorkload:
     seed: int = 0
     think_s: float = THINK_S  # multi-turn: mean think time
     turns: tuple[int, int] = (3, 6)  # multi-turn: turns per conversation, fewest and most
-    system_prompts: int = 4  # shared-prompt: how many
+    system_prompts: int = SYSTEM_PROMPTS  # shared-prompt: how many
 
     def sample(self, n: int, vocab: int) -> Sample:
         """The first `n` requests of this workload's seeded sequence (token ids uniform over the vocabulary)."""
