@@ -12,12 +12,21 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the headless back
 from services.bench.results import STAGES, ModeResult, names  # noqa: E402
 
 COLORS = {"disagg": "tab:blue", "colocated": "tab:orange", "chunked": "tab:green"}
+VARIANT_COLORS = ("tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
+
+
+def line_colors(modes: list[str]) -> list[str]:
+    """One color per result: its mode's for the mode's first result, a color of its own for each further variant."""
+    spare, seen, colors = iter(VARIANT_COLORS), set(), []
+    for mode in modes:
+        colors.append(COLORS[mode] if mode in COLORS and mode not in seen else next(spare, "black"))
+        seen.add(mode)
+    return colors
 
 
 def attainment_plot(results: list[ModeResult], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for r, name in zip(results, names(results)):
-        color = COLORS.get(r.mode)
+    for r, name, color in zip(results, names(results), line_colors([r.mode for r in results])):
         ax.plot([p.rate / r.devices for p in r.points], [100 * p.attainment for p in r.points], marker="o",
                 color=color, label=f"{name} measured")
         for curve, style, kind in ((r.simulated_curve, "--", "simulated"), (r.calibrated_curve, ":", "calibrated"),
