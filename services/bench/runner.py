@@ -280,7 +280,8 @@ class Bench:
             return self.cfg.start_rate
         if not self.cfg.profile:
             return 1.0
-        guess = 0.5 * self._predictor(DEFAULT_LINK_GBPS).goodput(self.sample_at(workload), self.slos[workload])
+        predictor = self._predictor(DEFAULT_LINK_GBPS, caching=self.cfg.prefix_caching)  # the first variant's
+        guess = 0.5 * predictor.goodput(self.sample_at(workload), self.slos[workload])
         return float(f"{max(guess, 0.05):.2g}")
 
     def sample_at(self, workload: str) -> Callable[[float], Sample]:
