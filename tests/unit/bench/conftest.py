@@ -1,4 +1,4 @@
-"""A predictor from a synthetic small-llama profile, shared by the prediction tests."""
+"""A synthetic small-llama profile and a predictor from it, shared by the prediction tests."""
 
 import pytest
 
@@ -8,7 +8,7 @@ from services.planner.shapes import PRESETS
 
 
 @pytest.fixture()
-def predictor(tmp_path) -> Predictor:
+def profile_path(tmp_path) -> str:
     path = tmp_path / "profile.json"
     write_profile(ProfileFile(
         model=PRESETS["small-llama"].as_dict(), device="cpu:0",
@@ -16,4 +16,9 @@ def predictor(tmp_path) -> Predictor:
                  for n in (16, 64, 256) for b in (1, 2)],
         decode=[DecodePoint(context_lens=[c] * b, seconds=0.017 + 8e-6 * c * b + 1e-3 * b)
                 for c in (16, 256) for b in (1, 4)]), path)
-    return Predictor.from_profile(str(path), kv_tokens=16384, max_batch_tokens=512, link_gbps=10.0)
+    return str(path)
+
+
+@pytest.fixture()
+def predictor(profile_path) -> Predictor:
+    return Predictor.from_profile(profile_path, kv_tokens=16384, max_batch_tokens=512, link_gbps=10.0)
