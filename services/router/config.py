@@ -17,6 +17,7 @@ class RouterSettings(BaseSettings):
 
     model: str = Field(description="model folder (tokenizer and limits)")
     model_name: str = Field("", description="name clients use for the model; the folder name when empty")
+    chat_template: str = Field("", description="a jinja chat template file, used instead of the model folder's own")
     mode: Mode = Field("disagg", description="disagg: prefill then decode instances; colocated/chunked: one instance per request")
     host: str = Field("127.0.0.1", description="address to bind")
     grpc_port: int = Field(50051, description="gRPC port (distserve.v1.Router)")

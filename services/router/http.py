@@ -25,7 +25,7 @@ from services.router.choices import merge
 from services.router.closing_response import ClosingStreamingResponse
 from services.router.core import Chunk, RouterCore
 from services.router.openai_logprobs import Echo, chat_logprobs, completion_logprobs, echo_of
-from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, chat_prompt
+from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, DetokenizeBody, TokenizeBody
 from services.router.request import RequestBuilder, RouterRequest
 from services.router.slo import requested_slo
 from services.router.tokenization import detokenize, tokenize
@@ -225,7 +225,12 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatBody, request: Request):
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-        return await run(body, [chat_prompt(body.messages)], max_tokens, chat=True, headers=request.headers)
+        try:
+            builder.check_model(body.model)
+            prompt = builder.chat_prompt(**body.template_args(body.messages))
+        except EngineInputError as exc:
+            return _status_of(exc)
+        return await run(body, [prompt], max_tokens, chat=True, headers=request.headers)
 
     return app
 

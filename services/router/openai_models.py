@@ -6,7 +6,7 @@ server does not implement (UNSUPPORTED).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -56,31 +56,55 @@ class CompletionBody(SamplingBody):
     echo: bool = Field(False, description="the prompt's text before the completion")
 
 
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"]
+    text: str
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["system", "user", "assistant", "developer"]
-    content: str
+    content: str | list[TextPart] = Field(description="a string, or a list of text parts")
     name: str | None = None
 
 
-class ChatBody(SamplingBody):
+class ChatOptions(BaseModel):
+    """How messages become a prompt through the model's chat template (vLLM's extensions)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    add_generation_prompt: bool = Field(True, description="end with the header of the assistant's turn")
+    continue_final_message: bool = Field(False, description="end inside the final message, which the output continues "
+                                                            "(with add_generation_prompt false)")
+    documents: list[dict[str, Any]] | None = Field(None, description="for retrieval templates: dicts with title and text")
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict, description="more variables for the template")
+
+    def template_args(self, messages: list[ChatMessage]) -> dict[str, Any]:
+        """The keyword arguments of `RequestBuilder.chat_prompt` for these messages."""
+        return {"messages": [m.model_dump(exclude_none=True) for m in messages],
+                "add_generation_prompt": self.add_generation_prompt,
+                "continue_final_message": self.continue_final_message, "documents": self.documents,
+                **self.chat_template_kwargs}
+
+
+class ChatBody(SamplingBody, ChatOptions):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, description="with logprobs: this many top tokens per position (<= 20)")
 
 
-class TokenizeBody(BaseModel):
+class TokenizeBody(ChatOptions):
     """vLLM's POST /tokenize: a prompt, or chat messages through the chat template."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str = ""
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(None, min_length=1)
-    add_special_tokens: bool = Field(True, description="the BOS token, which the completion endpoints add")
-    add_generation_prompt: bool = Field(True, description="with messages: end with the assistant's turn")
+    add_special_tokens: bool | None = Field(None, description="the special tokens the tokenizer adds (BOS): by default "
+                                                              "as the completion endpoints add them")
     return_token_strs: bool = Field(False, description="also each token's text")
 
 
@@ -92,7 +116,3 @@ class DetokenizeBody(BaseModel):
     model: str = ""
     tokens: list[int]
 
-
-def chat_prompt(messages: list[ChatMessage], generation_prompt: bool = True) -> str:
-    """The plain chat template of the random-weight presets: one 'role: content' line each, then 'assistant:'."""
-    return "".join(f"{m.role}: {m.content}\n" for m in messages) + ("assistant:" if generation_prompt else "")
