@@ -6,9 +6,12 @@ server does not implement (UNSUPPORTED).
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from services.common.generation_config import SamplingDefaults
 
 # OpenAI fields refused with 400 "not supported" (the rest of the unknown fields get "unknown field").
 UNSUPPORTED = frozenset({
@@ -29,9 +32,9 @@ class SamplingBody(BaseModel):
 
     model: str = ""
     max_tokens: int | None = Field(None, description="tokens to generate; the router's default when absent")
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = Field(0, description="extension: 0 = off")
+    temperature: float | None = Field(None, description="absent: the model's generation_config.json, else 1")
+    top_p: float | None = Field(None, description="absent: the model's generation_config.json, else 1")
+    top_k: int | None = Field(None, description="extension: 0 = off; absent: the model's generation_config.json, else off")
     seed: int | None = Field(None, description="absent: the router draws one (kept in the request record)")
     n: int = Field(1, description="independent samples; they share one prefill")
     best_of: int | None = Field(None, description=">= n: generated per prompt; the n of highest cumulative logprob return")
@@ -43,11 +46,17 @@ class SamplingBody(BaseModel):
     user: str | None = Field(None, description="accepted; recorded nowhere")
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    repetition_penalty: float = Field(1.0, description="extension (vLLM's): 1 = off")
+    repetition_penalty: float | None = Field(None, description="extension (vLLM's): 1 = off; absent: the model's "
+                                                                 "generation_config.json, else off")
     logit_bias: dict[int, float] | None = Field(None, description="token id -> bias added to its logit")
     min_tokens: int = Field(0, description="extension: EOS and stop tokens cannot end the output earlier")
     cache_salt: str | None = Field(None, description="prefix caching (vLLM's name): only requests of one API key "
                                                      "and salt share cached K/V")
+
+    def sampling(self, defaults: SamplingDefaults) -> dict[str, Any]:
+        """temperature, top_p, top_k and repetition_penalty: as given, else the defaults."""
+        return {name: given if (given := getattr(self, name)) is not None else value
+                for name, value in asdict(defaults).items()}
 
 
 class CompletionBody(SamplingBody):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from services.common.chat_template import ChatTemplate, plain_chat_template
 from services.common.errors import EngineInputError
+from services.common.generation_config import SamplingDefaults
 from services.common.model_config import ModelConfig
 from services.common.sampling import MAX_N, SamplingParams, choice_seed
 from services.common.stamps import Lifetime
@@ -90,6 +91,7 @@ class RequestBuilder:
     model_name: str
     max_prompt_chars: int
     chat: ChatTemplate = field(default_factory=plain_chat_template)
+    sampling: SamplingDefaults = SamplingDefaults()  # what requests that omit these fields sample with
 
     def build(self, *, prompt: str, prompt_ids: list[int], params: SamplingParams, model: str = "",
               request_id: str = "", timeout_s: float | None = None, n: int = 1, tenant: str = "",
