@@ -107,7 +107,8 @@ def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max
                           stop_token_ids=tuple(body.stop_token_ids), ignore_eos=body.ignore_eos,
                           stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()), logprobs=logprobs,
                           presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
-                          min_tokens=body.min_tokens, **body.sampling(defaults),
+                          min_tokens=body.min_tokens, skip_special_tokens=body.skip_special_tokens,
+                          spaces_between_special_tokens=body.spaces_between_special_tokens, **body.sampling(defaults),
                           logit_bias=tuple(sorted((body.logit_bias or {}).items())), prompt_logprobs=prompt_logprobs)
 
 

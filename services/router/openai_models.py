@@ -50,6 +50,9 @@ class SamplingBody(BaseModel):
                                                                  "generation_config.json, else off")
     logit_bias: dict[int, float] | None = Field(None, description="token id -> bias added to its logit")
     min_tokens: int = Field(0, description="extension: EOS and stop tokens cannot end the output earlier")
+    skip_special_tokens: bool = Field(True, description="extension (vLLM's): special tokens left out of the text")
+    spaces_between_special_tokens: bool = Field(False, description="extension (vLLM's): with skip_special_tokens "
+                                                                   "false, a space each side of a special token")
     cache_salt: str | None = Field(None, description="prefix caching (vLLM's name): only requests of one API key "
                                                      "and salt share cached K/V")
 

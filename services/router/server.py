@@ -30,6 +30,8 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
         ignore_eos=request.ignore_eos,
         stop=tuple(request.stop),
         logprobs=request.logprobs if request.HasField("logprobs") else None,
+        skip_special_tokens=request.skip_special_tokens if request.HasField("skip_special_tokens") else True,
+        spaces_between_special_tokens=request.spaces_between_special_tokens,
         **{**penalties_from_proto(request), **asdict(defaults), **given},
     )
 
