@@ -44,3 +44,13 @@ def extend_hashes(hashes: list[int], tokens: list[int], block_size: int, namespa
         parent = chain(parent, tokens[i * block_size:(i + 1) * block_size])
         hashes.append(parent)
 
+
+
+def to_wire(hashes: list[int]) -> list[bytes]:
+    """Hashes as a KV handle carries them (`KVHandle.block_hashes`)."""
+    return [h.to_bytes(HASH_BYTES, "little") for h in hashes]
+
+
+def from_wire(raw: list[bytes]) -> list[int]:
+    """A KV handle's hashes; one of another width can equal no hash."""
+    return [int.from_bytes(b, "little") if len(b) == HASH_BYTES else -1 for b in raw]
