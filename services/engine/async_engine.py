@@ -88,6 +88,15 @@ class AsyncEngine:
             self._grant_blocks()
         return ended
 
+    @property
+    def steps(self) -> int:
+        """Steps run since the start."""
+        return self.worker.steps
+
+    def busy(self) -> bool:
+        """Whether sequences are waiting or running (read off the engine thread: a hint, not a snapshot)."""
+        return self.engine.has_work()
+
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served (reads only the config)."""
         self.engine.validate(prompt_ids, params)

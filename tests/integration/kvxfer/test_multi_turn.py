@@ -85,8 +85,8 @@ async def test_a_delta_pull_moves_only_the_blocks_the_decode_cache_lacks(pairs) 
     assert_same(first, cold[0])
     assert_same(second, cold[1])
     prompt = len(SYSTEM) + len(first.tokens) + len(NEW)  # 51 tokens: 13 blocks, 11 of them cached at the decode
-    assert (second.first.cached_tokens, second.first.pulled_blocks) == (11 * 4, 2)
-    assert (cold[1].first.cached_tokens, cold[1].first.pulled_blocks) == (0, 13)
+    assert (second.first.decode_cached_tokens, second.first.pulled_blocks) == (11 * 4, 2)
+    assert (cold[1].first.decode_cached_tokens, cold[1].first.pulled_blocks) == (0, 13)
     block_bytes = on.decode_engine.engine.layout.block_bytes
     assert pulled == (10 + 2) * block_bytes  # turn 1's 10 blocks, turn 2's 2
     # the prefill finds turn 1's prompt (9 full blocks) in its own cache; the decode computes no prompt token
@@ -120,7 +120,7 @@ async def test_a_reverse_pull_computes_only_what_neither_instance_holds(pairs) -
     # the decode leases its 11 cached blocks; the prefill has turn 1's 9 itself and pulls the other 2, computes 7
     assert (second.prefilled.cached_tokens, second.prefilled.pulled_blocks) == (11 * 4, 2)
     assert computed == (prompt - 11 * 4, len(second.tokens) - 1)
-    assert (second.first.cached_tokens, second.first.pulled_blocks) == (11 * 4, 2)  # then the decode's delta pull
+    assert (second.first.decode_cached_tokens, second.first.pulled_blocks) == (11 * 4, 2)  # then the decode's delta pull
     assert (cold[1].prefilled.cached_tokens, cold[1].prefilled.pulled_blocks) == (0, 0)
     assert cold[2] == (prompt, len(second.tokens) - 1)
 
