@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from distserve.v1 import kv_pb2
 from services.common.errors import EngineInputError, LocalPrefillDeclined
+from services.common.prefix_hash import block_hashes, from_wire, to_wire
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.decode.local_pacer import LOCAL_PREFILLS, LocalPacer
@@ -74,11 +75,14 @@ class DecodeCore:
         blocks = self.engine.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
         if not blocks:
             return None
+        bs = self.engine.engine.blocks.block_size
         try:
-            return await self.leases.create_lease(blocks, len(blocks) * self.engine.engine.blocks.block_size, ttl_s)
+            handle = await self.leases.create_lease(blocks, len(blocks) * bs, ttl_s)
         except BaseException:
             self.engine.free_blocks(blocks)
             raise
+        handle.block_hashes.extend(to_wire(block_hashes(prompt_ids, bs, cache_namespace, len(blocks))))
+        return handle
 
     async def decode(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
                      handle: kv_pb2.KVHandle | None, cache_namespace: str = "",
@@ -102,7 +106,7 @@ class DecodeCore:
                 stamps = Lifetime(decode_queued=time.time())
                 blocks, cached = await self._pulled(handle, prompt_ids, first_token, cache_namespace, stamps)
                 outputs = self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, blocks,
-                                                         cache_namespace)
+                                                         cache_namespace, from_wire(handle.block_hashes))
             first = True
             try:
                 async for out in outputs:

@@ -140,3 +140,33 @@ async def test_a_leased_prefix_gone_costs_a_recompute_and_an_unpulled_one_expire
     assert (await pair.computed())[0] - before[0] == len(prompt) - 9 * 4
     assert await pair.kv.release(prefilled.kv.lease_id)
     assert await pair.settled()
+
+
+async def test_kv_under_hashes_that_are_not_the_prompts_joins_no_cache(pairs) -> None:
+    """A decode caches pulled blocks only under the handle's hashes, and only when they are the prompt's own in the
+    request's namespace; a prefill pulls a leased prefix only on the same condition. Else each computes or decodes
+    as without a cache, to the same tokens."""
+    pair = await pairs("on")
+    sampling = sampling_to_proto(PARAMS)
+    prefilled = await pair.prefill.Prefill(worker_pb2.PrefillRequest(  # addressed in the default namespace
+        request_id="t1", prompt_token_ids=SYSTEM, sampling=sampling))
+    assert len(prefilled.kv.block_hashes) == len(SYSTEM) // 4
+    chunks = [c async for c in pair.decode.Decode(worker_pb2.DecodeRequest(
+        request_id="t1", prompt_token_ids=SYSTEM, sampling=sampling, first_token=prefilled.first_token,
+        kv=prefilled.kv, cache_namespace="tenant:b"))]
+    first = [prefilled.first_token, *(t for c in chunks for t in c.token_ids)]
+    assert (await pair.decode_engine.stats()).blocks_cached == 0
+    assert not (await pair.decode.LeasePrefix(worker_pb2.LeasePrefixRequest(
+        prompt_token_ids=SYSTEM, cache_namespace="tenant:b"))).HasField("kv")
+    assert await pair.settled()
+
+    assert (await turn(pair, "t1b", SYSTEM, "disagg")).tokens == first  # now cached at the decode, truly named
+    prompt = SYSTEM + first + NEW
+    leased = await pair.decode.LeasePrefix(worker_pb2.LeasePrefixRequest(prompt_token_ids=prompt))
+    assert len(leased.kv.block_hashes) == 11
+    leased.kv.block_hashes[10] = bytes(32)
+    prefilled = await pair.prefill.Prefill(worker_pb2.PrefillRequest(
+        request_id="t2", prompt_token_ids=prompt, sampling=sampling, prefix=leased.kv))
+    assert (prefilled.cached_tokens, prefilled.pulled_blocks) == (9 * 4, 0)  # its own cache only
+    assert await pair.kv.release(prefilled.kv.lease_id)
+    assert await pair.settled()
