@@ -27,6 +27,7 @@ import redis
 import redis.asyncio as aioredis
 
 from services.common.redis_auth import resolve_url, tls_options
+from services.common.redis_breaker import Breaker, GuardedConnection, GuardedSSLConnection
 from services.common.registry_cache import CacheIndex
 
 INST_KEY = "ds:inst:{}"
@@ -120,12 +121,17 @@ class Registry:
         self.cache = CacheIndex(client, self.ttl_ms)  # the instances' prefix-cache block hashes
 
     @classmethod
-    def from_url(cls, url: str, ttl_s: float = 3.0, max_connections: int = 64, pool_wait_s: float = 5.0) -> Registry:
+    def from_url(cls, url: str, ttl_s: float = 3.0, max_connections: int = 64, pool_wait_s: float = 5.0,
+                 breaker: Breaker | None = None) -> Registry:
         """A client whose calls wait (up to `pool_wait_s`) for one of `max_connections` connections: a burst of
-        requests queues for a connection instead of failing (the default pool raises past its size)."""
+        requests queues for a connection instead of failing (the default pool raises past its size). With a
+        `breaker`, calls on a request's path fail at once while Redis is away (`common/redis_breaker.py`)."""
+        guard = {} if breaker is None else {
+            "breaker": breaker,
+            "connection_class": GuardedSSLConnection if url.startswith("rediss:") else GuardedConnection}
         pool = aioredis.BlockingConnectionPool.from_url(
             resolve_url(url), **tls_options(url), max_connections=max_connections, timeout=pool_wait_s,
-            socket_timeout=2.0, socket_connect_timeout=2.0)
+            socket_timeout=2.0, socket_connect_timeout=2.0, **guard)
         return cls(aioredis.Redis.from_pool(pool), ttl_s)
 
     async def register(self, info: InstanceInfo) -> None:

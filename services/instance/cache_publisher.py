@@ -1,16 +1,12 @@
 """Keeps an instance's entry in the prefix-cache index (`services/common/registry_cache.py`) true: at every beat
-the block manager's events since the last one, as the next numbered batch; the whole set when a batch is
-refused (the index lost one, Redis or the instance restarted), when the block manager dropped events, and
-every RESYNC_S."""
+the block manager's events since the last one, as the next numbered batch (nothing new: the keys renewed); the
+whole set only when a batch is refused (the index lost one, Redis or the instance restarted) or the block manager
+dropped events."""
 
 from __future__ import annotations
 
-import time
-
 from services.common.registry_cache import CacheIndex
 from services.engine.block_manager import BlockManager, CacheEvent
-
-RESYNC_S = 30.0
 
 
 class CachePublisher:
@@ -19,25 +15,27 @@ class CachePublisher:
         self.index = index
         self.instance_id = instance_id
         self.incarnation = incarnation
-        self._number = 0
-        self._synced_at: float | None = None  # monotonic; None: the index must be rewritten
+        self._number = 0  # of the last batch applied
+        self._synced = False  # False: the index must be rewritten
 
     async def beat(self) -> None:
         """Publishes what changed (a failure leaves the next beat to resync)."""
         if not self.blocks.caching:
             return
         events = self.blocks.take_events()
-        due = self._synced_at is None or time.monotonic() - self._synced_at > RESYNC_S
-        self._number += 1
+        number = self._number + 1
         try:
-            if events is not None and not due:
+            if events is not None and self._synced:
                 stored, removed = _net(events)
-                if await self.index.apply(self.instance_id, self.incarnation, self._number, stored, removed):
+                applied = await self.index.apply(self.instance_id, self.incarnation, number, stored, removed)
+                if applied:
+                    self._number = number if applied == 1 else self._number
                     return
-            self._synced_at = time.monotonic()
-            await self.index.resync(self.instance_id, self.incarnation, self._number, self.blocks.cached_hashes())
+            self._synced = True
+            await self.index.resync(self.instance_id, self.incarnation, number, self.blocks.cached_hashes())
+            self._number = number
         except BaseException:
-            self._synced_at = None
+            self._synced = False
             raise
 
 

@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 from services.common.auth import ROUTER
 from services.common.errors import NoInstance
 from services.common.links import internal_channel
+from services.common.redis_breaker import RedisAway
 from services.common.registry import InstanceInfo, Registry
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,8 @@ class Dispatcher:
                 else:
                     chosen, in_redis = await self.registry.pick(role, load, self.router_id), True
             except (RedisError, OSError) as exc:
-                log.warning("registry unreachable, choosing by local counts: %s", exc)
+                if not isinstance(exc, RedisAway):  # the breaker logs an outage once
+                    log.warning("registry unreachable, choosing by local counts: %s", exc)
             if chosen is not None and chosen not in self.instances:
                 await self.refresh()
         if chosen is None or chosen not in self.instances:
@@ -185,7 +187,8 @@ class Dispatcher:
         try:
             await self.registry.add_load(role, instance_id, -load, self.router_id)
         except (RedisError, OSError) as exc:
-            log.warning("could not take load off %s: %s", instance_id, exc)
+            if not isinstance(exc, RedisAway):
+                log.warning("could not take load off %s: %s", instance_id, exc)
 
     def _forget_channel(self, address: str) -> None:
         channel = self._channels.pop(address, None)

@@ -1,9 +1,10 @@
 """SLO-aware admission at the router: the fitted model from Redis, the queues at arrival, the decision
 (`admission.py`), and each finished request's prediction against its measurement (`slo_metrics.py`).
 
-No Redis call is on a request's path: the booked loads are read in the background every `loads_s` and this
-router's own bookings since that read are added (`Dispatcher.local_load`), so a burst at one router sees its
-own queue grow; other routers' bookings show at the next read.
+No Redis call is on a request's path: the booked loads are read in the background every `loads_s` (routing reads
+the same snapshot, `router/prefix_routing.py`) and this router's own bookings since that read are added
+(`Dispatcher.local_load`), so a burst at one router sees its own queue grow; other routers' bookings show at the
+next read.
 """
 
 from __future__ import annotations
@@ -89,11 +90,11 @@ class SloGate:
             if time.monotonic() >= next_model:
                 await self.refresh()
                 next_model = time.monotonic() + model_s
-            if self.model is not None:
-                await self.refresh_loads()
+            await self.refresh_loads()  # routing by the prefix cache reads them too
             await asyncio.sleep(loads_s)
 
-    def _candidates(self, role: str) -> list[Candidate]:
+    def candidates(self, role: str) -> list[Candidate]:
+        """The live instances of a role with their booked loads (no Redis call)."""
         local, since, now = self.dispatcher.local_load, self.dispatcher.step_since, time.monotonic()
         return [Candidate(i.id, f"{role}@{i.device}",
                           booked_load(self.loads.get(i.id, 0.0), local.get(i.id, 0.0), self.local_at_read.get(i.id, 0.0)),
@@ -111,7 +112,7 @@ class SloGate:
             self.mix.add(len(req.prompt_ids), req.params.max_tokens, time.monotonic(), len(req.prompt_ids) - at.cached)
             return
         began = time.perf_counter()
-        prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
+        prediction = predict(self.model, self.candidates("prefill"), self.candidates("decode"),
                              len(req.prompt_ids), req.params.max_tokens, self.batch_tokens, self.mix.mix(),
                              self.mix.prompt_tokens_per_s(), waiting, at)
         self.errors.expire(time.monotonic())

@@ -21,6 +21,7 @@ from services.common.links import server_options
 from services.common.metrics import serve_metrics
 from services.common.model_config import ModelConfig
 from services.common.net import EXCLUSIVE_PORT, bind_port
+from services.common.redis_breaker import Breaker, background
 from services.common.registry import Registry
 from services.common.tokenizer import load_tokenizer
 from services.router.config import RouterSettings
@@ -55,7 +56,7 @@ async def serve_router(settings: RouterSettings) -> None:
     builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars,
                              load_chat_template(settings.model, settings.chat_template),
                              SamplingDefaults.from_folder(settings.model, settings.generation_config))
-    registry = Registry.from_url(settings.redis_url)
+    registry = Registry.from_url(settings.redis_url, breaker=Breaker())
     dispatcher = Dispatcher(registry, settings.refresh_s, router_id=f"{settings.host}:{settings.grpc_port}",
                             wait_instance_s=settings.wait_instance_s, crash_wait_s=settings.crash_wait_s)
     await dispatcher.keep_book()
@@ -66,12 +67,15 @@ async def serve_router(settings: RouterSettings) -> None:
     limits = PathLimits(settings.local_prefill_tokens, settings.reverse_pull_tokens, settings.reverse_lease_ms / 1e3,
                         settings.pull_gbps * 1e9)
     prefix_router = PrefixRouter(registry, dispatcher, settings.prefill_batch_tokens, limits, lambda: gate.model,
-                                 gate.mix.mix) if gate is not None and settings.routing == "model" else None
+                                 gate.mix.mix, gate.candidates) if gate is not None and settings.routing == "model" else None
+    if prefix_router is not None:
+        await prefix_router.refresh_index()
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
                       settings.retries, release_lease=lease_releaser(dispatcher), gate=gate, prefix_router=prefix_router,
                       local_prefill_cap=settings.local_prefill_tokens)
-    refresher = asyncio.create_task(dispatcher.run())
-    model_reader = asyncio.create_task(gate.run(settings.model_refresh_s)) if gate is not None else None
+    refresher = background(dispatcher.run())
+    model_reader = background(gate.run(settings.model_refresh_s)) if gate is not None else None
+    index_reader = background(prefix_router.follow(settings.refresh_s)) if prefix_router is not None else None
 
     checks = [KeyCheck(keys, settings.close_reflection)] if keys.enabled else []
     server = grpc.aio.server(interceptors=checks, options=[*server_options(), *EXCLUSIVE_PORT])
@@ -116,7 +120,8 @@ async def serve_router(settings: RouterSettings) -> None:
     await server.stop(grace=settings.drain_grace_s)
     await core.cleanups.drain()
     refresher.cancel()
-    if model_reader is not None:
-        model_reader.cancel()
+    for reader in (model_reader, index_reader):
+        if reader is not None:
+            reader.cancel()
     await dispatcher.close()
     await registry.close()

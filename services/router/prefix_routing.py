@@ -9,6 +9,7 @@ A stale index entry only mispredicts: the engine looks its own cache up again, a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,9 +17,11 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from services.common.prefix_hash import block_hashes
+from services.common.redis_breaker import RedisAway
 from services.common.registry import InstanceInfo, Registry
 from services.router.admission import Candidate, FittedModel, Mix, predict_ttft
 from services.router.dispatch import Dispatcher
+from services.router.index_feed import IndexFeed
 from services.router.paths import PathLimits, Route, choose_path, pick_decode
 
 log = logging.getLogger(__name__)
@@ -59,44 +62,37 @@ def pick_prefill(candidates: list[Candidate], cached: dict[str, int], prompt: in
 
 
 class PrefixRouter:
-    """Reads what the pick needs per request: the index and the load book (every router's bookings; this
-    router's own while Redis is away), and the fitted model and recent mix that admission reads."""
+    """Reads what the pick needs per request: the prefix-cache index, kept in memory (`index_feed.py`; one Redis
+    round trip brings it up to date), and the loads admission reads (`loads`: every router's bookings at the
+    gate's last read and this router's own since; without it, this router's own), with the fitted model and
+    recent mix."""
 
     def __init__(self, registry: Registry, dispatcher: Dispatcher, batch_tokens: int, limits: PathLimits,
-                 model: Callable[[], FittedModel | None] = lambda: None, mix: Callable[[], Mix | None] = lambda: None) -> None:
+                 model: Callable[[], FittedModel | None] = lambda: None, mix: Callable[[], Mix | None] = lambda: None,
+                 loads: Callable[[str], list[Candidate]] | None = None) -> None:
         self.registry = registry
         self.limits = limits
         self.dispatcher = dispatcher
         self.batch_tokens = batch_tokens
         self.model = model
         self.mix = mix
+        self.loads = loads or self._own_loads
+        self.feed = IndexFeed()
 
     async def route(self, prompt_ids: list[int], namespace: str, max_tokens: int,
                     paths: bool = True) -> tuple[PrefillPick | None, Route]:
         """The prefill pick and, with `paths`, the decode instance and the path (`router/paths.py`)."""
         prefill, decode = self.dispatcher.live("prefill"), self.dispatcher.live("decode") if paths else []
-        books = {}
-        for role in ("prefill", "decode") if paths else ("prefill",):
-            try:
-                books[role] = await self.registry.loads(role)
-            except (RedisError, OSError):
-                books[role] = {}
         held = await self.cached_tokens(prefill + decode, prompt_ids, namespace)
         size = {i.id: i.block_size for i in prefill + decode}
         cached = {i: shareable(n, len(prompt_ids), size[i]) for i, n in held.items()}
-        local = self.dispatcher.local_load
-
-        def candidates(role: str, infos: list[InstanceInfo]) -> list[Candidate]:
-            return [Candidate(i.id, f"{role}@{i.device}", max(books[role].get(i.id, 0.0), local.get(i.id, 0.0)))
-                    for i in infos]
-
         model, mix = self.model(), self.mix()
-        prefills = candidates("prefill", prefill)
+        prefills = self.loads("prefill")
         pick = pick_prefill(prefills, cached, len(prompt_ids), self.batch_tokens, model, mix)
         if pick is None or not paths:
             return pick, Route("pull")
         chosen = next((c for c in prefills if c.id == pick.instance_id), min(prefills, key=lambda c: c.load))
-        d = pick_decode(candidates("decode", decode), held, len(prompt_ids) + max_tokens)
+        d = pick_decode(self.loads("decode"), held, len(prompt_ids) + max_tokens)
         line = model.prefill.get(chosen.kind) if model else None
         info = next((i for i in decode if d and i.id == d.id), None)
         per_token = info.block_bytes / info.block_size / self.limits.pull_bytes_per_s \
@@ -107,18 +103,37 @@ class PrefixRouter:
 
     async def cached_tokens(self, instances: list[InstanceInfo], prompt_ids: list[int],
                             namespace: str) -> dict[str, int]:
-        """Per instance, the prompt tokens its pool holds in full blocks as the index says; {} while Redis is away."""
-        by_size: dict[int, list[InstanceInfo]] = {}
+        """Per instance, the prompt tokens its pool holds in full blocks as the index says; {} while Redis is away
+        (the load book picks: an index that cannot be brought up to date may send a request after blocks gone)."""
+        try:
+            await self.feed.catch_up(self.registry.cache)
+        except (RedisError, OSError) as exc:
+            if not isinstance(exc, RedisAway):  # the breaker logs the outage once
+                log.warning("prefix-cache index unreachable, routing as if nothing were cached: %s", exc)
+            return {}
+        by_size: dict[int, list[str]] = {}
         for info in instances:
             if info.block_size:
-                by_size.setdefault(info.block_size, []).append(info)
+                by_size.setdefault(info.block_size, []).append(info.id)
         found: dict[str, int] = {}
-        try:
-            for size, group in by_size.items():
-                held = await self.registry.cache.held_prefix([i.id for i in group],
-                                                              block_hashes(prompt_ids, size, namespace))
-                found.update({i: blocks * size for i, blocks in held.items()})
-        except (RedisError, OSError) as exc:
-            log.warning("prefix-cache index unreachable, routing as if nothing were cached: %s", exc)
-            return {}
+        for size, ids in by_size.items():
+            held = self.feed.index.held_prefix(ids, block_hashes(prompt_ids, size, namespace))
+            found.update({i: blocks * size for i, blocks in held.items()})
         return found
+
+    async def follow(self, every_s: float) -> None:
+        """Keeps the index whole in the background (`IndexFeed.refresh`) every `every_s` seconds."""
+        while True:
+            await self.refresh_index()
+            await asyncio.sleep(every_s)
+
+    async def refresh_index(self) -> None:
+        live = [i.id for i in self.dispatcher.instances.values() if i.block_size]
+        try:
+            await self.feed.refresh(self.registry.cache, live)
+        except (RedisError, OSError) as exc:
+            log.debug("prefix-cache index not refreshed: %s", exc)
+
+    def _own_loads(self, role: str) -> list[Candidate]:
+        local = self.dispatcher.local_load
+        return [Candidate(i.id, f"{role}@{i.device}", local.get(i.id, 0.0)) for i in self.dispatcher.live(role)]

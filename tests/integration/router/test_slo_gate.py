@@ -67,10 +67,10 @@ async def test_the_gate_predicts_from_the_stored_model_and_the_booked_loads(regi
     assert predicted and 250 < float(predicted.group(1)) <= 281 and refused.value.retry_after_s == 1.0
     # its running step began at its first booking there: the time since counts off the prediction
     await asyncio.sleep(0.05)
-    (busy,) = gate._candidates("prefill")
+    (busy,) = gate.candidates("prefill")
     assert 0.05 <= busy.running_s < 1.0
     await dispatcher.release(assignment)
-    assert gate._candidates("prefill")[0].running_s == 0.0  # none of this router's own left: unknown
+    assert gate.candidates("prefill")[0].running_s == 0.0  # none of this router's own left: unknown
     await gate.refresh_loads()
     gate.admit(_request())
     await dispatcher.close()

@@ -27,7 +27,7 @@ def test_the_gates_candidates_take_the_booked_load_of_each_live_instance():
     dispatcher.local_load.update({"p0": 4400.0})
     gate = SloGate(dispatcher.registry, dispatcher, "refuse", RequestSLO(), 512)
     gate.loads, gate.local_at_read = {"d0": 700.0}, {"p0": 4400.0}  # p0's entry missing from the book
-    (p0,) = gate._candidates("prefill")
-    (d0,) = gate._candidates("decode")
+    (p0,) = gate.candidates("prefill")
+    (d0,) = gate.candidates("decode")
     assert (p0.id, p0.kind, p0.load) == ("p0", "prefill@cpu:0", pytest.approx(4400))
     assert (d0.kind, d0.load) == ("decode@cpu:1", pytest.approx(700))

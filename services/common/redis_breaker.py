@@ -1,0 +1,110 @@
+"""A circuit breaker on a process's Redis connections: after a connection fails (refused, reset, timed out) the
+breaker opens, and a call made on a request's path fails at once (`RedisAway`, no socket wait, no retry) until a
+background call (`background`: the loops that read the registry, loads and index) gets through and closes it.
+So with Redis down or stalled, requests are routed from what the router holds without waiting on Redis, and it
+recovers by itself. Each opening and closing is a log line and the state a metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+from redis.asyncio.connection import Connection, SSLConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = logging.getLogger(__name__)
+OPEN = Gauge("distserve_redis_breaker_open", "1 while Redis is taken as away: request paths do not call it")
+TRIPS = Counter("distserve_redis_breaker_trips", "times Redis was found away (the breaker opened)")
+REFUSED = Counter("distserve_redis_breaker_refused", "Redis calls on a request's path not made while it was away")
+_BACKGROUND = contextvars.ContextVar("redis_background", default=False)
+_FAILURES = (RedisConnectionError, RedisTimeoutError, TimeoutError, OSError)  # Redis away, not an error reply
+
+
+class RedisAway(RedisError):
+    """Not a ConnectionError: redis-py does not retry it."""
+
+
+class Breaker:
+    def __init__(self, name: str = "redis") -> None:
+        self.name = name
+        self.opened_at: float | None = None  # monotonic; None: closed
+
+    @property
+    def open(self) -> bool:
+        return self.opened_at is not None
+
+    def check(self) -> None:
+        if self.opened_at is not None and not _BACKGROUND.get():
+            REFUSED.inc()
+            raise RedisAway(f"{self.name} away for {time.monotonic() - self.opened_at:.1f} s")
+
+    def failed(self, exc: BaseException) -> None:
+        if self.opened_at is None:
+            self.opened_at = time.monotonic()
+            OPEN.set(1)
+            TRIPS.inc()
+            log.warning("%s unreachable (%r): routing from what this process holds until it answers", self.name, exc)
+
+    def answered(self) -> None:
+        if self.opened_at is not None:
+            log.warning("%s answers again after %.1f s", self.name, time.monotonic() - self.opened_at)
+            self.opened_at = None
+            OPEN.set(0)
+
+
+def background(coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+    """A task whose Redis calls go through while the breaker is open (and close it once one succeeds)."""
+    context = contextvars.copy_context()
+    context.run(_BACKGROUND.set, True)
+    return asyncio.create_task(coro, context=context)
+
+
+class _Guarded:
+    """Mixed into redis-py's asyncio connection classes: every connect, send and read asks the breaker."""
+
+    def __init__(self, *, breaker: Breaker, **kwargs: Any) -> None:
+        self.breaker = breaker
+        super().__init__(**kwargs, retry=Retry(NoBackoff(), 0))  # one failure opens the breaker; no backoff sleeps
+
+    async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        self.breaker.check()
+        try:
+            await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
+        except _FAILURES as exc:
+            self.breaker.failed(exc)
+            raise
+
+    async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        self.breaker.check()
+        try:
+            await super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+        except _FAILURES as exc:
+            self.breaker.failed(exc)
+            raise
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except _FAILURES as exc:
+            self.breaker.failed(exc)
+            raise
+        self.breaker.answered()
+        return response
+
+
+class GuardedConnection(_Guarded, Connection):
+    pass
+
+
+class GuardedSSLConnection(_Guarded, SSLConnection):
+    pass
