@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "services.decode.cli",
     "services.colocated.cli",
     "services.router.cli",
+    "services.mocker.cli",
     "services.launcher.cli",
     "services.launcher.health_cli",
     "services.launcher.keys_cli",

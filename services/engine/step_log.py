@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from services.common.step_model import prompt_sq
-from services.engine.scheduler import SchedulerOutput
+
+if TYPE_CHECKING:  # the mock instances read these records without loading the engine (and torch)
+    from services.engine.scheduler import SchedulerOutput
 
 StepKind = Literal["prefill", "decode", "mixed"]
 

@@ -32,7 +32,7 @@ def config_from_args(args: argparse.Namespace, model: str) -> StackConfig:
         redis_url=args.redis_url or "", **engine_fields(args),
         log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s,
         api_key_file=args.api_key_file, allow_unauthenticated=args.allow_unauthenticated,
-        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca, supervised=True,
+        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca, supervised=True, engine=args.engine,
         router_settings=settings_values(args, RouterSettings, skip=STACK_WIRED))
 
 
@@ -40,6 +40,8 @@ def _up(args: argparse.Namespace) -> int:
     from services.engine.presets import resolve_model
 
     model = resolve_model(args.model)
+    if args.engine == "mock" and args.mode != "disagg":
+        raise SystemExit("distserve up: --engine mock serves --mode disagg only")
     _check_parallel(model, args)
     config = config_from_args(args, model)
     if bool(config.tls_cert) != bool(config.tls_key):
@@ -102,6 +104,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=("disagg", "colocated", "chunked"), default="disagg")
     p.add_argument("--prefill", type=int, default=1, help="prefill instances (colocated/chunked: added to --decode)")
     p.add_argument("--decode", type=int, default=1, help="decode instances")
+    p.add_argument("--engine", choices=("torch", "mock"), default="torch", help="mock: the instances are mocks in one "
+                   "process (the worker protocol, real block accounting, steps timed by the fitted latency model; "
+                   "DISTSERVE_MOCK_* set their timing), for measuring the control plane at scale")
     p.add_argument("--devices", default="", help="comma-separated devices, one per rank of each instance in order "
                    "(default cpu:0, cpu:1, ...)")
     for role in ("prefill", "decode"):

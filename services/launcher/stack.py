@@ -71,6 +71,7 @@ class StackConfig(EngineSettings):
     remote_prefill_ranks: tuple[int, ...] = ()
     remote_decode_ranks: tuple[int, ...] = ()
     supervised: bool = False  # a Supervisor watches the stack: instances journal their steps for it
+    engine: Literal["torch", "mock"] = "torch"  # mock: the instances are mocks in one process (services/mocker/)
 
     def parallel(self, role: str) -> tuple[int, int]:
         """(TP, PP) of an instance of `role`."""
@@ -196,7 +197,9 @@ class Stack:
                 pin_process(self.embedded_redis.pid, self.service_cores)
         try:
             waits = []
-            if c.mode == "disagg":
+            if c.engine == "mock":
+                waits.append(self._start_mocks())
+            elif c.mode == "disagg":
                 port = free_port(c.host)
                 self.kvxfer_address = f"{c.host}:{port}"
                 waits.append(self._spawn("kvxfer", ["kvxfer", "--host", c.host, "--port", str(port)], self.kvxfer_address))
@@ -208,7 +211,7 @@ class Stack:
                                        self.decode_kvxfer_address, remote=True)
                     wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             first = 0  # each instance takes the next TP x PP devices, one per rank
-            for role in c.instance_roles():
+            for role in c.instance_roles() if c.engine == "torch" else []:
                 tp, pp = c.parallel(role)
                 ranks = tuple(self.device(first + r) for r in range(tp * pp))
                 waits.append(self.add_instance(role, ranks[0], wait=False, rank_devices=ranks))
@@ -226,6 +229,15 @@ class Stack:
         except BaseException:
             self.stop()
             raise
+
+    def _start_mocks(self) -> Proc:
+        """The prefill and decode instances as mocks, all in one process (`distserve mock`)."""
+        c = self.config
+        address = f"{c.host}:{free_port(c.host)}"
+        return self._spawn("mocks", ["mock", "--model", c.model, "--redis-url", self.redis_url, "--host", c.host,
+                                     "--port", address.rsplit(":", 1)[1], "--prefill", str(c.prefill), "--decode",
+                                     str(c.decode), "--block-size", str(c.block_size), "--num-blocks", str(c.num_blocks),
+                                     "--lease-ttl-s", str(c.lease_ttl_s)], address, device="mock")
 
     def add_instance(self, role: str, device: str, wait: bool = True, rank_devices: tuple[str, ...] = (),
                      parallel: tuple[int, int] | None = None) -> Proc:

@@ -1,0 +1,1 @@
+"""Mock instances: the worker protocol with real block accounting, timed by the fitted latency model."""
