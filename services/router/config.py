@@ -17,6 +17,10 @@ class RouterSettings(BaseSettings):
 
     model: str = Field(description="model folder (tokenizer and limits)")
     model_name: str = Field("", description="name clients use for the model; the folder name when empty")
+    chat_template: str = Field("", description="a jinja chat template file, used instead of the model folder's own")
+    generation_config: Literal["auto", "none"] = Field(
+        "auto", description="auto: the model folder's generation_config.json sets temperature, top_p, top_k and "
+                            "repetition_penalty for requests that omit them; none: the API's defaults")
     mode: Mode = Field("disagg", description="disagg: prefill then decode instances; colocated/chunked: one instance per request")
     host: str = Field("127.0.0.1", description="address to bind")
     grpc_port: int = Field(50051, description="gRPC port (distserve.v1.Router)")

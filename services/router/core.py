@@ -151,7 +151,8 @@ class RouterCore:
                       stopped: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[Chunk]:
         """One choice's text: detokenized, ended at a stop string (which closes the source: the downstream
         calls are cancelled and the K/V freed; a choice of a shared colocated call tells `stopped` first)."""
-        text = OutputText(self.tokenizer, req.params.stop, req.prompt_ids)
+        text = OutputText(self.tokenizer, req.params.stop, req.prompt_ids, req.params.skip_special_tokens,
+                          req.params.spaces_between_special_tokens)
         async with aclosing(source):
             async for tokens in source:
                 reason = tokens.finish_reason

@@ -14,7 +14,9 @@ from grpc_reflection.v1alpha import reflection
 
 from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.api_keys import ApiKeys, check_exposure
+from services.common.chat_template import load_chat_template
 from services.common.front_door import KeyCheck
+from services.common.generation_config import SamplingDefaults
 from services.common.links import server_options
 from services.common.metrics import serve_metrics
 from services.common.model_config import ModelConfig
@@ -51,6 +53,8 @@ async def serve_router(settings: RouterSettings) -> None:
     tokenizer = load_tokenizer(settings.model)
     model_name = settings.model_name or Path(settings.model).name
     builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars,
+                             load_chat_template(settings.model, settings.chat_template),
+                             SamplingDefaults.from_folder(settings.model, settings.generation_config),
                              settings.report_cached_tokens)
     registry = Registry.from_url(settings.redis_url)
     dispatcher = Dispatcher(registry, settings.refresh_s, router_id=f"{settings.host}:{settings.grpc_port}",

@@ -7,7 +7,9 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
+from services.common.chat_template import ChatTemplate, plain_chat_template
 from services.common.errors import EngineInputError
+from services.common.generation_config import SamplingDefaults
 from services.common.model_config import ModelConfig
 from services.common.sampling import MAX_N, SamplingParams, choice_seed
 from services.common.stamps import Lifetime
@@ -93,6 +95,8 @@ class RequestBuilder:
     tokenizer: Tokenizer
     model_name: str
     max_prompt_chars: int
+    chat: ChatTemplate = field(default_factory=plain_chat_template)
+    sampling: SamplingDefaults = SamplingDefaults()  # what requests that omit these fields sample with
     report_cached_tokens: bool = True  # False: clients are told 0 cached tokens (the router setting)
 
     def build(self, *, prompt: str, prompt_ids: list[int], params: SamplingParams, model: str = "",
@@ -115,6 +119,13 @@ class RequestBuilder:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         return RouterRequest(uuid.uuid4().hex, ids, params, deadline=deadline, label=request_id, n=n,
                              cache_namespace=namespace)
+
+    def chat_prompt(self, messages: list[dict], **kwargs) -> list[int]:
+        """The prompt ids of chat messages through the model's chat template (`kwargs`: `ChatTemplate.render`'s:
+        tools, documents, add_generation_prompt, continue_final_message, the template's own variables)."""
+        text = self.chat.render(messages, **kwargs)
+        self.check_text(text, "messages")
+        return self.chat.encode(self.tokenizer, text)
 
     def check_model(self, model: str) -> None:
         """An empty name means the one model served."""

@@ -111,7 +111,7 @@ async def test_a_local_prefill_over_the_cap_goes_by_the_prefill_and_gives_the_sa
     before = await s.pair.computed()
     tokens, req = await s.ask(prompt, Route("local", "cap-d", 40), "t2")
     after = await s.pair.computed()
-    assert req.path == "pull" and req.prefill_instance == "cap-p"
+    assert req.prefill_instance == "cap-p" and req.path == "pull"
     assert after[1] - before[1] == len(tokens) - 1  # the decode computed its decode steps, no prompt token
     cold, _ = await s.ask(prompt, Route("pull"), "t3")
     assert tokens == cold
@@ -123,6 +123,6 @@ async def test_a_local_prefill_booked_elsewhere_or_past_the_step_share_goes_by_t
     history = await _history(s, "disagg")
     prompt = history + [5, 6, 7]
     _, req = await s.ask(prompt, Route("local", "share-d", 40), "t2")  # the step share is 0: never local
-    assert req.path == "pull" and req.prefill_instance == "share-p"
+    assert req.prefill_instance == "share-p" and req.path == "pull"
     _, req = await s.ask(prompt, Route("local", "gone-d", 40), "t3")  # routed to an instance it could not book
-    assert req.path == "pull" and req.prefill_instance == "share-p"
+    assert req.prefill_instance == "share-p" and req.path == "pull"
