@@ -73,6 +73,11 @@ class RouterSettings(BaseSettings):
                                                            "decode instance adds to its TTFT")
     pull_gbps: float = Field(2.0, ge=0, description="routing=model: GB/s of a K/V pull between instances, to price "
                                                     "a reverse pull's transfer (0: taken as free)")
+    report_cached_tokens: bool = Field(
+        True, description="tell clients how many prompt tokens came from the prefix cache (usage.prompt_tokens_details."
+                          "cached_tokens, GenerateResponse.cached_tokens); off where many users share one API key "
+                          "without a per-user cache_salt, as a hit tells one user that another sent the same prefix "
+                          "(request records and metrics keep the figure)")
     prefill_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, ge=1,
                                       description="the prefill instances' batch bound in tokens, for the prediction")
 
