@@ -69,6 +69,10 @@ class RouterSettings(BaseSettings):
         32, ge=0, description="routing=model: how many more prompt tokens the decode instance must hold than the "
                               "prefill for the prefill to pull them from it first, when the model predicts it "
                               "sooner (0: never)")
+    reverse_lease_ms: float = Field(1.0, ge=0, description="routing=model: what a reverse pull's lease call to the "
+                                                           "decode instance adds to its TTFT")
+    pull_gbps: float = Field(2.0, ge=0, description="routing=model: GB/s of a K/V pull between instances, to price "
+                                                    "a reverse pull's transfer (0: taken as free)")
     prefill_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, ge=1,
                                       description="the prefill instances' batch bound in tokens, for the prediction")
 

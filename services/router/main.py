@@ -63,11 +63,13 @@ async def serve_router(settings: RouterSettings) -> None:
     gate = SloGate(registry, dispatcher, settings.admission, default_slo(settings.slo_ttft_ms, settings.slo_tpot_ms),
                    settings.prefill_batch_tokens, ErrorWindow(settings.slo_ttft_error_quantile, settings.slo_tpot_error_quantile)) \
         if settings.mode == "disagg" else None
-    limits = PathLimits(settings.local_prefill_tokens, settings.reverse_pull_tokens)
+    limits = PathLimits(settings.local_prefill_tokens, settings.reverse_pull_tokens, settings.reverse_lease_ms / 1e3,
+                        settings.pull_gbps * 1e9)
     prefix_router = PrefixRouter(registry, dispatcher, settings.prefill_batch_tokens, limits, lambda: gate.model,
                                  gate.mix.mix) if gate is not None and settings.routing == "model" else None
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
-                      settings.retries, release_lease=lease_releaser(dispatcher), gate=gate, prefix_router=prefix_router)
+                      settings.retries, release_lease=lease_releaser(dispatcher), gate=gate, prefix_router=prefix_router,
+                      local_prefill_cap=settings.local_prefill_tokens)
     refresher = asyncio.create_task(dispatcher.run())
     model_reader = asyncio.create_task(gate.run(settings.model_refresh_s)) if gate is not None else None
 

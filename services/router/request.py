@@ -53,7 +53,9 @@ class RouterRequest:
     prediction: Prediction | None = None  # TTFT/TPOT predicted at admission (None: no fitted model)
     best_effort: bool = False  # admitted although predicted to miss its SLO
     cache_namespace: str = ""  # prefix caching: its tenant and salt (`cache_namespace`); "" shares with all
-    cached_tokens: int = 0  # prompt tokens whose K/V the prefill found in its prefix cache
+    cached_tokens: int = 0  # prompt tokens not computed: the prefill's (or a local prefill's) cache had them
+    decode_cached_tokens: int = 0  # prompt tokens the decode instance's cache held, so not pulled (delta, reverse)
+    path: str = "pull"  # the way its K/V went to decode (router/paths.py), after any fallback
     prefill_pick: PrefillPick | None = None  # routing by the model: the prefill instance chosen at arrival
     route: Route = Route("pull")  # ... and the decode instance and the path its K/V takes (router/paths.py)
 
@@ -73,7 +75,9 @@ class RouterRequest:
     def record(self, n_tokens: int, mode: str) -> dict[str, str | int | float]:
         """Its entry in the request stream (`ds:requests`): the client's id is `label`, ours `request_id`."""
         return {"request_id": self.request_id, "label": self.label, "prompt_tokens": len(self.prompt_ids),
-                "output_tokens": n_tokens, "cached_tokens": self.cached_tokens, "path": self.route.path, "prefill_instance": self.prefill_instance,
+                "output_tokens": n_tokens, "cached_tokens": self.cached_tokens,
+                "decode_cached_tokens": self.decode_cached_tokens, "path": self.path,
+                "prefill_instance": self.prefill_instance,
                 "decode_instance": self.decode_instance, "mode": mode, "seed": self.params.seed,
                 **self.lifetime.to_record(), **(self.prediction.to_record() if self.prediction else {})}
 

@@ -65,6 +65,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                         completion_tokens=completion[chunk.index] if last else 0, index=chunk.index,
                         logprobs=logprobs_to_proto(chunk.logprobs),
                         prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs),
-                        cached_tokens=req.cached_tokens if last else 0)
+                        cached_tokens=req.cached_tokens if last else 0,
+                        decode_cached_tokens=req.decode_cached_tokens if last else 0)
         except Exception as exc:
             await abort_with(context, exc)
