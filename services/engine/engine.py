@@ -35,7 +35,6 @@ class EngineConfig(EngineSettings):
     model: str
     policy: Policy = "colocated"
     device: str = "cpu"
-    dtype: str = "float32"
     pool_path: str | None = None  # a /dev/shm file makes the pool mappable by kvxfer
     tp: int = 1  # tensor-parallel ranks per stage
     pp: int = 1  # pipeline stages
@@ -82,11 +81,12 @@ class LLMEngine:
         self.config = config
         self.model_config = ModelConfig.from_folder(config.model)
         mc = self.model_config
-        self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.dtype)
+        dtype = mc.dtype if config.dtype == "auto" else config.dtype
+        self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, dtype)
         if config.tp * config.pp > 1:
             from services.engine.parallel.runner import ParallelRunner
 
-            self.runner = ParallelRunner(config.model, mc, config.num_blocks, config.block_size, config.dtype,
+            self.runner = ParallelRunner(config.model, mc, config.num_blocks, config.block_size, dtype,
                                          config.device, config.tp, config.pp, config.devices, config.pool_path,
                                          config.rendezvous)
         else:

@@ -16,7 +16,7 @@ class RouterSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DISTSERVE_ROUTER_", frozen=True)
 
     model: str = Field(description="model folder (tokenizer and limits)")
-    model_name: str = Field("", description="name clients use for the model; the folder name when empty")
+    served_model_name: str = Field("", description="name clients use for the model; the folder name when empty")
     chat_template: str = Field("", description="a jinja chat template file, used instead of the model folder's own")
     generation_config: Literal["auto", "none"] = Field(
         "auto", description="auto: the model folder's generation_config.json sets temperature, top_p, top_k and "

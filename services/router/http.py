@@ -164,7 +164,8 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
+        return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve",
+                                            "max_model_len": builder.config.max_position}]}
 
     @app.post("/tokenize")
     async def tokenize_route(body: TokenizeBody):
