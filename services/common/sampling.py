@@ -57,6 +57,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
     min_tokens: int = 0  # EOS and stop tokens cannot be drawn before this many tokens
     prompt_logprobs: int | None = None  # set: each prompt token's logprob (from the second) and this many top ones
+    grammar: str = ""  # structured output: a Lark grammar the tokens must follow (services/common/grammars.py)
 
     @property
     def greedy(self) -> bool:
@@ -95,3 +96,5 @@ class SamplingParams:
             raise EngineInputError("logit_bias", "token ids must be >= 0 and biases in [-100, 100]")
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise EngineInputError("min_tokens", f"must be in [0, max_tokens], got {self.min_tokens}")
+        if self.grammar and self.min_tokens:
+            raise EngineInputError("min_tokens", "cannot be combined with structured output (the grammar ends it)")

@@ -8,6 +8,7 @@ from enum import Enum
 
 from services.common.prefix_hash import extend_hashes
 from services.common.sampling import FinishReason, SamplingParams, TokenLogprobs
+from services.engine.grammar import GrammarState
 
 
 class SeqStatus(Enum):
@@ -34,6 +35,7 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)  # content hashes of its first full blocks, as computed
     num_registered: int = 0  # leading blocks of block_table registered in (or found in) the prefix cache
     num_cached: int = 0  # prompt tokens whose K/V was found in the prefix cache at admission
+    grammar: GrammarState | None = None  # structured output: its matcher, in step with output_ids
 
     @property
     def num_tokens(self) -> int:

@@ -8,7 +8,7 @@ import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.api_keys import ApiKeys
-from services.common.convert import logprobs_to_proto, penalties_from_proto
+from services.common.convert import grammar_from_proto, logprobs_to_proto, penalties_from_proto
 from services.common.errors import abort_with
 from services.common.sampling import SamplingParams
 from services.router.core import RouterCore
@@ -27,6 +27,7 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
         ignore_eos=request.ignore_eos,
         stop=tuple(request.stop),
         logprobs=request.logprobs if request.HasField("logprobs") else None,
+        grammar=grammar_from_proto(request.structured_outputs),
         **penalties_from_proto(request),
     )
 
