@@ -65,6 +65,12 @@ class RouterSettings(BaseSettings):
         32, ge=0, description="routing=model: how many more prompt tokens the decode instance must hold than the "
                               "prefill for the prefill to pull them from it first, when the model predicts it "
                               "sooner (0: never)")
+    tool_call_parser: Literal["hermes", "llama3_json", "mistral"] = Field(
+        "hermes", description="the model family's tool-call format: how calls are read from chat outputs, and "
+                              "written by the grammar of tool_choice required or named")
+    reasoning_parser: Literal["none", "think"] = Field(
+        "none", description="think: a chat output's text before </think> is its reasoning_content, and a structured "
+                            "output's grammar applies after it")
     prefill_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, ge=1,
                                       description="the prefill instances' batch bound in tokens, for the prediction")
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # OpenAI fields refused with 400 "not supported" (the rest of the unknown fields get "unknown field").
 UNSUPPORTED = frozenset({
-    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format", "audio",
+    "functions", "function_call", "audio",
     "modalities", "prediction", "web_search_options", "reasoning_effort", "suffix", "service_tier", "store",
     "metadata",
 })
@@ -22,6 +22,36 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     include_usage: bool = False
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(max_length=64)
+    description: str | None = None
+    json_schema: dict = Field(default_factory=dict, alias="schema")  # `schema` would shadow BaseModel's
+    strict: bool | None = Field(None, description="accepted; the schema is enforced either way")
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's response_format: text (no constraint), any JSON object, or JSON valid against a schema."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's structured_outputs: one of these constrains the output."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    json_: dict | str | None = Field(None, alias="json", description="a JSON schema")
+    json_object: bool = False
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = Field(None, description="a Lark grammar (llguidance's dialect)")
 
 
 class SamplingBody(BaseModel):
@@ -48,6 +78,8 @@ class SamplingBody(BaseModel):
     min_tokens: int = Field(0, description="extension: EOS and stop tokens cannot end the output earlier")
     cache_salt: str | None = Field(None, description="prefix caching (vLLM's name): only requests of one API key "
                                                      "and salt share cached K/V")
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = Field(None, description="extension (vLLM's)")
 
 
 class CompletionBody(SamplingBody):
@@ -64,8 +96,44 @@ class ChatMessage(BaseModel):
     name: str | None = None
 
 
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict = Field(default_factory=lambda: {"type": "object", "properties": {}},
+                             description="a JSON schema of the arguments")
+    strict: bool | None = Field(None, description="accepted; a call's arguments follow the schema whenever a "
+                                                  "grammar writes them (tool_choice required or named)")
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: FunctionName
+
+
 class ChatBody(SamplingBody):
     messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None, description="with tools: auto (default) lets the model choose; required and a named function make it "
+                          "call (a grammar of the tools' schemas)")
+    parallel_tool_calls: bool = Field(True, description="required: one call or more; false: exactly one")
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, description="with logprobs: this many top tokens per position (<= 20)")
