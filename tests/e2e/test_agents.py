@@ -12,6 +12,8 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from services.common.chat_template import load_chat_template
+from services.common.tokenizer import load_tokenizer
 from tests.e2e.helpers import generate, wait_idle
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -61,9 +63,10 @@ async def test_parse_with_a_pydantic_model_returns_the_parsed_object(stack, clie
 def test_required_tool_calls_validate_against_their_parameters(client: openai.OpenAI) -> None:
     for seed in range(3):
         result = client.chat.completions.create(model="", messages=USER, tools=TOOLS, tool_choice="required",
-                                                max_tokens=200, temperature=1.0, seed=seed)
+                                                parallel_tool_calls=False, max_tokens=200, temperature=1.0, seed=seed)
         choice = result.choices[0]
         assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        assert len(choice.message.tool_calls) == 1
         for call in choice.message.tool_calls:
             jsonschema.validate(json.loads(call.function.arguments), PARAMETERS[call.function.name])
 
@@ -123,3 +126,19 @@ async def test_bad_schemas_and_tool_choices_are_refused_naming_the_field(stack, 
         assert err.value.body["param"] == field, extra
     stats = await wait_idle(stack)
     assert all(s.blocks_used == 0 and s.waiting == 0 for s in stats)
+
+
+@DISAGG
+def test_the_next_turn_takes_the_calls_and_the_tools_answers(client: openai.OpenAI, tiny_llama_dir: str) -> None:
+    first = client.chat.completions.create(model="", messages=USER, tools=TOOLS, tool_choice="required",
+                                           parallel_tool_calls=False, max_tokens=100, seed=4).choices[0].message
+    (call,) = first.tool_calls
+    turn = [*USER, first.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}]
+    result = client.chat.completions.create(model="", messages=turn, tools=TOOLS, max_tokens=4, seed=4)
+    rendered = load_chat_template(tiny_llama_dir).render(
+        [{**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                              for c in m.get("tool_calls", ())]} for m in turn], tools=TOOLS)
+    assert f"<tool_call>\n{json.dumps({'name': call.function.name, 'arguments': json.loads(call.function.arguments)}, ensure_ascii=False)}" \
+           in rendered and "tool: sunny, 21 C\nassistant:" in rendered
+    assert result.usage.prompt_tokens == len(load_tokenizer(tiny_llama_dir).encode(rendered))
