@@ -1,5 +1,5 @@
 """Tool calls per model family: parsed out of the text, written by their grammar, and streamed in pieces that add
-up to the whole message (reasoning, content and calls alike)."""
+up to the whole message (reasoning, content and calls alike); a grammar after reasoning holds the answer only."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import json
 import llguidance
 import pytest
 
+from services.common.grammars import after_reasoning, check, from_choice
 from services.engine.grammar import tokenizer_for
-from services.router.chat_output import ChatDelta, ChatOutput
+from services.router.chat_output import THINK_END, ChatDelta, ChatOutput
 from services.router.tool_parsers import PARSERS, Function, ToolCall
 
 WEATHER = Function("weather", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
@@ -84,3 +85,20 @@ def test_text_that_only_looks_like_a_call_or_a_tag_is_content(step: int) -> None
         assert (out.content, out.calls) == (text, [])
     out = _streamed(ChatOutput(True, None), "<thin", step)  # no </think>: all reasoning
     assert (out.reasoning, out.content) == ("<thin", "")
+
+
+def test_a_grammar_after_reasoning_leaves_the_reasoning_free_and_holds_the_answer(tiny_llama_dir: str) -> None:
+    tokenizer = tokenizer_for(tiny_llama_dir, 259, (2,))
+    grammar = check(after_reasoning(from_choice(["yes", "no"], "f"), THINK_END), "f")
+
+    def matcher() -> llguidance.LLMatcher:
+        return llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_lark(grammar), log_level=0)
+
+    free = matcher()
+    assert free.consume_tokens(tokenizer.tokenize_str("<think>maybe {not json} <think")) and not free.is_accepting()
+    assert free.consume_tokens(tokenizer.tokenize_str("</think>"))
+    mask = free.compute_bitmask()  # after the reasoning: only the answer's first bytes
+    allowed = {t for t in range(259) if mask[t // 8] >> (t % 8) & 1}
+    assert allowed == set(tokenizer.tokenize_str("y") + tokenizer.tokenize_str("n"))
+    assert free.consume_tokens(tokenizer.tokenize_str("no")) and free.is_accepting()
+    assert not matcher().consume_tokens(tokenizer.tokenize_str("<think>ok</think>maybe"))
