@@ -15,7 +15,9 @@ SPIECE_SPACE = "\u2581"  # SentencePiece's word-start marker
 
 
 class Tokenizer(Protocol):
-    bos_token_id: int | None
+    @property
+    def bos_token_id(self) -> int | None:
+        """The BOS token, or None where the model has none."""
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of the text, with the BOS token when the model uses one (and `add_special_tokens`)."""
