@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+
+from services.common.generation_config import eos_ids, read_generation_config
 
 Arch = Literal["llama", "opt"]
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
@@ -38,8 +40,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, raw: dict) -> ModelConfig:
         model_type = raw.get("model_type", "llama")
-        eos = raw.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        eos = eos_ids(raw.get("eos_token_id"))
         if model_type == "opt":
             if raw.get("word_embed_proj_dim", raw["hidden_size"]) != raw["hidden_size"]:
                 raise ValueError("OPT with word_embed_proj_dim != hidden_size is not supported")
@@ -49,7 +50,7 @@ class ModelConfig:
                 arch="opt", vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
                 intermediate_size=raw["ffn_dim"], num_layers=raw["num_hidden_layers"],
                 num_heads=raw["num_attention_heads"], num_kv_heads=raw["num_attention_heads"],
-                max_position=raw["max_position_embeddings"], eos_token_ids=eos_ids,
+                max_position=raw["max_position_embeddings"], eos_token_ids=eos,
                 bos_token_id=raw.get("bos_token_id"), tie_embeddings=True, qkv_bias=True, o_bias=True,
             )
         if model_type not in LLAMA_TYPES:
@@ -60,7 +61,7 @@ class ModelConfig:
             intermediate_size=raw["intermediate_size"], num_layers=raw["num_hidden_layers"],
             num_heads=raw["num_attention_heads"],
             num_kv_heads=raw.get("num_key_value_heads") or raw["num_attention_heads"],
-            max_position=raw["max_position_embeddings"], eos_token_ids=eos_ids,
+            max_position=raw["max_position_embeddings"], eos_token_ids=eos,
             bos_token_id=raw.get("bos_token_id"), norm_eps=raw.get("rms_norm_eps", 1e-6),
             rope_theta=raw.get("rope_theta", rope.get("rope_theta", 10000.0)),
             rope_scaling=raw.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None),
@@ -72,4 +73,8 @@ class ModelConfig:
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> ModelConfig:
-        return cls.from_dict(json.loads((Path(folder) / "config.json").read_text()))
+        """config.json, with every end-of-sequence id of generation_config.json besides its own (as generate
+        stops at them: instruct models end a turn with one and the text with another)."""
+        config = cls.from_dict(json.loads((Path(folder) / "config.json").read_text()))
+        more = eos_ids(read_generation_config(folder).get("eos_token_id"))
+        return replace(config, eos_token_ids=tuple(dict.fromkeys((*config.eos_token_ids, *more))))
