@@ -93,7 +93,8 @@ class HFTokenizer:
                spaces_between_special_tokens: bool = False) -> str:
         if skip_special_tokens or not spaces_between_special_tokens:
             return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
-        parts, run = [], []
+        parts: list[str] = []
+        run: list[int] = []
         for i in ids:  # runs of ordinary tokens decoded together, each added token alone
             if i in self._added:
                 parts += [self._tok.decode(run), self._tok.decode([i], skip_special_tokens=False)]
