@@ -10,6 +10,10 @@ TTFT = Histogram("distserve_ttft_seconds", "time to first token", buckets=LATENC
 TPOT = Histogram("distserve_tpot_seconds", "time per output token after the first", buckets=LATENCY_BUCKETS)
 E2E = Histogram("distserve_e2e_seconds", "end-to-end request latency", buckets=LATENCY_BUCKETS)
 STAGE = Histogram("distserve_stage_seconds", "per-stage latency", ["stage"], buckets=LATENCY_BUCKETS)
+ROUTING = Histogram("distserve_router_routing_seconds", "from a request's arrival to its first instance call "
+                    "(prefill, or a local prefill's decode): routing, admission and booking",
+                    buckets=(0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
+                             0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5))
 REQUESTS = Counter("distserve_requests_total", "requests by outcome", ["outcome"])
 QUEUE = Gauge("distserve_queue_length", "requests waiting in the engine", ["instance"])
 RUNNING = Gauge("distserve_running", "requests running in the engine", ["instance"])

@@ -25,6 +25,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 log = logging.getLogger(__name__)
 OPEN = Gauge("distserve_redis_breaker_open", "1 while Redis is taken as away: request paths do not call it")
 TRIPS = Counter("distserve_redis_breaker_trips", "times Redis was found away (the breaker opened)")
+CALLS = Counter("distserve_redis_round_trips", "Redis round trips (a command or a pipeline) by where they were made: "
+                "on a request's path or in the background", ["path"])
 REFUSED = Counter("distserve_redis_breaker_refused", "Redis calls on a request's path not made while it was away")
 _BACKGROUND = contextvars.ContextVar("redis_background", default=False)
 _FAILURES = (RedisConnectionError, RedisTimeoutError, TimeoutError, OSError)  # Redis away, not an error reply
@@ -86,6 +88,7 @@ class _Guarded:
 
     async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
         self.breaker.check()
+        CALLS.labels("background" if _BACKGROUND.get() else "request").inc()
         try:
             await super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
         except _FAILURES as exc:

@@ -148,12 +148,22 @@ class Stack:
                **child_env(), SECRET_ENV: self.secret_file, **self.config.extra_env, **(env or {})}
         return subprocess.Popen(cmd, env=env, start_new_session=True)
 
-    def router_args(self) -> list[str]:
+    def router_args(self, grpc_port: int | None = None, http_port: int | None = None) -> list[str]:
         """The router's command: what the stack wires, then the router settings given to `up`."""
         c = self.config
-        return ["router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(c.grpc_port),
-                "--http-port", str(c.http_port), "--redis-url", self.redis_url, *router_access(c),
+        grpc_port, http_port = c.grpc_port if grpc_port is None else grpc_port, c.http_port if http_port is None else http_port
+        return ["router", "--model", c.model, "--mode", c.mode, "--host", c.host, "--grpc-port", str(grpc_port),
+                "--http-port", str(http_port), "--redis-url", self.redis_url, *router_access(c),
                 *settings_flags(c.router_settings)]
+
+    def add_router(self, name: str) -> Proc:
+        """Another router over the same Redis and instances (a replica; gRPC on a free port, no HTTP); returns once
+        it serves."""
+        c = self.config
+        address = f"{c.host}:{free_port(c.host)}"
+        proc = self._spawn(name, self.router_args(int(address.rsplit(":", 1)[1]), 0), address, cores=self.service_cores)
+        wait_serving(address, proc.process, c.ready_timeout_s, name, internal=False, client_ca=router_ca(c))
+        return proc
 
     def respawn(self, proc: Proc) -> None:
         """Starts a dead process again, as it was started (same name, ports and instance id)."""
@@ -330,7 +340,7 @@ class Stack:
         tier = {"router": 0, "planner": 0, "kvxfer": 3, "kvxfer-decode": 3}
 
         def level_of(proc: Proc) -> int:
-            return tier.get(proc.name, 2 if proc.role == "rank" else 1)
+            return 0 if proc.name.startswith("router") else tier.get(proc.name, 2 if proc.role == "rank" else 1)
 
         for level in sorted({level_of(p) for p in self.procs}):
             procs = [p for p in self.procs if level_of(p) == level]

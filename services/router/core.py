@@ -263,6 +263,12 @@ class RouterCore:
                 await self.cleanups.run(self._end_lease(prefilled))
 
     @staticmethod
+    def _routed(req: RouterRequest) -> None:
+        """Its first attempt's first instance call is being made: routing, admission and booking are done."""
+        if req.attempt == 0:
+            metrics.ROUTING.observe(time.time() - req.lifetime.arrival)
+
+    @staticmethod
     def _took(req: RouterRequest, path: str) -> None:
         """The path a request's first attempt took, after any fallback: in its record and the decisions."""
         if req.attempt == 0:
@@ -336,6 +342,7 @@ class RouterCore:
             await self.cleanups.run(self.dispatcher.release(assignment))
             raise LocalPrefillDeclined(f"{req.route.decode_id} could not be booked")
         req.prefill_instance = req.decode_instance = assignment.info.id
+        self._routed(req)
         stub = worker_pb2_grpc.DecodeStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Decode(worker_pb2.DecodeRequest(
             request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params),
@@ -381,6 +388,7 @@ class RouterCore:
                        assignment: Assignment, pulls: int = 1,
                        prefix: kv_pb2.KVHandle | None = None) -> worker_pb2.PrefillResponse:
         req.prefill_instance = assignment.info.id
+        self._routed(req)
         stub = worker_pb2_grpc.PrefillStub(self.dispatcher.channel(assignment.info.address))
         response = await stub.Prefill(worker_pb2.PrefillRequest(
             request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params),

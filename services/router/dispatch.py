@@ -48,6 +48,7 @@ class Dispatcher:
         self._suspects: dict[str, float] = {}  # InstanceInfo.key → monotonic time until which it is avoided
         self.redis_load: dict[tuple[str, str], float] = defaultdict(float)  # (role, id) → load booked in Redis
         self._epoch = ""
+        self._keep_until = 0.0  # monotonic; until then an instance missing from the registry is kept (Redis restarted)
 
     def mark_failed(self, info: InstanceInfo, for_s: float = 5.0) -> None:
         """Avoid an instance's process that just failed until its heartbeat has had time to lapse (a restarted
@@ -69,6 +70,8 @@ class Dispatcher:
             old = self.instances.get(info.id)
             if old is not None and old.incarnation != info.incarnation:
                 self._forget_channel(old.address)  # the dead process's channel may sit in reconnect backoff
+        if time.monotonic() < self._keep_until:  # Redis came back empty: the instances are back at their next beat
+            found += [info for info in self.instances.values() if info.id not in {i.id for i in found}]
         self.instances = {info.id: info for info in found}
 
     async def keep_book(self) -> None:
@@ -83,6 +86,8 @@ class Dispatcher:
             if starting and beat.alone:  # no other router books: all the book holds is stale
                 await self.registry.reset_load()
             epoch = await self.registry.epoch()
+            if not starting and epoch != self._epoch:
+                self._keep_until = time.monotonic() + self.registry.ttl_ms / 1000
             if not starting and (beat.lapsed or epoch != self._epoch):
                 booked = {key: load for key, load in self.redis_load.items() if load}
                 for (role, instance_id), load in booked.items():
