@@ -112,8 +112,10 @@ class RouterBeat:
 
 
 class Registry:
-    def __init__(self, client: aioredis.Redis, ttl_s: float = 3.0) -> None:
+    def __init__(self, client: aioredis.Redis, ttl_s: float = 3.0, breaker: Breaker | None = None) -> None:
         self.redis = client
+        self.breaker = breaker
+        self._parsed: dict[bytes, InstanceInfo] = {}  # descriptor as read → parsed
         self.ttl_ms = int(ttl_s * 1000)
         self._pick = client.register_script(_PICK)
         self._add = client.register_script(_ADD)
@@ -132,7 +134,12 @@ class Registry:
         pool = aioredis.BlockingConnectionPool.from_url(
             resolve_url(url), **tls_options(url), max_connections=max_connections, timeout=pool_wait_s,
             socket_timeout=2.0, socket_connect_timeout=2.0, **guard)
-        return cls(aioredis.Redis.from_pool(pool), ttl_s)
+        return cls(aioredis.Redis.from_pool(pool), ttl_s, breaker)
+
+    @property
+    def away(self) -> bool:
+        """Redis is known to be away (its breaker open and the outage logged): a failure then is no news."""
+        return self.breaker is not None and self.breaker.open
 
     async def register(self, info: InstanceInfo) -> None:
         """Announces an instance, with zero load when new; a restarted one keeps the load routers booked on it,
@@ -186,9 +193,11 @@ class Registry:
         await self.redis.zrem(LOAD_KEY.format(info.role), info.id)
 
     async def instances(self) -> list[InstanceInfo]:
+        """Every registered instance (a descriptor unchanged since the last call is not parsed again)."""
         keys = [key async for key in self.redis.scan_iter(match=INST_KEY.format("*"), count=1000)]
         values = await self.redis.mget(keys) if keys else []
-        return [InstanceInfo.from_json(v) for v in values if v is not None]
+        self._parsed = {v: self._parsed.get(v) or InstanceInfo.from_json(v) for v in values if v is not None}
+        return list(self._parsed.values())
 
     async def pick(self, role: str, load: float, router_id: str = "") -> str | None:
         """The least-loaded live instance of a role, with `load` added to it (and to `router_id`'s own book)

@@ -17,7 +17,6 @@ from distserve.v1 import kv_pb2, worker_pb2, worker_pb2_grpc
 from services.common import metrics
 from services.common.convert import logprobs_from_proto, sampling_to_proto
 from services.common.errors import CrashedInstance, LocalPrefillDeclined, Overloaded
-from services.common.redis_breaker import RedisAway
 from services.common.registry import Registry
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.tokenizer import Tokenizer
@@ -462,5 +461,5 @@ class RouterCore:
         try:
             await self.registry.record_request(req.record(n_tokens, self.mode))
         except Exception as exc:
-            if not isinstance(exc, RedisAway):  # the breaker logs an outage once
+            if not self.registry.away:  # the breaker logs an outage once
                 log.warning("could not record request: %s", exc, extra={"request_id": req.request_id})

@@ -15,7 +15,6 @@ from redis.exceptions import RedisError
 from services.common.auth import ROUTER
 from services.common.errors import NoInstance
 from services.common.links import internal_channel
-from services.common.redis_breaker import RedisAway
 from services.common.registry import InstanceInfo, Registry
 
 log = logging.getLogger(__name__)
@@ -64,7 +63,8 @@ class Dispatcher:
         try:
             found = await self.registry.instances()
         except (RedisError, OSError) as exc:
-            log.warning("registry unreachable, routing on cached instances: %s", exc)
+            if not self.registry.away:
+                log.warning("registry unreachable, routing on cached instances: %s", exc)
             return
         for info in found:
             old = self.instances.get(info.id)
@@ -97,7 +97,8 @@ class Dispatcher:
             self._epoch = epoch
             await self.registry.reclaim_dead_routers()
         except (RedisError, OSError) as exc:
-            log.warning("could not check the load book: %s", exc)
+            if not self.registry.away:
+                log.warning("could not check the load book: %s", exc)
 
     async def run(self) -> None:
         while True:
@@ -162,7 +163,7 @@ class Dispatcher:
                 else:
                     chosen, in_redis = await self.registry.pick(role, load, self.router_id), True
             except (RedisError, OSError) as exc:
-                if not isinstance(exc, RedisAway):  # the breaker logs an outage once
+                if not self.registry.away:  # the breaker logs an outage once
                     log.warning("registry unreachable, choosing by local counts: %s", exc)
             if chosen is not None and chosen not in self.instances:
                 await self.refresh()
@@ -192,7 +193,7 @@ class Dispatcher:
         try:
             await self.registry.add_load(role, instance_id, -load, self.router_id)
         except (RedisError, OSError) as exc:
-            if not isinstance(exc, RedisAway):
+            if not self.registry.away:
                 log.warning("could not take load off %s: %s", instance_id, exc)
 
     def _forget_channel(self, address: str) -> None:

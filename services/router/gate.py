@@ -67,7 +67,8 @@ class SloGate:
         try:
             model = await self.registry.fitted_model()
         except (RedisError, OSError) as exc:
-            log.warning("could not read the fitted model: %s", exc)
+            if not self.registry.away:  # the breaker logs an outage once
+                log.warning("could not read the fitted model: %s", exc)
             return
         self.model = FittedModel.from_json(model) if model else None
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from services.common.prefix_hash import block_hashes
-from services.common.redis_breaker import RedisAway
 from services.common.registry import InstanceInfo, Registry
 from services.router.admission import Candidate, FittedModel, Mix, predict_ttft
 from services.router.dispatch import Dispatcher
@@ -108,7 +107,7 @@ class PrefixRouter:
         try:
             await self.feed.catch_up(self.registry.cache)
         except (RedisError, OSError) as exc:
-            if not isinstance(exc, RedisAway):  # the breaker logs the outage once
+            if not self.registry.away:  # the breaker logs the outage once
                 log.warning("prefix-cache index unreachable, routing as if nothing were cached: %s", exc)
             return {}
         by_size: dict[int, list[str]] = {}
