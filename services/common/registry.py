@@ -45,18 +45,26 @@ KNOWN_KEY = "ds:known:{}"
 FORGET_S = 60  # an instance silent this long leaves the load book
 
 # KEYS[1] = load zset, KEYS[2] = the booking router's own book; ARGV[1] = load to add, ARGV[2] = role.
-# Returns the chosen live id; skips lapsed ids and drops those silent past FORGET_S on the way.
+# Returns the chosen live id; skips lapsed ids and drops those silent past FORGET_S on the way. Reads the set 16
+# ids at a time from the least loaded: a pick costs the same whatever the number of instances.
 _PICK = """
-local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
-for _, id in ipairs(ids) do
-  if redis.call('EXISTS', 'ds:inst:' .. id) == 1 then
-    redis.call('ZINCRBY', KEYS[1], ARGV[1], id)
-    redis.call('HINCRBYFLOAT', KEYS[2], ARGV[2] .. '|' .. id, ARGV[1])
-    return id
+local start = 0
+while true do
+  local ids = redis.call('ZRANGE', KEYS[1], start, start + 15)
+  if #ids == 0 then return false end
+  for _, id in ipairs(ids) do
+    if redis.call('EXISTS', 'ds:inst:' .. id) == 1 then
+      redis.call('ZINCRBY', KEYS[1], ARGV[1], id)
+      redis.call('HINCRBYFLOAT', KEYS[2], ARGV[2] .. '|' .. id, ARGV[1])
+      return id
+    end
+    if redis.call('EXISTS', 'ds:known:' .. id) == 0 then
+      redis.call('ZREM', KEYS[1], id)
+      start = start - 1
+    end
   end
-  if redis.call('EXISTS', 'ds:known:' .. id) == 0 then redis.call('ZREM', KEYS[1], id) end
+  start = start + 16
 end
-return false
 """
 # KEYS[1] = load zset, KEYS[2] = the router's own book; ARGV[1] = load to add, ARGV[2] = role, ARGV[3] = id.
 _ADD = """

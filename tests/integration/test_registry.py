@@ -27,6 +27,19 @@ async def test_pick_takes_least_loaded_live_instance(redis_url: str) -> None:
     await registry.close()
 
 
+async def test_a_pick_past_many_lapsed_instances_reads_the_book_window_by_window(redis_url: str) -> None:
+    redis.Redis.from_url(redis_url).flushdb()
+    registry = Registry.from_url(redis_url, ttl_s=5)
+    for i in range(40):
+        await registry.register(_info(i))
+        await registry.add_load("prefill", f"prefill-{i}", i)
+    for i in range(35):  # the 35 least loaded: 30 gone past FORGET_S, 5 lapsed a moment (still known)
+        await registry.redis.delete(f"ds:inst:prefill-{i}", *([f"ds:known:prefill-{i}"] if i % 7 else []))
+    assert await registry.pick("prefill", 1) == "prefill-35"
+    assert sorted(await registry.loads("prefill")) == sorted(f"prefill-{i}" for i in (0, 7, 14, 21, 28, *range(35, 40)))
+    await registry.close()
+
+
 async def test_a_short_lapse_keeps_the_booked_load(redis_url: str) -> None:
     """An instance whose descriptor lapsed for a moment (a stalled loop) is skipped, not dropped: when its
     heartbeat comes back, the load routers booked on it is still there (back at zero, the picks would herd onto
