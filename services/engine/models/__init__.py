@@ -17,6 +17,10 @@ def build_model(config: ModelConfig) -> nn.Module:
         from services.engine.models.opt import OPTForCausalLM
 
         return OPTForCausalLM(config)
+    if config.arch == "gemma":
+        from services.engine.models.gemma import GemmaForCausalLM
+
+        return GemmaForCausalLM(config)
     from services.engine.models.llama import LlamaForCausalLM
 
     return LlamaForCausalLM(config)
@@ -46,8 +50,4 @@ def materialize(config: ModelConfig, device: torch.device, dtype: torch.dtype) -
         model = build_model(config)
     model = model.to(dtype)
     model.tie_weights()
-    if config.arch == "llama":
-        from services.engine.models.rope import inverse_frequencies
-
-        model.model.inv_freq = inverse_frequencies(config).to(device)
     return model

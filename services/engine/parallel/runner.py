@@ -28,7 +28,7 @@ from services.engine.parallel.procs import (
 )
 from services.engine.parallel.rank import RankSpec, RankWorker
 from services.engine.parallel.shard import ParallelConfigError, check_layout, shard_for
-from services.engine.sampler import sample
+from services.engine.sampler import Sampled, sample
 from services.engine.scheduler import SchedulerOutput
 
 
@@ -110,16 +110,17 @@ class ParallelRunner:
         self.groups.world.broadcast_object(plan)
         return self.worker.run(plan)
 
-    def execute(self, batch: SchedulerOutput) -> list[int]:
-        """Runs the step on every rank; returns one sampled token per item that samples."""
+    def execute(self, batch: SchedulerOutput) -> Sampled:
+        """Runs the step on every rank; returns one sampled token per item that samples (none for a step of
+        prompt chunks alone)."""
         logits = self._run(StepPlan.of(batch, self.pp))
         sampling = [it.seq for it in batch.items if it.samples]
-        return sample(logits, sampling) if sampling else []
+        return sample(logits, sampling, self.config.eos_token_ids) if sampling else Sampled()
 
     def full_logits(self, input_ids: list[int], block_table: list[int]) -> torch.Tensor:
         """All-position logits [T, V] of one prompt through every rank's paged path (a correctness check)."""
         n = len(input_ids)
-        plan = StepPlan([MicroPlan(list(input_ids), [n], [0], [list(block_table)], [True])], all_logits=True)
+        plan = StepPlan([MicroPlan(list(input_ids), [n], [0], [list(block_table)], [True], [n])], all_logits=True)
         return self._run(plan)
 
     def close(self) -> None:

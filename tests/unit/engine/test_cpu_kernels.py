@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from services.common.cbuild import why_not_buildable
-from services.engine.attention import AttentionMetadata, gathered_decode_attention
+from services.engine.attention import AttentionMetadata, AttentionSpec, gathered_decode_attention
 from services.engine.cpu import paged_attention, small_gemm
 from services.engine.models.linear import Linear, use_small_gemm
 
@@ -81,7 +81,7 @@ def test_paged_decode_attention_equals_gathered(heads: int, kv_heads: int, lens:
     q, cache, meta = _decode_case(len(lens), heads, kv_heads, lens, seed=heads + kv_heads + len(lens))
     assert paged_attention.takes(q, cache)
     got = paged_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, 0.125)
-    torch.testing.assert_close(got, gathered_decode_attention(q, cache, meta, 0.125), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, gathered_decode_attention(q, cache, meta, AttentionSpec(0.125)), rtol=1e-5, atol=1e-5)
 
 
 def test_paged_decode_attention_ignores_peaked_scores() -> None:
@@ -89,7 +89,7 @@ def test_paged_decode_attention_ignores_peaked_scores() -> None:
     q, cache, meta = _decode_case(2, 8, 4, [40, 70], seed=7)
     q = q * 200  # logits spread over thousands: most weights underflow
     got = paged_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, 0.125)
-    torch.testing.assert_close(got, gathered_decode_attention(q, cache, meta, 0.125), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got, gathered_decode_attention(q, cache, meta, AttentionSpec(0.125)), rtol=1e-4, atol=1e-4)
 
 
 def test_paged_decode_attention_declines_other_dtypes_and_layouts() -> None:
