@@ -23,7 +23,7 @@ class KVLayout(_message.Message):
     def __init__(self, num_blocks: _Optional[int] = ..., num_layers: _Optional[int] = ..., block_size: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., dtype: _Optional[str] = ...) -> None: ...
 
 class KVHandle(_message.Message):
-    __slots__ = ("instance_id", "kvxfer_address", "lease_id", "block_ids", "num_tokens", "layout", "lease_expiry", "shards")
+    __slots__ = ("instance_id", "kvxfer_address", "lease_id", "block_ids", "num_tokens", "layout", "lease_expiry", "shards", "block_hashes")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     KVXFER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class KVHandle(_message.Message):
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRY_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     kvxfer_address: str
     lease_id: str
@@ -40,7 +41,8 @@ class KVHandle(_message.Message):
     layout: KVLayout
     lease_expiry: float
     shards: _containers.RepeatedCompositeFieldContainer[KVShard]
-    def __init__(self, instance_id: _Optional[str] = ..., kvxfer_address: _Optional[str] = ..., lease_id: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[int] = ..., layout: _Optional[_Union[KVLayout, _Mapping]] = ..., lease_expiry: _Optional[float] = ..., shards: _Optional[_Iterable[_Union[KVShard, _Mapping]]] = ...) -> None: ...
+    block_hashes: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, instance_id: _Optional[str] = ..., kvxfer_address: _Optional[str] = ..., lease_id: _Optional[str] = ..., block_ids: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[int] = ..., layout: _Optional[_Union[KVLayout, _Mapping]] = ..., lease_expiry: _Optional[float] = ..., shards: _Optional[_Iterable[_Union[KVShard, _Mapping]]] = ..., block_hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class KVShard(_message.Message):
     __slots__ = ("pool_id", "rank", "layer_start", "num_layers", "kv_head_start", "num_kv_heads", "kvxfer_address", "lease_id", "lease_instance_id")

@@ -102,20 +102,22 @@ class PrefillResponse(_message.Message):
     def __init__(self, first_token: _Optional[int] = ..., finish_reason: _Optional[str] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., cached_tokens: _Optional[int] = ..., pulled_blocks: _Optional[int] = ...) -> None: ...
 
 class DecodeRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_token_ids", "first_token", "sampling", "kv", "cache_namespace")
+    __slots__ = ("request_id", "prompt_token_ids", "first_token", "sampling", "kv", "cache_namespace", "local_prefill_cap")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     KV_FIELD_NUMBER: _ClassVar[int]
     CACHE_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_PREFILL_CAP_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     first_token: int
     sampling: SamplingParams
     kv: _kv_pb2.KVHandle
     cache_namespace: str
-    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., first_token: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., cache_namespace: _Optional[str] = ...) -> None: ...
+    local_prefill_cap: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., first_token: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ..., cache_namespace: _Optional[str] = ..., local_prefill_cap: _Optional[int] = ...) -> None: ...
 
 class LeasePrefixRequest(_message.Message):
     __slots__ = ("prompt_token_ids", "cache_namespace", "ttl_s")
@@ -134,7 +136,7 @@ class LeasePrefixResponse(_message.Message):
     def __init__(self, kv: _Optional[_Union[_kv_pb2.KVHandle, _Mapping]] = ...) -> None: ...
 
 class TokenChunk(_message.Message):
-    __slots__ = ("token_ids", "finish_reason", "stamps", "logprobs", "prompt_logprobs", "index", "cached_tokens", "pulled_blocks")
+    __slots__ = ("token_ids", "finish_reason", "stamps", "logprobs", "prompt_logprobs", "index", "cached_tokens", "pulled_blocks", "decode_cached_tokens")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     STAMPS_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +145,7 @@ class TokenChunk(_message.Message):
     INDEX_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PULLED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     finish_reason: str
     stamps: Stamps
@@ -151,7 +154,8 @@ class TokenChunk(_message.Message):
     index: int
     cached_tokens: int
     pulled_blocks: int
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[str] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., index: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., pulled_blocks: _Optional[int] = ...) -> None: ...
+    decode_cached_tokens: int
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[str] = ..., stamps: _Optional[_Union[Stamps, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_logprobs_pb2.TokenLogprobs, _Mapping]]] = ..., index: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., pulled_blocks: _Optional[int] = ..., decode_cached_tokens: _Optional[int] = ...) -> None: ...
 
 class ColocatedRequest(_message.Message):
     __slots__ = ("request_id", "prompt_token_ids", "sampling", "n", "cache_namespace")

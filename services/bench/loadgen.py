@@ -63,7 +63,8 @@ class RequestResult:
     stages: dict[str, float] = field(default_factory=dict)
     lifetime: Lifetime | None = None  # the router's record of it
     turn: int = 0  # its place in its conversation (0: the first)
-    cached_tokens: int = 0  # prompt tokens whose K/V came from the prefix cache, as the router reports them
+    cached_tokens: int = 0  # prompt tokens not computed (a prefix cache had them), as the router reports them
+    decode_cached_tokens: int = 0  # ... and those the decode instance's cache held, not pulled
 
     @property
     def ok(self) -> bool:
@@ -150,6 +151,7 @@ async def _call(stub: router_pb2_grpc.RouterStub, message: router_pb2.GenerateRe
             result.output_tokens += len(chunk.token_ids)
             answer.extend(chunk.token_ids)
             result.cached_tokens = max(result.cached_tokens, chunk.cached_tokens)
+            result.decode_cached_tokens = max(result.decode_cached_tokens, chunk.decode_cached_tokens)
     except grpc.aio.AioRpcError as exc:
         result.error = f"{exc.code().name}: {exc.details()}"
     finally:

@@ -175,15 +175,16 @@ def _ttft(stats: dict[str, float]) -> tuple[str, str]:
 
 def _cache_table(results: list[ModeResult], console: Console) -> None:
     """Per run: the prefix cache's hit rate, TTFT of first and follow-up turns apart, TPOT and attainment."""
-    table = Table(title="prefix cache and turns per run (ms; hit rate = cached / prompt tokens of completed requests)")
-    for col in ("workload", "mode", "cache", "route", "rate", "requests", "hit rate", "1st TTFT p50", "p90",
+    table = Table(title="prefix cache and turns per run (ms; hit rate = not computed / prompt tokens of completed "
+                        "requests; decode hit = held by the decode instance, not pulled)")
+    for col in ("workload", "mode", "cache", "route", "rate", "requests", "hit rate", "decode hit", "1st TTFT p50", "p90",
                 "follow-up TTFT p50", "p90 ", "TPOT p50", "p90  ", "attainment [95% CI]", "goodput/device"):
         table.add_column(col, justify="left" if col in ("workload", "mode", "cache", "route") else "right")
     for r in results:
         for p in r.points:
             low, high = p.attainment_ci
             table.add_row(r.workload, r.mode, r.prefix_caching, r.routing, f"{p.rate:.3g}{'*' if p.rate == r.goodput else ''}",
-                          str(p.requests), _pct(p.prefix_hit_rate), *_ttft(p.first_turn_ttft), *_ttft(p.followup_ttft),
+                          str(p.requests), _pct(p.prefix_hit_rate), _pct(p.decode_hit_rate), *_ttft(p.first_turn_ttft), *_ttft(p.followup_ttft),
                           *_ttft(p.tpot), f"{100 * p.attainment:.0f}% [{100 * low:.0f}, {100 * high:.0f}]",
                           f"{r.goodput_per_device:.3f}")
     console.print(table)

@@ -31,9 +31,10 @@ class Point:
     transfer_share: float | None  # mean transfer / mean end-to-end latency; None without a transfer stage
     wall_s: float
     per_request: list[tuple[int, int, float | None, float | None]]  # (prompt, output, TTFT s, TPOT s); None: failed
-    prefix_hit_rate: float | None  # of completed requests: prompt tokens served from the prefix cache / all
+    prefix_hit_rate: float | None  # of completed requests: prompt tokens not computed (a prefix cache had them) / all
     first_turn_ttft: dict[str, float]  # TTFT stats of completed first turns (every request of a single-turn workload)
     followup_ttft: dict[str, float]  # ... of completed follow-up turns
+    decode_hit_rate: float | None = None  # ... prompt tokens the decode instance held, so not pulled / all
     simulated_attainment: float | None = None  # the planner's simulator, latency model as profiled
     calibrated_attainment: float | None = None  # ... with the model rescaled to served lone requests
     fitted_attainment: float | None = None  # ... with the model fitted to served steps, plus the path's overheads
@@ -119,4 +120,5 @@ def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float
         per_request=[(r.prompt_tokens, r.output_tokens, r.ttft if r.ok else None, r.tpot if r.ok else None)
                      for r in results],
         prefix_hit_rate=sum(r.cached_tokens for r in results if r.ok) / prompted if prompted else None,
-        first_turn_ttft=_dist(ttft[ok & first]), followup_ttft=_dist(ttft[ok & ~first]))
+        first_turn_ttft=_dist(ttft[ok & first]), followup_ttft=_dist(ttft[ok & ~first]),
+        decode_hit_rate=sum(r.decode_cached_tokens for r in results if r.ok) / prompted if prompted else None)

@@ -56,6 +56,13 @@ class EngineFailed(Unavailable):
     """The engine's step raised; the engine serves nothing more (the router retries elsewhere)."""
 
 
+class LocalPrefillDeclined(ServingError):
+    """A decode instance will not prefill this prompt itself (more uncached than the router's cap, or its share of
+    steps for local prefills spent); the router sends it by a prefill instance instead."""
+
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
 class RequestFailed(ServingError):
     """The engine's step failed for this request alone; the engine serves on, and no other instance should try it."""
 

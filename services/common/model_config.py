@@ -5,9 +5,11 @@ the older one published checkpoints carry (`rope_theta`, `rope_scaling`, `slidin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+
+from services.common.generation_config import eos_ids, read_generation_config
 
 Arch = Literal["llama", "gemma", "opt"]
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
@@ -72,7 +74,7 @@ class ModelConfig:
             arch="gemma" if gemma else "llama", vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
             intermediate_size=raw["intermediate_size"], num_layers=layers, num_heads=raw["num_attention_heads"],
             num_kv_heads=raw.get("num_key_value_heads") or raw["num_attention_heads"],
-            max_position=raw["max_position_embeddings"], eos_token_ids=_ids(raw.get("eos_token_id")),
+            max_position=raw["max_position_embeddings"], eos_token_ids=eos_ids(raw.get("eos_token_id")),
             bos_token_id=raw.get("bos_token_id"), norm_eps=raw.get("rms_norm_eps", 1e-6),
             rope=_rope(raw, model_type), tie_embeddings=raw.get("tie_word_embeddings", gemma),
             qkv_bias=bias, o_bias=raw.get("attention_bias", False), head_dim_override=raw.get("head_dim"),
@@ -85,11 +87,11 @@ class ModelConfig:
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> ModelConfig:
-        return cls.from_dict(json.loads((Path(folder) / "config.json").read_text()))
-
-
-def _ids(eos: int | list[int] | None) -> tuple[int, ...]:
-    return tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        """config.json, with every end-of-sequence id of generation_config.json besides its own (as generate
+        stops at them: instruct models end a turn with one and the text with another)."""
+        config = cls.from_dict(json.loads((Path(folder) / "config.json").read_text()))
+        more = eos_ids(read_generation_config(folder).get("eos_token_id"))
+        return replace(config, eos_token_ids=tuple(dict.fromkeys((*config.eos_token_ids, *more))))
 
 
 def _opt(raw: dict) -> ModelConfig:
@@ -101,7 +103,7 @@ def _opt(raw: dict) -> ModelConfig:
         arch="opt", vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
         intermediate_size=raw["ffn_dim"], num_layers=raw["num_hidden_layers"],
         num_heads=raw["num_attention_heads"], num_kv_heads=raw["num_attention_heads"],
-        max_position=raw["max_position_embeddings"], eos_token_ids=_ids(raw.get("eos_token_id")),
+        max_position=raw["max_position_embeddings"], eos_token_ids=eos_ids(raw.get("eos_token_id")),
         bos_token_id=raw.get("bos_token_id"), tie_embeddings=True, qkv_bias=True, o_bias=True,
     )
 

@@ -1,7 +1,9 @@
-"""Content addresses of full KV blocks: a chained hash of (parent hash, the block's token ids), rooted in a namespace.
+"""Content addresses of full KV blocks: a chained SHA-256 of (parent hash, the block's token ids), rooted in a
+namespace.
 
 The same function runs in the engine (to find and register cached blocks) and in the router (to look up which
-instance holds a prompt's prefix), so it must not depend on the process: blake2b, not Python's `hash`.
+instance holds a prompt's prefix), so it must not depend on the process. 256 bits, as vLLM after CVE-2025-25183:
+no two blocks share an address by chance or by a crafted prompt, so a hit is always the prompt's own K/V.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 
+HASH_BYTES = 32
 ROOT = 0
 
 
@@ -16,12 +19,12 @@ def namespace_root(namespace: str) -> int:
     """The parent hash of a namespace's first block: tenants (and salts) never share a block."""
     if not namespace:
         return ROOT
-    return int.from_bytes(hashlib.blake2b(namespace.encode(), digest_size=8).digest(), "little")
+    return int.from_bytes(hashlib.sha256(namespace.encode()).digest(), "little")
 
 
 def chain(parent: int, tokens: list[int]) -> int:
     """The hash of a full block of `tokens` whose preceding blocks hash to `parent`."""
-    h = hashlib.blake2b(parent.to_bytes(8, "little"), digest_size=8)
+    h = hashlib.sha256(parent.to_bytes(HASH_BYTES, "little"))
     h.update(array("q", tokens).tobytes())
     return int.from_bytes(h.digest(), "little")
 
@@ -40,3 +43,14 @@ def extend_hashes(hashes: list[int], tokens: list[int], block_size: int, namespa
     for i in range(len(hashes), full):
         parent = chain(parent, tokens[i * block_size:(i + 1) * block_size])
         hashes.append(parent)
+
+
+
+def to_wire(hashes: list[int]) -> list[bytes]:
+    """Hashes as a KV handle carries them (`KVHandle.block_hashes`)."""
+    return [h.to_bytes(HASH_BYTES, "little") for h in hashes]
+
+
+def from_wire(raw: list[bytes]) -> list[int]:
+    """A KV handle's hashes; one of another width can equal no hash."""
+    return [int.from_bytes(b, "little") if len(b) == HASH_BYTES else -1 for b in raw]

@@ -89,6 +89,7 @@ class InstanceInfo:
     incarnation: str = ""  # new at each process start: a restarted instance (same id) is not the one that failed
     journaled: bool = False  # keeps a step journal that its supervisor publishes at CRASH_KEY when it dies
     block_size: int = 0  # tokens per KV block: what its prefix-cache hashes cover (0: no prefix cache)
+    block_bytes: int = 0  # bytes of one KV block, every layer (what a pull of a block moves; 0: unknown)
 
     @property
     def key(self) -> str:

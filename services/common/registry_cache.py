@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import redis.asyncio as aioredis
 
-CACHE_KEY = "ds:cache:{}"  # instance id → set of block hashes (16 hex digits)
+CACHE_KEY = "ds:cache:{}"  # instance id → set of block hashes (64 hex digits)
 CACHE_SEQ_KEY = "ds:cache:{}:seq"  # instance id → "incarnation:number" of the last batch applied
 
 # KEYS[1] = the set, KEYS[2] = its batch number; ARGV = incarnation, number, ttl ms, count of adds, adds..., removes...
@@ -30,7 +30,7 @@ return 1
 
 
 def _hex(content_hash: int) -> str:
-    return f"{content_hash:016x}"
+    return f"{content_hash:064x}"
 
 
 class CacheIndex:

@@ -57,6 +57,8 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
     min_tokens: int = 0  # EOS and stop tokens cannot be drawn before this many tokens
     prompt_logprobs: int | None = None  # set: each prompt token's logprob (from the second) and this many top ones
+    skip_special_tokens: bool = True  # the output text leaves special tokens out (the router's, as `stop`)
+    spaces_between_special_tokens: bool = False  # kept special tokens get a space each side (the router's)
 
     @property
     def greedy(self) -> bool:

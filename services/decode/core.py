@@ -12,11 +12,14 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from distserve.v1 import kv_pb2
-from services.common.errors import EngineInputError
+from services.common.errors import EngineInputError, LocalPrefillDeclined
+from services.common.prefix_hash import block_hashes, from_wire, to_wire
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
+from services.decode.local_pacer import LOCAL_PREFILLS, LocalPacer
 from services.decode.reshard import reshard_copies
 from services.engine.async_engine import AsyncEngine
+from services.engine.engine import StepOutput
 from services.engine.parallel.shard import Span
 from services.instance.abandoned import free_after_copy
 from services.instance.admission import Admission
@@ -34,13 +37,15 @@ class DecodeChunk:
     stamps: Lifetime | None = None
     logprobs: list[TokenLogprobs] = field(default_factory=list)
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # prefilled here, when asked
-    cached_tokens: int = 0  # on the first chunk: prompt tokens whose K/V came from the prefix cache
+    cached_tokens: int = 0  # on the first chunk of a local prefill: prompt tokens it did not compute (cached here)
     pulled_blocks: int = 0  # on the first chunk of a pulled request: blocks pulled (those not cached here)
+    decode_cached_tokens: int = 0  # ... and the prompt tokens of the blocks cached here (not pulled)
 
 
 class DecodeCore:
     def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, pull_timeout_s: float, max_pending: int,
-                 shards: Sequence[PoolShard] = (), kv_of: Mapping[str, KVXferClient] | None = None) -> None:
+                 shards: Sequence[PoolShard] = (), kv_of: Mapping[str, KVXferClient] | None = None,
+                 local_prefill_share: float = 1.0) -> None:
         self.engine = engine
         lay = engine.engine.layout  # this instance's rank pools (TP/PP); none given: its single pool
         self.shards = list(shards) or [PoolShard(instance_id, Span(0, lay.num_layers), Span(0, lay.num_kv_heads), lay)]
@@ -49,6 +54,7 @@ class DecodeCore:
         self.instance_id = instance_id
         self.pull_timeout_s = pull_timeout_s
         self.admission = Admission(max_pending, "decode")
+        self.pacer = LocalPacer(local_prefill_share)
         self._unread: set[asyncio.Future] = set()  # empty pulls ending unread source leases, in flight
         # leased prefixes (reverse pulls): a pull in flight holds its lease past expiry, so free by our clock later
         self.leases = LeaseKeeper(kv, instance_id, engine.free_blocks, grace_s=pull_timeout_s + 5)
@@ -69,15 +75,20 @@ class DecodeCore:
         blocks = self.engine.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
         if not blocks:
             return None
+        bs = self.engine.engine.blocks.block_size
         try:
-            return await self.leases.create_lease(blocks, len(blocks) * self.engine.engine.blocks.block_size, ttl_s)
+            handle = await self.leases.create_lease(blocks, len(blocks) * bs, ttl_s)
         except BaseException:
             self.engine.free_blocks(blocks)
             raise
+        handle.block_hashes.extend(to_wire(block_hashes(prompt_ids, bs, cache_namespace, len(blocks))))
+        return handle
 
     async def decode(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
-                     handle: kv_pb2.KVHandle | None, cache_namespace: str = "") -> AsyncIterator[DecodeChunk]:
-        """Streams a request from the K/V `handle` names, or without one from a prefill here."""
+                     handle: kv_pb2.KVHandle | None, cache_namespace: str = "",
+                     local_cap: int = 0) -> AsyncIterator[DecodeChunk]:
+        """Streams a request from the K/V `handle` names, or without one from a prefill here of at most
+        `local_cap` uncached prompt tokens (0: any)."""
         self.engine.validate(prompt_ids, params)
         if handle is None and first_token is not None:
             raise EngineInputError("first_token", "needs the K/V it follows (kv): without kv the prompt is prefilled "
@@ -85,43 +96,81 @@ class DecodeCore:
         if handle is not None and handle.num_tokens != len(prompt_ids):
             raise EngineInputError("kv.num_tokens", f"{handle.num_tokens} != prompt length {len(prompt_ids)}")
         with self.admission.slot():
+            held: list[int] = []  # a local prefill's cached prefix, kept from eviction until the engine takes it
+            blocks, cached = [], 0
             if handle is None:
+                held = self._local_prefix(prompt_ids, cache_namespace, local_cap)
                 stamps = Lifetime(prefill_queued=time.time())
                 outputs = self.engine.generate(request_id, prompt_ids, params, cache_namespace=cache_namespace)
             else:
                 stamps = Lifetime(decode_queued=time.time())
                 blocks, cached = await self._pulled(handle, prompt_ids, first_token, cache_namespace, stamps)
                 outputs = self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, blocks,
-                                                         cache_namespace)
+                                                         cache_namespace, from_wire(handle.block_hashes))
             first = True
-            async for out in outputs:
-                if first and handle is None:
-                    stamps.prefill_start, stamps.prefill_end = out.step_start, out.step_end
-                    stamps.decode_start = out.step_end
-                elif first:
-                    stamps.decode_start = out.step_start
-                reason = out.finish_reason.value if out.finish_reason else ""
-                chunk = DecodeChunk(out.new_token_ids, reason, stamps if first else None, out.logprobs,
-                                    out.prompt_logprobs, out.num_cached_tokens)
-                if first and handle is not None:
-                    chunk.cached_tokens = cached * self.engine.engine.blocks.block_size
-                    chunk.pulled_blocks = len(blocks) - cached
-                yield chunk
-                first = False
+            try:
+                async for out in outputs:
+                    if held:  # admitted: the sequence holds its cached blocks itself now
+                        self.engine.free_blocks(held)
+                        held = []
+                    yield self._chunk(out, stamps if first else None, handle is None, blocks, cached)
+                    first = False
+            finally:
+                if held:
+                    self.engine.free_blocks(held)
+
+    def _chunk(self, out: StepOutput, stamps: Lifetime | None, local: bool, blocks: list[int],
+               cached: int) -> DecodeChunk:
+        """A step's output as a chunk; the first (`stamps` given) carries the stamps and the cache figures."""
+        reason = out.finish_reason.value if out.finish_reason else ""
+        chunk = DecodeChunk(out.new_token_ids, reason, stamps, out.logprobs, out.prompt_logprobs)
+        if stamps is None:
+            return chunk
+        if local:
+            stamps.prefill_start, stamps.prefill_end = out.step_start, out.step_end
+            stamps.decode_start = out.step_end
+            chunk.cached_tokens = out.num_cached_tokens
+        else:
+            stamps.decode_start = out.step_start
+            chunk.decode_cached_tokens = cached * self.engine.engine.blocks.block_size
+            chunk.pulled_blocks = len(blocks) - cached
+        return chunk
+
+    def _local_prefix(self, prompt_ids: list[int], cache_namespace: str, cap: int) -> list[int]:
+        """Holds the prompt's cached prefix for a prefill here, or raises LocalPrefillDeclined: more than `cap`
+        tokens uncached here (0: no bound), or the step share of local prefills spent."""
+        held = self.engine.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
+        uncached = len(prompt_ids) - len(held) * self.engine.engine.blocks.block_size
+        if cap and uncached > cap:
+            reason = f"{uncached} prompt tokens uncached here, more than the cap of {cap}"
+        elif not self.pacer.take(self.engine.steps, self.engine.busy()):
+            reason = "its share of steps for local prefills is spent"
+        else:
+            LOCAL_PREFILLS.labels(self.instance_id, "served").inc()
+            return held
+        self.engine.free_blocks(held)
+        LOCAL_PREFILLS.labels(self.instance_id, "declined").inc()
+        raise LocalPrefillDeclined(f"local prefill declined: {reason}")
 
     async def _pulled(self, handle: kv_pb2.KVHandle, prompt_ids: list[int], first_token: int | None,
                       cache_namespace: str, stamps: Lifetime) -> tuple[list[int], int]:
         """Blocks holding the handle's K/V, and how many of them (leading) the prefix cache supplied: those are held,
         the others reserved and pulled into. A failed pull frees them all. When the pool cannot give the rest at once,
-        the cached ones are let go and the whole prompt's blocks awaited (FCFS) and pulled: a waiter holds nothing,
-        so waiters cannot starve each other."""
+        the cached ones are let go and the whole prompt's blocks awaited (FCFS): a waiter holds nothing, so waiters
+        cannot starve each other; then the cache is looked up again and only what it lacks pulled."""
         # without first_token the last prompt position is computed again: its block is not shared
-        cached = self.engine.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - (first_token is None))
+        shareable = len(prompt_ids) - (first_token is None)
+        cached = self.engine.engine.hold_cached(prompt_ids, cache_namespace, shareable)
         rest = self.engine.try_reserve(len(prompt_ids) - len(cached) * self.engine.engine.blocks.block_size) \
             if cached else None
         if rest is None:
             self.engine.free_blocks(cached)
-            cached, rest = [], await self.engine.reserve_blocks(len(prompt_ids))
+            rest = await self.engine.reserve_blocks(len(prompt_ids))
+            # what the pool caches of the prompt now (others' requests ran meanwhile) is not pulled again
+            cached = self.engine.engine.hold_cached(prompt_ids, cache_namespace, shareable)
+            if cached:
+                self.engine.free_blocks(rest[:len(cached)])
+                rest = rest[len(cached):]
         blocks = cached + rest
         stamps.xfer_start = time.time()
         try:

@@ -28,12 +28,14 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
             first = request.first_token if request.HasField("first_token") else None
             kv = request.kv if request.HasField("kv") else None
             async for chunk in self.core.decode(request.request_id, list(request.prompt_token_ids), first,
-                                                sampling_from_proto(request.sampling), kv, request.cache_namespace):
+                                                sampling_from_proto(request.sampling), kv, request.cache_namespace,
+                                                request.local_prefill_cap):
                 yield worker_pb2.TokenChunk(token_ids=chunk.token_ids, finish_reason=chunk.finish_reason,
                                             stamps=chunk.stamps.to_proto() if chunk.stamps else None,
                                             logprobs=logprobs_to_proto(chunk.logprobs),
                                             prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs),
-                                            cached_tokens=chunk.cached_tokens, pulled_blocks=chunk.pulled_blocks)
+                                            cached_tokens=chunk.cached_tokens, pulled_blocks=chunk.pulled_blocks,
+                                            decode_cached_tokens=chunk.decode_cached_tokens)
         except Exception as exc:
             await abort_with(context, exc)
 
@@ -54,7 +56,8 @@ async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: Ins
     sites = site_clients(instance_id, pools)
     core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending,
                       pool_shards(instance_id, pools),
-                      {rank_pool_id(instance_id, p.rank): client for site, client in sites for p in site.pools})
+                      {rank_pool_id(instance_id, p.rank): client for site, client in sites for p in site.pools},
+                      settings.local_prefill_share)
     core.start()
     worker_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(core), server)
 

@@ -88,6 +88,15 @@ class AsyncEngine:
             self._grant_blocks()
         return ended
 
+    @property
+    def steps(self) -> int:
+        """Steps run since the start."""
+        return self.worker.steps
+
+    def busy(self) -> bool:
+        """Whether sequences are waiting or running (read off the engine thread: a hint, not a snapshot)."""
+        return self.engine.has_work()
+
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served (reads only the config)."""
         self.engine.validate(prompt_ids, params)
@@ -104,10 +113,11 @@ class AsyncEngine:
         return self._stream(ids, lambda e: e.add_request(request_id, prompt_ids, params, n, cache_namespace))
 
     def continue_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
-                           block_ids: list[int], cache_namespace: str = "") -> AsyncIterator[StepOutput]:
-        """Decode: streams a request whose prompt K/V already sits in `block_ids`."""
+                           block_ids: list[int], cache_namespace: str = "",
+                           carried: list[int] | None = None) -> AsyncIterator[StepOutput]:
+        """Decode: streams a request whose prompt K/V already sits in `block_ids` (`carried`: its handle's hashes)."""
         return self._stream([request_id], lambda e: e.add_prefilled(request_id, prompt_ids, first_token, params, block_ids,
-                                                                    cache_namespace))
+                                                                    cache_namespace, carried))
 
     async def reserve_blocks(self, num_tokens: int) -> list[int]:
         """Waits (FCFS) until the pool can hold `num_tokens` tokens and returns the reserved blocks. The allocator

@@ -51,6 +51,7 @@ class StepOutput:
     prefilled: bool = False  # prefill policy: K/V complete and held for a pull
     num_prompt_tokens: int = 0
     held_blocks: list[int] = field(default_factory=list)  # with `prefilled`: the blocks holding the K/V
+    block_hashes: list[int] = field(default_factory=list)  # with `prefilled`: the content hashes of its full blocks
     step_start: float = 0.0  # unix seconds: the step that produced this output
     step_end: float = 0.0
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # of new_token_ids, when the request asked
@@ -155,11 +156,15 @@ class LLMEngine:
         bs = self.blocks.block_size
         return self.blocks.match(block_hashes(prompt_ids, bs, cache_namespace, num_tokens // bs))
 
-    def cache_prefix(self, prompt_ids: list[int], cache_namespace: str, block_ids: list[int]) -> None:
-        """Registers held blocks that hold the K/V of the prompt's first full blocks (pulled from another
-        instance) in the prefix cache (any thread)."""
-        for block, content in zip(block_ids, block_hashes(prompt_ids, self.blocks.block_size, cache_namespace,
-                                                          len(block_ids))):
+    def vouched(self, prompt_ids: list[int], cache_namespace: str, carried: list[int]) -> bool:
+        """Whether the hashes a KV handle carries are this prompt's own, in its namespace, for as many of its first
+        full blocks: only then may the handle's blocks join the prefix cache (any thread)."""
+        return carried == block_hashes(prompt_ids, self.blocks.block_size, cache_namespace, len(carried))
+
+    def cache_prefix(self, block_ids: list[int], hashes: list[int]) -> None:
+        """Registers held blocks pulled from another instance under the hashes its handle carries, once `vouched`
+        (any thread)."""
+        for block, content in zip(block_ids, hashes):
             self.blocks.register(block, content)
 
     def free_blocks(self, block_ids: list[int]) -> None:
@@ -167,17 +172,20 @@ class LLMEngine:
         self.blocks.free(block_ids)
 
     def add_prefilled(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
-                      block_ids: list[int], cache_namespace: str = "") -> None:
+                      block_ids: list[int], cache_namespace: str = "", carried: list[int] | None = None) -> None:
         """Decode: admit a request whose prompt K/V already sits in `block_ids` (reserved, then pulled).
 
         Without `first_token` the last prompt token is computed again, as a decode step, to sample the first
         token here with this request's seed (n samples sharing one prefill). The engine owns the blocks from
-        here on: refused, they go back to the pool. Its full blocks join the prefix cache of `cache_namespace`."""
+        here on: refused, they go back to the pool. Its blocks join the prefix cache of `cache_namespace` only
+        when `carried`, the hashes of its full prompt blocks that the K/V's handle carries, are the prompt's own."""
         try:
             seq = self._new_sequence(request_id, prompt_ids, params, cache_namespace)
         except EngineInputError:
             self.blocks.free(block_ids)
             raise
+        if self.blocks.caching:
+            seq.cacheable = carried == seq.hashes(self.blocks.block_size, len(prompt_ids) // self.blocks.block_size)
         seq.output_ids = [] if first_token is None else [first_token]
         seq.block_table = list(block_ids)
         seq.num_computed = len(prompt_ids) - (first_token is None)
@@ -252,6 +260,7 @@ class LLMEngine:
             self._ids.discard(seq.request_id)
         elif seq.status is SeqStatus.PREFILLED:
             out.held_blocks, out.prefilled = self._hold(seq), True
+            out.block_hashes = seq.hashes(self.blocks.block_size, len(seq.prompt_ids) // self.blocks.block_size)
         return out
 
     def _fork(self, parent: Sequence) -> None:

@@ -129,7 +129,7 @@ class Scheduler:
         """Registers the blocks that its computed tokens filled since the last call."""
         bs = self.blocks.block_size
         full = min(seq.num_computed // bs, len(seq.block_table))
-        if not self.blocks.caching or full <= seq.num_registered:
+        if not self.blocks.caching or not seq.cacheable or full <= seq.num_registered:
             return
         for i, h in enumerate(seq.hashes(bs, full)[seq.num_registered:], seq.num_registered):
             self.blocks.register(seq.block_table[i], h)

@@ -33,6 +33,7 @@ class Sequence:
     cache_namespace: str = ""  # prefix caching: blocks are shared only within one namespace (tenant, salt)
     block_hashes: list[int] = field(default_factory=list)  # content hashes of its first full blocks, as computed
     num_registered: int = 0  # leading blocks of block_table registered in (or found in) the prefix cache
+    cacheable: bool = True  # False: its K/V came under a handle whose hashes are not its prompt's; none is registered
     num_cached: int = 0  # prompt tokens whose K/V was found in the prefix cache at admission
 
     @property

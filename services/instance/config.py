@@ -36,6 +36,10 @@ class InstanceSettings(EngineSettingsFields):
     max_pending: int = Field(256, description="most requests queued or running before RESOURCE_EXHAUSTED")
     lease_ttl_s: float = Field(defaults.LEASE_TTL_S, description="how long prefilled K/V waits for a pull")
     pull_timeout_s: float = Field(defaults.PULL_TIMEOUT_S, description="bound on one K/V pull")
+    local_prefill_share: float = Field(
+        0.1, ge=0, le=1, description="decode: the most of its steps that may carry a prompt it prefills itself (the "
+                                     "router's local path) while other sequences decode; past it the router's "
+                                     "request goes by a prefill instance (0: never prefill locally)")
     heartbeat_s: float = Field(1.0, description="registry heartbeat period (the TTL is 3 periods)")
     drain_grace_s: float = Field(defaults.DRAIN_GRACE_S, description="on SIGTERM: seconds in-flight requests get to finish")
     metrics_port: int = Field(0, description="Prometheus HTTP port; 0 = off")

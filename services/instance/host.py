@@ -73,7 +73,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     cache_index = CachePublisher(engine.blocks, registry.cache, instance_id, incarnation)
     info = InstanceInfo(instance_id, settings.role, f"{settings.host}:{port}", settings.node, settings.device,
                         settings.kvxfer, incarnation, journaled=settings.step_journal,
-                        block_size=settings.block_size if settings.prefix_caching == "on" else 0)
+                        block_size=settings.block_size if settings.prefix_caching == "on" else 0,
+                        block_bytes=engine.layout.block_bytes)
     await registry.register(info)
     await health_servicer.set("", SERVING)
     log.info("%s %s serving on %s:%d (device %s)", settings.role, instance_id, settings.host, port, settings.device)

@@ -14,6 +14,7 @@ import grpc
 
 from distserve.v1 import kv_pb2
 from services.common.errors import Unavailable
+from services.common.prefix_hash import from_wire, to_wire
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
@@ -127,6 +128,7 @@ class PrefillCore:
             handle = await self._lease(last.held_blocks, len(prompt_ids), pulls)
         except grpc.aio.AioRpcError as exc:  # kvxfer away or restarted: retryable, not this request's fault
             raise Unavailable(f"KV transfer service: {exc.code().name}") from exc
+        handle.block_hashes.extend(to_wire(last.block_hashes))
         return PrefillResult(last.new_token_ids[0], "", handle, stamps, last.logprobs, last.prompt_logprobs,
                              last.num_cached_tokens, pulled)
 
@@ -135,13 +137,18 @@ class PrefillCore:
         """Holds this pool's cached blocks of the leased prefix and pulls the others into blocks it caches; returns
         the blocks held (the caller frees them once its request has taken them) and how many were pulled. Ends the
         lease in every case: an empty pull where nothing of it is of use (caching off, prompt logprobs, another
-        block size, TP/PP, or no free block now)."""
+        block size, TP/PP, hashes that are not the prompt's, or no free block now)."""
         engine = self.engine.engine
         bs = engine.blocks.block_size
         usable = params.prompt_logprobs is None and not self.shards and not prefix.shards \
             and prefix.layout.block_size == bs
         # the prefill computes at least the prompt's last token: never the block holding it
         full = min(prefix.num_tokens // bs, len(prefix.block_ids), (len(prompt_ids) - 1) // bs) if usable else 0
+        carried = from_wire(prefix.block_hashes[:full])
+        if not engine.vouched(prompt_ids, cache_namespace, carried):
+            log.warning("a leased prefix's hashes are not the prompt's: computing it here")
+            carried = []
+        full = len(carried)
         own = engine.hold_cached(prompt_ids, cache_namespace, full * bs)
         dst = (self.engine.try_reserve((full - len(own)) * bs) or []) if len(own) < full else []
         copies = [RangeCopy.of_blocks(prefix.instance_id, self.instance_id, prefix.block_ids[len(own):full], dst,
@@ -156,5 +163,5 @@ class PrefillCore:
             log.warning("could not pull a leased prefix (computing it here): %s", exc)
             self.engine.free_blocks(dst)
             return own, 0
-        engine.cache_prefix(prompt_ids, cache_namespace, own + dst)
+        engine.cache_prefix(own + dst, carried)
         return own + dst, len(dst)

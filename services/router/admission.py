@@ -54,6 +54,12 @@ class Mix:
     prompt: float
     max_tokens: float
     prompt_sq: float = 0.0  # mean squared prompt (0: unknown, taken as prompt²)
+    computed: float = 0.0  # mean prompt tokens a prefill computes, its cached ones left out (0: unknown, the prompt)
+
+    def requests_in(self, prefill_tokens: float) -> float:
+        """How many requests the prompt tokens booked on prefill instances (those not cached) stand for."""
+        per_request = self.computed or self.prompt
+        return prefill_tokens / per_request if per_request > 0 else 0.0
 
     def queued_prompt(self) -> float:
         """The mean prompt a queued token belongs to (long prompts hold more of the queue's tokens): the
@@ -71,14 +77,17 @@ class RecentMix:
     prompt: float = 0.0
     max_tokens: float = 0.0
     prompt_sq: float = 0.0
+    computed: float = 0.0
     seen: int = 0
     gap_s: float = 0.0
     last: float | None = None  # monotonic time of the latest admission
 
-    def add(self, prompt: int, max_tokens: int, now: float) -> None:
+    def add(self, prompt: int, max_tokens: int, now: float, computed: int | None = None) -> None:
+        """An admitted request; `computed`: the prompt tokens its prefill computes (None: all)."""
         self.seen += 1
         w = max(self.weight, 1 / self.seen)
         self.prompt += w * (prompt - self.prompt)
+        self.computed += w * ((prompt if computed is None else computed) - self.computed)
         self.prompt_sq += w * (prompt * prompt - self.prompt_sq)
         self.max_tokens += w * (max_tokens - self.max_tokens)
         if self.last is not None:
@@ -88,10 +97,23 @@ class RecentMix:
         self.last = now
 
     def mix(self) -> Mix | None:
-        return Mix(self.prompt, self.max_tokens, self.prompt_sq) if self.seen else None
+        return Mix(self.prompt, self.max_tokens, self.prompt_sq, self.computed) if self.seen else None
 
     def prompt_tokens_per_s(self) -> float:
         return self.prompt / self.gap_s if self.seen > 1 and self.gap_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where routing put a request before admission (router/prefix_routing.py): the prefill instance ("": the
+    least loaded, every one holding `cached`), the prompt tokens its prefill will not compute (on a reverse pull the
+    larger of the two instances' hits), and the decode instance ("": the least loaded); `local`: that decode
+    instance prefills the rest itself, no prefill queue."""
+
+    prefill_id: str = ""
+    cached: int = 0
+    decode_id: str = ""
+    local: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,37 +207,43 @@ def heading_to_decode(prefill: list[Candidate], waiting: float, prompt: int, max
     reached a decode instance yet: the prompts queued at the prefill instances and waiting at the router, read as
     requests of the mix. They join the decode batches before this request does, and most are still there while
     it decodes: left out, every admission saw the batch short by the whole prefill pipeline, so the batches grew
-    past what the TPOT objective allows and the admitted requests missed it together."""
+    past what the TPOT objective allows and the admitted requests missed it together. A prefill books only the
+    tokens it computes, so its queue is read as requests by the mix's computed tokens per request, and each takes
+    its whole prompt and output to decode."""
     mix = mix or Mix(prompt, max_tokens)
-    pending = sum(c.load for c in prefill) + waiting
-    return pending * (mix.prompt + mix.max_tokens) / mix.prompt if mix.prompt > 0 else 0.0
+    requests = mix.requests_in(sum(c.load for c in prefill)) + (waiting / mix.prompt if mix.prompt > 0 else 0.0)
+    return requests * (mix.prompt + mix.max_tokens)
 
 
 def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate], prompt: int, max_tokens: int,
             batch_tokens: int, mix: Mix | None = None, arriving_tps: float = 0.0, waiting: float = 0.0,
-            prefill_id: str = "", cached: int = 0) -> Prediction:
-    """The figures on the instances the dispatcher would choose: the least-loaded of each role; `mix`: what the
-    queued and booked requests are taken to be; `arriving_tps`: the prompt tokens per second admitted lately,
-    spread over the prefill instances; `waiting`: the prompt tokens admitted but still waiting at the router for
-    a slot (`max_inflight`), which are booked on the prefill instances before this one. The decode instance's
-    load counts the requests on their way to decode (`heading_to_decode`), spread as the dispatcher will.
-    `prefill_id`: the prefill instance already picked (by the prefix cache), where `cached` prompt tokens are held."""
-    p = next((c for c in prefill if c.id == prefill_id), None) or min(prefill, key=lambda c: c.load, default=None)
+            placed: Placed = Placed()) -> Prediction:
+    """The figures on the instances routing placed it on (`placed`; by default the least-loaded of each role);
+    `mix`: what the queued and booked requests are taken to be; `arriving_tps`: the prompt tokens per second
+    admitted lately, spread over the prefill instances; `waiting`: the prompt tokens admitted but still waiting at
+    the router for a slot (`max_inflight`), which are booked on the prefill instances before this one. The decode
+    instance's load counts the requests on their way to decode (`heading_to_decode`), spread as the dispatcher
+    will. A local prefill waits for no prefill queue but for the decode instance's running step."""
+    p = next((c for c in prefill if c.id == placed.prefill_id), None) or min(prefill, key=lambda c: c.load, default=None)
     if p is not None and waiting > 0:
         p = replace(p, load=least_after([c.load for c in prefill], waiting))
-    d = min(decode, key=lambda c: c.load, default=None)
+    d = next((c for c in decode if c.id == placed.decode_id), None) or min(decode, key=lambda c: c.load, default=None)
+    now = d  # the decode instance as it runs now: a local prefill joins its next step, ahead of the prefill queues
     heading = heading_to_decode(prefill, waiting, prompt, max_tokens, mix)
     if d is not None and heading > 0:
-        d = replace(d, load=least_after([c.load for c in decode], heading))
+        d = replace(d, load=max(d.load, least_after([c.load for c in decode], heading)))
     pl = model.prefill.get(p.kind) if p else None
     dl = model.decode.get(d.kind) if d else None
+    tpot = predict_tpot(dl, d.load, prompt, max_tokens, mix, model.handoff) if dl and max_tokens > 1 else None
+    suffix = prompt - placed.cached
+    if placed.local:
+        running = predict_tpot(dl, now.load, prompt, max_tokens, mix) if dl else 0.0
+        ttft = predict_ttft(pl, 0.0, suffix, batch_tokens, mix, cached=placed.cached) + running if pl else None
+        return Prediction(ttft, tpot, d.id if d else "", d.id if d else "", 0.0)
     joining_tps = arriving_tps / max(1, len(prefill))
-    hit = cached if p and p.id == prefill_id else 0
-    return Prediction(predict_ttft(pl, p.load, prompt - hit, batch_tokens, mix, p.running_s, joining_tps, hit)
-                      + model.ttft_hops
-                      if pl else None,
-                      predict_tpot(dl, d.load, prompt, max_tokens, mix, model.handoff) if dl and max_tokens > 1 else None,
-                      p.id if p else "", d.id if d else "", p.load if p else 0.0)
+    ttft = predict_ttft(pl, p.load, suffix, batch_tokens, mix, p.running_s, joining_tps, placed.cached) \
+        + model.ttft_hops if pl else None
+    return Prediction(ttft, tpot, p.id if p else "", d.id if d else "", p.load if p else 0.0)
 
 
 def decide(prediction: Prediction, slo: RequestSLO, policy: Policy, margin: Margin = Margin()) -> Decision:

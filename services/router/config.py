@@ -17,6 +17,10 @@ class RouterSettings(BaseSettings):
 
     model: str = Field(description="model folder (tokenizer and limits)")
     model_name: str = Field("", description="name clients use for the model; the folder name when empty")
+    chat_template: str = Field("", description="a jinja chat template file, used instead of the model folder's own")
+    generation_config: Literal["auto", "none"] = Field(
+        "auto", description="auto: the model folder's generation_config.json sets temperature, top_p, top_k and "
+                            "repetition_penalty for requests that omit them; none: the API's defaults")
     mode: Mode = Field("disagg", description="disagg: prefill then decode instances; colocated/chunked: one instance per request")
     host: str = Field("127.0.0.1", description="address to bind")
     grpc_port: int = Field(50051, description="gRPC port (distserve.v1.Router)")
@@ -65,6 +69,10 @@ class RouterSettings(BaseSettings):
         32, ge=0, description="routing=model: how many more prompt tokens the decode instance must hold than the "
                               "prefill for the prefill to pull them from it first, when the model predicts it "
                               "sooner (0: never)")
+    reverse_lease_ms: float = Field(1.0, ge=0, description="routing=model: what a reverse pull's lease call to the "
+                                                           "decode instance adds to its TTFT")
+    pull_gbps: float = Field(2.0, ge=0, description="routing=model: GB/s of a K/V pull between instances, to price "
+                                                    "a reverse pull's transfer (0: taken as free)")
     prefill_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, ge=1,
                                       description="the prefill instances' batch bound in tokens, for the prediction")
 

@@ -16,7 +16,7 @@ import grpc
 from distserve.v1 import kv_pb2, worker_pb2, worker_pb2_grpc
 from services.common import metrics
 from services.common.convert import logprobs_from_proto, sampling_to_proto
-from services.common.errors import CrashedInstance, Overloaded
+from services.common.errors import CrashedInstance, LocalPrefillDeclined, Overloaded
 from services.common.registry import Registry
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.tokenizer import Tokenizer
@@ -25,7 +25,7 @@ from services.router.cleanup import Cleanups
 from services.router.dispatch import Assignment, Dispatcher, NoInstance
 from services.router.gate import SloGate
 from services.router.output_text import OutputText
-from services.router.paths import DECISIONS
+from services.router.paths import CACHED_TOKENS, DECISIONS
 from services.router.prefix_routing import PrefixRouter
 from services.router.request import RouterRequest
 
@@ -42,7 +42,8 @@ class Chunk:
     index: int = 0  # the choice
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # one per token, when asked
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # a choice's first chunk: of prompt tokens 1..
-    cached_tokens: int = 0  # a choice's first chunk: prompt tokens whose K/V came from the prefix cache
+    cached_tokens: int = 0  # a choice's first chunk: prompt tokens the prefill did not compute (its cache had them)
+    decode_cached_tokens: int = 0  # ... and those the decode instance's cache held, not pulled (delta, reverse)
     starts: list[int] = field(default_factory=list)  # each token's first character in the choice's whole text
 
 
@@ -59,7 +60,8 @@ class RouterCore:
     def __init__(self, mode: str, tokenizer: Tokenizer, dispatcher: Dispatcher, registry: Registry,
                  max_inflight: int, max_queued: int, retries: int,
                  release_lease: Callable[[kv_pb2.KVHandle], Awaitable[None]] | None = None,
-                 gate: SloGate | None = None, prefix_router: PrefixRouter | None = None) -> None:
+                 gate: SloGate | None = None, prefix_router: PrefixRouter | None = None,
+                 local_prefill_cap: int = 0) -> None:
         self.mode = mode
         self.tokenizer = tokenizer
         self.dispatcher = dispatcher
@@ -69,6 +71,7 @@ class RouterCore:
         self.release_lease = release_lease
         self.gate = gate  # SLO-aware admission (router/gate.py); None: FCFS only
         self.prefix_router = prefix_router  # disagg: the prefill pick by the model (router/prefix_routing.py)
+        self.local_prefill_cap = local_prefill_cap  # the most prompt tokens a decode instance prefills itself
         self._admission = asyncio.Semaphore(max_inflight)
         self.cleanups = Cleanups()
         self._queued = 0
@@ -77,12 +80,7 @@ class RouterCore:
     async def generate(self, req: RouterRequest) -> AsyncIterator[Chunk]:
         """Streams the request's tokens; cancelling the iteration cancels every downstream call."""
         req.lifetime.arrival = req.lifetime.arrival or time.time()
-        if self.prefix_router is not None:
-            req.prefill_pick, req.route = await self.prefix_router.route(
-                req.prompt_ids, req.cache_namespace, req.params.max_tokens,
-                paths=req.n == 1 and req.params.prompt_logprobs is None)
-        if self.mode == "disagg":
-            DECISIONS.labels(req.route.path).inc()
+        await self._route(req)
         if self.gate is not None:
             self.gate.admit(req, self._queued_tokens)  # refuses before any prefill
         if self._queued >= self.max_queued:
@@ -90,11 +88,18 @@ class RouterCore:
             raise Overloaded(f"router queue full ({self._queued} waiting)")
         self._queued += 1
         self._queued_tokens += len(req.prompt_ids)
+        waited = self._admission.locked()
         try:
             await self._admission.acquire()
         finally:
             self._queued -= 1
             self._queued_tokens -= len(req.prompt_ids)
+        if waited:  # the caches and queues it was routed by at arrival have moved on meanwhile
+            try:
+                await self._route(req)
+            except BaseException:
+                self._admission.release()
+                raise
         outcome = "error"
         n_tokens = 0
         try:
@@ -103,6 +108,7 @@ class RouterCore:
                     if n_tokens == 0:
                         req.lifetime.first_token = time.time()
                     req.cached_tokens = max(req.cached_tokens, chunk.cached_tokens)
+                    req.decode_cached_tokens = max(req.decode_cached_tokens, chunk.decode_cached_tokens)
                     n_tokens += len(chunk.token_ids)
                     yield chunk
             outcome = "ok"
@@ -118,6 +124,13 @@ class RouterCore:
                 if self.gate is not None:
                     self.gate.finished(req, n_tokens)
                 await self._record(req, n_tokens)
+
+    async def _route(self, req: RouterRequest) -> None:
+        """The prefill instance, decode instance and path by the prefix cache (routing by the model)."""
+        if self.prefix_router is not None:
+            req.prefill_pick, req.route = await self.prefix_router.route(
+                req.prompt_ids, req.cache_namespace, req.params.max_tokens,
+                paths=req.n == 1 and req.params.prompt_logprobs is None)
 
     def _choices(self, req: RouterRequest) -> list[AsyncIterator[Chunk]]:
         if req.n == 1:
@@ -138,14 +151,16 @@ class RouterCore:
                       stopped: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[Chunk]:
         """One choice's text: detokenized, ended at a stop string (which closes the source: the downstream
         calls are cancelled and the K/V freed; a choice of a shared colocated call tells `stopped` first)."""
-        text = OutputText(self.tokenizer, req.params.stop, req.prompt_ids)
+        text = OutputText(self.tokenizer, req.params.stop, req.prompt_ids, req.params.skip_special_tokens,
+                          req.params.spaces_between_special_tokens)
         async with aclosing(source):
             async for tokens in source:
                 reason = tokens.finish_reason
                 delta = text.push(list(tokens.token_ids), final=bool(reason))
                 logprobs = logprobs_from_proto(tokens.logprobs[: len(delta.token_ids)])
                 yield Chunk(delta.token_ids, delta.text, "stop" if delta.stopped else reason, req.index, logprobs,
-                            logprobs_from_proto(tokens.prompt_logprobs), tokens.cached_tokens, delta.starts)
+                            logprobs_from_proto(tokens.prompt_logprobs), tokens.cached_tokens,
+                            tokens.decode_cached_tokens, delta.starts)
                 if delta.stopped:
                     if stopped is not None and not reason:
                         await stopped()
@@ -181,14 +196,36 @@ class RouterCore:
             return
         path = req.route.path if req.attempt == 0 else "pull"  # a retry goes the plain way
         if path == "local":
-            async for chunk in self._local(req, prompt_ids, params):
-                yield chunk
-            return
-        prefix = await self._lease_prefix(req, prompt_ids) if path == "reverse" else None
-        prefilled = await self.cleanups.claim(
-            self._with_retries(req, "prefill", self._prefill_load(req, prompt_ids),
-                               lambda a: self._prefill(req, prompt_ids, params, a, prefix=prefix), self._preferred(req)),
-            self._end_lease)
+            streamed = False
+            try:
+                async for chunk in self._local(req, prompt_ids, params):
+                    streamed = True
+                    yield chunk
+                return
+            except LocalPrefillDeclined as declined:  # nothing streamed: the prefill instance's way instead
+                log.info("local prefill not taken (%s); pulling", declined, extra={"request_id": req.request_id})
+                path = "pull"
+            except grpc.aio.AioRpcError as exc:
+                if streamed or exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+                log.info("local prefill declined (%s); pulling", exc.details(), extra={"request_id": req.request_id})
+                path = "pull"
+        if req.attempt == 0:
+            req.path = path
+            DECISIONS.labels(path).inc()
+        prefix = await self.cleanups.claim(self._lease_prefix(req, prompt_ids), self._end_prefix) \
+            if path == "reverse" else None
+        try:
+            prefilled = await self.cleanups.claim(
+                self._with_retries(req, "prefill", self._prefill_load(req, prompt_ids),
+                                   lambda a: self._prefill(req, prompt_ids, params, a, prefix=prefix),
+                                   self._preferred(req)),
+                self._end_lease)
+        except BaseException:
+            # No prefill took the decode's prefix lease (refused, none live, retries spent, cancelled, or one
+            # failed mid-pull): end it now, not at its expiry. A lease the prefill ended already is unknown there.
+            await self.cleanups.run(self._end_prefix(prefix))
+            raise
         streamed = False
         try:
             yield worker_pb2.TokenChunk(token_ids=[prefilled.first_token], finish_reason=prefilled.finish_reason,
@@ -227,6 +264,10 @@ class RouterCore:
     async def _end_lease(self, prefilled: worker_pb2.PrefillResponse) -> None:
         if not prefilled.finish_reason and self.release_lease is not None:
             await self.release_lease(prefilled.kv)
+
+    async def _end_prefix(self, prefix: kv_pb2.KVHandle | None) -> None:
+        if prefix is not None and self.release_lease is not None:
+            await self.release_lease(prefix)
 
     async def _decode_shared(self, req: RouterRequest, shared: SharedPrefill,
                              params: SamplingParams) -> AsyncIterator[worker_pb2.TokenChunk]:
@@ -278,15 +319,19 @@ class RouterCore:
 
     async def _local(self, req: RouterRequest, prompt_ids: list[int],
                      params: SamplingParams) -> AsyncIterator[worker_pb2.TokenChunk]:
-        """The decode instance holding most of the prompt prefills the rest itself, then decodes."""
+        """The decode instance holding most of the prompt prefills the rest itself (at most the local cap), then
+        decodes; LocalPrefillDeclined when another instance was booked (that one suspect, gone or full)."""
         assignment = await self.cleanups.claim(
             self.dispatcher.acquire("decode", len(prompt_ids) + params.max_tokens, prefer=req.route.decode_id),
             self.dispatcher.release)
+        if assignment.info.id != req.route.decode_id:
+            await self.cleanups.run(self.dispatcher.release(assignment))
+            raise LocalPrefillDeclined(f"{req.route.decode_id} could not be booked")
         req.prefill_instance = req.decode_instance = assignment.info.id
         stub = worker_pb2_grpc.DecodeStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Decode(worker_pb2.DecodeRequest(
             request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params),
-            cache_namespace=req.cache_namespace), timeout=req.remaining())
+            cache_namespace=req.cache_namespace, local_prefill_cap=self.local_prefill_cap), timeout=req.remaining())
         async for chunk in self._relay(req, call, assignment):
             yield chunk
 
@@ -389,6 +434,8 @@ class RouterCore:
     def _observe(self, req: RouterRequest, n_tokens: int) -> None:
         life = req.lifetime
         metrics.TTFT.observe(life.first_token - life.arrival)
+        CACHED_TOKENS.labels("prefill").inc(req.cached_tokens)
+        CACHED_TOKENS.labels("decode").inc(req.decode_cached_tokens)
         metrics.E2E.observe(life.finish - life.arrival)
         if n_tokens > 1:
             metrics.TPOT.observe((life.finish - life.first_token) / (n_tokens - 1))

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from services.common.errors import SloUnmet
 from services.common.registry import Registry
 from services.router import slo_metrics
-from services.router.admission import Candidate, FittedModel, Policy, RecentMix, decide, predict
+from services.router.admission import Candidate, FittedModel, Placed, Policy, RecentMix, decide, predict
 from services.router.dispatch import Dispatcher
 from services.router.margin import ErrorWindow
 from services.router.request import RouterRequest
@@ -32,6 +32,18 @@ def booked_load(book: float, local: float, local_at_read: float) -> float:
     (its registration lapsed under a stalled core, a dispatch dropped it, its heartbeat put it back at zero),
     and then read short by all of them until they end: the queue a newcomer waits behind looked empty."""
     return max(book + local - local_at_read, local)
+
+
+def placed(req: RouterRequest) -> Placed:
+    """Where routing put the request, as the prediction reads it: on a reverse pull the prefill computes what
+    neither instance holds; on the local path the decode instance computes what it does not."""
+    pick, route = req.prefill_pick, req.route
+    if pick is None:
+        return Placed()
+    if route.path == "local":
+        return Placed(pick.instance_id, route.decode_cached, route.decode_id, local=True)
+    cached = max(pick.cached_tokens, route.decode_cached) if route.path == "reverse" else pick.cached_tokens
+    return Placed(pick.instance_id, cached, route.decode_id)
 
 
 class SloGate:
@@ -93,15 +105,15 @@ class SloGate:
         model every request is admitted unpredicted. `waiting`: the prompt tokens of the requests admitted before
         it that wait at the router for a slot (not yet booked on any instance)."""
         req.slo = (req.slo or RequestSLO()).or_defaults(self.default)
+        at = placed(req)
         if self.model is None:
             slo_metrics.DECISIONS.labels("unpredicted").inc()
-            self.mix.add(len(req.prompt_ids), req.params.max_tokens, time.monotonic())
+            self.mix.add(len(req.prompt_ids), req.params.max_tokens, time.monotonic(), len(req.prompt_ids) - at.cached)
             return
         began = time.perf_counter()
         prediction = predict(self.model, self._candidates("prefill"), self._candidates("decode"),
                              len(req.prompt_ids), req.params.max_tokens, self.batch_tokens, self.mix.mix(),
-                             self.mix.prompt_tokens_per_s(), waiting,
-                             *((req.prefill_pick.instance_id, req.prefill_pick.cached_tokens) if req.prefill_pick else ()))
+                             self.mix.prompt_tokens_per_s(), waiting, at)
         self.errors.expire(time.monotonic())
         decision = decide(prediction, req.slo, self.policy, self.errors.margin)
         slo_metrics.DECISION_SECONDS.observe(time.perf_counter() - began)
@@ -110,7 +122,7 @@ class SloGate:
             slo_metrics.DECISIONS.labels("refused").inc()
             raise SloUnmet(f"slo: {decision.reason}", decision.retry_after_s)
         slo_metrics.DECISIONS.labels("best_effort" if decision.best_effort else "admitted").inc()
-        self.mix.add(len(req.prompt_ids), req.params.max_tokens, time.monotonic())
+        self.mix.add(len(req.prompt_ids), req.params.max_tokens, time.monotonic(), len(req.prompt_ids) - at.cached)
 
     def finished(self, req: RouterRequest, n_tokens: int) -> None:
         """Measured against predicted, for a request served to the end."""

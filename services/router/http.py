@@ -19,13 +19,14 @@ from fastapi.responses import JSONResponse
 from services.common.api_keys import ApiKeys
 from services.common.errors import EngineInputError, Status, internal_status, status_of
 from services.common.front_door import BodyLimit
+from services.common.generation_config import SamplingDefaults
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import Tokenizer
 from services.router.choices import merge
 from services.router.closing_response import ClosingStreamingResponse
 from services.router.core import Chunk, RouterCore
 from services.router.openai_logprobs import Echo, chat_logprobs, completion_logprobs, echo_of
-from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, chat_prompt
+from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, DetokenizeBody, TokenizeBody
 from services.router.request import RequestBuilder, RouterRequest
 from services.router.slo import requested_slo
 from services.router.tokenization import detokenize, tokenize
@@ -86,7 +87,8 @@ class Shape:
         return out
 
 
-def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max_tokens: int) -> SamplingParams:
+def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max_tokens: int,
+            defaults: SamplingDefaults) -> SamplingParams:
     if body.best_of is not None and body.best_of < body.n:
         raise EngineInputError("best_of", f"must be >= n ({body.n})")
     if _samples(body) > body.n and body.stream:
@@ -101,12 +103,12 @@ def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max
         prompt_logprobs = logprobs if body.echo else None
     if _samples(body) > body.n and logprobs is None:
         logprobs = 0  # ranking needs each token's logprob; not returned
-    return SamplingParams(max_tokens=default_max_tokens if max_tokens is None else max_tokens,
-                          temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, seed=body.seed,
+    return SamplingParams(max_tokens=default_max_tokens if max_tokens is None else max_tokens, seed=body.seed,
                           stop_token_ids=tuple(body.stop_token_ids), ignore_eos=body.ignore_eos,
                           stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()), logprobs=logprobs,
                           presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
-                          repetition_penalty=body.repetition_penalty, min_tokens=body.min_tokens,
+                          min_tokens=body.min_tokens, skip_special_tokens=body.skip_special_tokens,
+                          spaces_between_special_tokens=body.spaces_between_special_tokens, **body.sampling(defaults),
                           logit_bias=tuple(sorted((body.logit_bias or {}).items())), prompt_logprobs=prompt_logprobs)
 
 
@@ -182,7 +184,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
                   headers: Mapping[str, str]):
         streams: list[AsyncIterator[Chunk]] = []
         try:
-            params = _params(body, max_tokens, default_max_tokens)
+            params = _params(body, max_tokens, default_max_tokens, builder.sampling)
             if not prompts or any(not p for p in prompts):
                 raise EngineInputError("prompt", "must not be empty")
             reqs = [builder.build(prompt=p if isinstance(p, str) else "", prompt_ids=[] if isinstance(p, str) else p,
@@ -225,7 +227,12 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatBody, request: Request):
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-        return await run(body, [chat_prompt(body.messages)], max_tokens, chat=True, headers=request.headers)
+        try:
+            builder.check_model(body.model)
+            prompt = builder.chat_prompt(**body.template_args(body.messages))
+        except EngineInputError as exc:
+            return _status_of(exc)
+        return await run(body, [prompt], max_tokens, chat=True, headers=request.headers)
 
     return app
 

@@ -14,7 +14,9 @@ from grpc_reflection.v1alpha import reflection
 
 from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.api_keys import ApiKeys, check_exposure
+from services.common.chat_template import load_chat_template
 from services.common.front_door import KeyCheck
+from services.common.generation_config import SamplingDefaults
 from services.common.links import server_options
 from services.common.metrics import serve_metrics
 from services.common.model_config import ModelConfig
@@ -50,7 +52,9 @@ async def serve_router(settings: RouterSettings) -> None:
     check_exposure(settings.host, keys, settings.allow_unauthenticated, "router")
     tokenizer = load_tokenizer(settings.model)
     model_name = settings.model_name or Path(settings.model).name
-    builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars)
+    builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars,
+                             load_chat_template(settings.model, settings.chat_template),
+                             SamplingDefaults.from_folder(settings.model, settings.generation_config))
     registry = Registry.from_url(settings.redis_url)
     dispatcher = Dispatcher(registry, settings.refresh_s, router_id=f"{settings.host}:{settings.grpc_port}",
                             wait_instance_s=settings.wait_instance_s, crash_wait_s=settings.crash_wait_s)
@@ -59,11 +63,13 @@ async def serve_router(settings: RouterSettings) -> None:
     gate = SloGate(registry, dispatcher, settings.admission, default_slo(settings.slo_ttft_ms, settings.slo_tpot_ms),
                    settings.prefill_batch_tokens, ErrorWindow(settings.slo_ttft_error_quantile, settings.slo_tpot_error_quantile)) \
         if settings.mode == "disagg" else None
-    limits = PathLimits(settings.local_prefill_tokens, settings.reverse_pull_tokens)
+    limits = PathLimits(settings.local_prefill_tokens, settings.reverse_pull_tokens, settings.reverse_lease_ms / 1e3,
+                        settings.pull_gbps * 1e9)
     prefix_router = PrefixRouter(registry, dispatcher, settings.prefill_batch_tokens, limits, lambda: gate.model,
                                  gate.mix.mix) if gate is not None and settings.routing == "model" else None
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
-                      settings.retries, release_lease=lease_releaser(dispatcher), gate=gate, prefix_router=prefix_router)
+                      settings.retries, release_lease=lease_releaser(dispatcher), gate=gate, prefix_router=prefix_router,
+                      local_prefill_cap=settings.local_prefill_tokens)
     refresher = asyncio.create_task(dispatcher.run())
     model_reader = asyncio.create_task(gate.run(settings.model_refresh_s)) if gate is not None else None
 

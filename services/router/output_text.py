@@ -25,8 +25,10 @@ class TextDelta:
 
 
 class OutputText:
-    def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...] = (), prompt_ids: Sequence[int] = ()) -> None:
-        self._decoder = IncrementalDecoder(tokenizer, prompt_ids[-CONTEXT_IDS:])
+    def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...] = (), prompt_ids: Sequence[int] = (),
+                 skip_special_tokens: bool = True, spaces_between_special_tokens: bool = False) -> None:
+        self._decoder = IncrementalDecoder(tokenizer, prompt_ids[-CONTEXT_IDS:], skip_special_tokens,
+                                           spaces_between_special_tokens)
         self._stop = tuple(s for s in stop if s)
         self._held = ""  # decoded text not yet returned: it may begin a stop string
         self._decoded = 0  # characters decoded so far (returned, held or cut)

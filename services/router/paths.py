@@ -21,7 +21,11 @@ from services.common.step_model import PrefillCoeffs
 from services.router.admission import Candidate, Mix, predict_ttft
 
 Path = Literal["pull", "delta", "reverse", "local"]
-DECISIONS = Counter("distserve_disagg_decision", "disaggregated requests by the path their K/V took", ["path"])
+DECISIONS = Counter("distserve_disagg_decision", "admitted disaggregated requests by the path their K/V took (after "
+                    "any fallback to pull)", ["path"])
+CACHED_TOKENS = Counter("distserve_router_cached_tokens", "prompt tokens of finished requests a prefix cache supplied: "
+                        "where=prefill: not computed (the prefill's or a local prefill's); where=decode: held by the "
+                        "decode instance, not pulled", ["where"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,8 @@ class Route:
 class PathLimits:
     local_prefill_tokens: int  # the longest uncached suffix a decode instance prefills itself (0: never)
     reverse_pull_tokens: int  # the least that the decode holds beyond the prefill for a reverse pull (0: never)
+    lease_rpc_s: float = 0.0  # a reverse pull's lease call to the decode instance, before the prefill queues
+    pull_bytes_per_s: float = 0.0  # what a K/V pull moves per second (0: pulls taken as free)
 
 
 def pick_decode(candidates: list[Candidate], cached: dict[str, int], request_tokens: int) -> Candidate | None:
@@ -47,20 +53,26 @@ def pick_decode(candidates: list[Candidate], cached: dict[str, int], request_tok
     return max(near, key=lambda c: (cached.get(c.id, 0), -c.load))
 
 
-def choose_path(prompt: int, prefill: Candidate, prefill_cached: int, decode: Candidate | None, decode_cached: int,
-                line: PrefillCoeffs | None, batch_tokens: int, limits: PathLimits, mix: Mix | None = None) -> Route:
-    """The path of least predicted TTFT (in tokens computed and queued ahead while there is no fitted line)."""
+def choose_path(prompt: int, prefill: Candidate, prefill_cached: int, decode: Candidate | None, decode_held: int,
+                decode_shared: int, line: PrefillCoeffs | None, batch_tokens: int, limits: PathLimits,
+                mix: Mix | None = None, pull_s_per_token: float = 0.0) -> Route:
+    """The path of least predicted TTFT (in tokens computed and queued ahead while there is no fitted line).
+    `decode_held`: the prompt tokens the decode instance holds (a delta pull keeps them); `decode_shared`: those of
+    them it can lend or reuse for a prefill (every full block before the one of the last prompt token). A reverse
+    pull pays its lease call and the pull of what the prefill lacks before its queue."""
     def ttft(queued: float, suffix: int, cached: int) -> float:
         if line is None:
             return queued + suffix
         return predict_ttft(line, queued, suffix, batch_tokens, mix, prefill.running_s, cached=cached)
 
-    if decode is None or decode_cached == 0:
+    if decode is None or decode_held == 0:
         return Route("pull")
     options: dict[Path, float] = {"delta": ttft(prefill.load, prompt - prefill_cached, prefill_cached)}
-    if limits.reverse_pull_tokens and decode_cached - prefill_cached >= limits.reverse_pull_tokens:
-        options["reverse"] = ttft(prefill.load, prompt - decode_cached, decode_cached)
-    if prompt - decode_cached <= limits.local_prefill_tokens:
-        options["local"] = ttft(0.0, prompt - decode_cached, decode_cached)  # no queue: prefill-priority there
+    lent = decode_shared - prefill_cached
+    if limits.reverse_pull_tokens and lent >= limits.reverse_pull_tokens:
+        pull_s = limits.lease_rpc_s + lent * pull_s_per_token if line is not None else 0.0
+        options["reverse"] = ttft(prefill.load, prompt - decode_shared, decode_shared) + pull_s
+    if decode_shared and prompt - decode_shared <= limits.local_prefill_tokens:
+        options["local"] = ttft(0.0, prompt - decode_shared, decode_shared)  # no queue: prefill-priority there
     path = min(options, key=lambda p: (options[p], p != "local"))
-    return Route(path, decode.id, decode_cached)
+    return Route(path, decode.id, decode_held if path == "delta" else decode_shared)

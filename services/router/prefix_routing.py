@@ -30,9 +30,10 @@ class PrefillPick:
     cached_tokens: int  # of the prompt, held there (as the index says)
 
 
-def prompt_hashes(prompt_ids: list[int], block_size: int, namespace: str) -> list[int]:
-    """The hashes of the prompt's blocks a cache can supply: full ones, before the block of its last token."""
-    return block_hashes(prompt_ids, block_size, namespace, limit=(len(prompt_ids) - 1) // block_size)
+def shareable(tokens: int, prompt: int, block_size: int) -> int:
+    """Of `tokens` a cache holds, those a prefill can skip: full blocks before the block of the last prompt token
+    (whose logits it computes)."""
+    return min(tokens, (prompt - 1) // block_size * block_size)
 
 
 def pick_prefill(candidates: list[Candidate], cached: dict[str, int], prompt: int, batch_tokens: int,
@@ -80,7 +81,9 @@ class PrefixRouter:
                 books[role] = await self.registry.loads(role)
             except (RedisError, OSError):
                 books[role] = {}
-        cached = await self.cached_tokens(prefill + decode, prompt_ids, namespace)
+        held = await self.cached_tokens(prefill + decode, prompt_ids, namespace)
+        size = {i.id: i.block_size for i in prefill + decode}
+        cached = {i: shareable(n, len(prompt_ids), size[i]) for i, n in held.items()}
         local = self.dispatcher.local_load
 
         def candidates(role: str, infos: list[InstanceInfo]) -> list[Candidate]:
@@ -93,15 +96,18 @@ class PrefixRouter:
         if pick is None or not paths:
             return pick, Route("pull")
         chosen = next((c for c in prefills if c.id == pick.instance_id), min(prefills, key=lambda c: c.load))
-        d = pick_decode(candidates("decode", decode), cached, len(prompt_ids) + max_tokens)
+        d = pick_decode(candidates("decode", decode), held, len(prompt_ids) + max_tokens)
         line = model.prefill.get(chosen.kind) if model else None
-        route = choose_path(len(prompt_ids), chosen, pick.cached_tokens, d, cached.get(d.id, 0) if d else 0, line,
-                            self.batch_tokens, self.limits, mix)
+        info = next((i for i in decode if d and i.id == d.id), None)
+        per_token = info.block_bytes / info.block_size / self.limits.pull_bytes_per_s \
+            if info and info.block_size and self.limits.pull_bytes_per_s else 0.0
+        route = choose_path(len(prompt_ids), chosen, pick.cached_tokens, d, held.get(d.id, 0) if d else 0,
+                            cached.get(d.id, 0) if d else 0, line, self.batch_tokens, self.limits, mix, per_token)
         return pick, route
 
     async def cached_tokens(self, instances: list[InstanceInfo], prompt_ids: list[int],
                             namespace: str) -> dict[str, int]:
-        """Per instance, the prompt tokens its pool holds as the index says; {} while Redis is away."""
+        """Per instance, the prompt tokens its pool holds in full blocks as the index says; {} while Redis is away."""
         by_size: dict[int, list[InstanceInfo]] = {}
         for info in instances:
             if info.block_size:
@@ -110,7 +116,7 @@ class PrefixRouter:
         try:
             for size, group in by_size.items():
                 held = await self.registry.cache.held_prefix([i.id for i in group],
-                                                              prompt_hashes(prompt_ids, size, namespace))
+                                                              block_hashes(prompt_ids, size, namespace))
                 found.update({i: blocks * size for i, blocks in held.items()})
         except (RedisError, OSError) as exc:
             log.warning("prefix-cache index unreachable, routing as if nothing were cached: %s", exc)

@@ -7,7 +7,9 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
+from services.common.chat_template import ChatTemplate, plain_chat_template
 from services.common.errors import EngineInputError
+from services.common.generation_config import SamplingDefaults
 from services.common.model_config import ModelConfig
 from services.common.sampling import MAX_N, SamplingParams, choice_seed
 from services.common.stamps import Lifetime
@@ -51,7 +53,9 @@ class RouterRequest:
     prediction: Prediction | None = None  # TTFT/TPOT predicted at admission (None: no fitted model)
     best_effort: bool = False  # admitted although predicted to miss its SLO
     cache_namespace: str = ""  # prefix caching: its tenant and salt (`cache_namespace`); "" shares with all
-    cached_tokens: int = 0  # prompt tokens whose K/V the prefill found in its prefix cache
+    cached_tokens: int = 0  # prompt tokens not computed: the prefill's (or a local prefill's) cache had them
+    decode_cached_tokens: int = 0  # prompt tokens the decode instance's cache held, so not pulled (delta, reverse)
+    path: str = "pull"  # the way its K/V went to decode (router/paths.py), after any fallback
     prefill_pick: PrefillPick | None = None  # routing by the model: the prefill instance chosen at arrival
     route: Route = Route("pull")  # ... and the decode instance and the path its K/V takes (router/paths.py)
 
@@ -71,7 +75,9 @@ class RouterRequest:
     def record(self, n_tokens: int, mode: str) -> dict[str, str | int | float]:
         """Its entry in the request stream (`ds:requests`): the client's id is `label`, ours `request_id`."""
         return {"request_id": self.request_id, "label": self.label, "prompt_tokens": len(self.prompt_ids),
-                "output_tokens": n_tokens, "cached_tokens": self.cached_tokens, "path": self.route.path, "prefill_instance": self.prefill_instance,
+                "output_tokens": n_tokens, "cached_tokens": self.cached_tokens,
+                "decode_cached_tokens": self.decode_cached_tokens, "path": self.path,
+                "prefill_instance": self.prefill_instance,
                 "decode_instance": self.decode_instance, "mode": mode, "seed": self.params.seed,
                 **self.lifetime.to_record(), **(self.prediction.to_record() if self.prediction else {})}
 
@@ -88,6 +94,8 @@ class RequestBuilder:
     tokenizer: Tokenizer
     model_name: str
     max_prompt_chars: int
+    chat: ChatTemplate = field(default_factory=plain_chat_template)
+    sampling: SamplingDefaults = SamplingDefaults()  # what requests that omit these fields sample with
 
     def build(self, *, prompt: str, prompt_ids: list[int], params: SamplingParams, model: str = "",
               request_id: str = "", timeout_s: float | None = None, n: int = 1, tenant: str = "",
@@ -109,6 +117,13 @@ class RequestBuilder:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         return RouterRequest(uuid.uuid4().hex, ids, params, deadline=deadline, label=request_id, n=n,
                              cache_namespace=namespace)
+
+    def chat_prompt(self, messages: list[dict], **kwargs) -> list[int]:
+        """The prompt ids of chat messages through the model's chat template (`kwargs`: `ChatTemplate.render`'s:
+        tools, documents, add_generation_prompt, continue_final_message, the template's own variables)."""
+        text = self.chat.render(messages, **kwargs)
+        self.check_text(text, "messages")
+        return self.chat.encode(self.tokenizer, text)
 
     def check_model(self, model: str) -> None:
         """An empty name means the one model served."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import aclosing
+from dataclasses import asdict
 
 import grpc
 
@@ -10,24 +11,28 @@ from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.api_keys import ApiKeys
 from services.common.convert import logprobs_to_proto, penalties_from_proto
 from services.common.errors import abort_with
+from services.common.generation_config import SamplingDefaults
 from services.common.sampling import SamplingParams
 from services.router.core import RouterCore
 from services.router.request import RequestBuilder
 from services.router.slo import requested_slo
 
 
-def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens: int) -> SamplingParams:
+def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens: int,
+                        defaults: SamplingDefaults) -> SamplingParams:
+    """`defaults`: the sampling of the fields the request leaves unset."""
+    given = {name: getattr(request, name) for name in ("temperature", "top_p", "top_k", "repetition_penalty")
+             if request.HasField(name)}
     return SamplingParams(
         max_tokens=request.max_tokens if request.HasField("max_tokens") else default_max_tokens,
-        temperature=request.temperature if request.HasField("temperature") else 1.0,
-        top_p=request.top_p if request.HasField("top_p") else 1.0,
-        top_k=request.top_k,
         seed=request.seed if request.HasField("seed") else None,
         stop_token_ids=tuple(request.stop_token_ids),
         ignore_eos=request.ignore_eos,
         stop=tuple(request.stop),
         logprobs=request.logprobs if request.HasField("logprobs") else None,
-        **penalties_from_proto(request),
+        skip_special_tokens=request.skip_special_tokens if request.HasField("skip_special_tokens") else True,
+        spaces_between_special_tokens=request.spaces_between_special_tokens,
+        **{**penalties_from_proto(request), **asdict(defaults), **given},
     )
 
 
@@ -43,7 +48,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
         try:
             metadata = dict(context.invocation_metadata() or ())
             req = self.builder.build(prompt=request.prompt, prompt_ids=list(request.prompt_token_ids),
-                                     params=params_from_request(request, self.default_max_tokens),
+                                     params=params_from_request(request, self.default_max_tokens, self.builder.sampling),
                                      model=request.model, request_id=request.request_id,
                                      timeout_s=context.time_remaining(), n=request.n if request.HasField("n") else 1,
                                      tenant=self.keys.tenant(metadata.get("authorization")),
@@ -60,6 +65,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                         completion_tokens=completion[chunk.index] if last else 0, index=chunk.index,
                         logprobs=logprobs_to_proto(chunk.logprobs),
                         prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs),
-                        cached_tokens=req.cached_tokens if last else 0)
+                        cached_tokens=req.cached_tokens if last else 0,
+                        decode_cached_tokens=req.decode_cached_tokens if last else 0)
         except Exception as exc:
             await abort_with(context, exc)

@@ -49,9 +49,19 @@ async def _indexed(stack: Stack, instance_id: str, tokens: list[int], timeout_s:
 
 
 async def test_follow_ups_go_where_their_prefix_is_cached_and_give_the_same_tokens(stack: Stack) -> None:
-    first, cached = await _ask(stack, CONVERSATION)
+    # The load book breaks ties by name: the conversation starts on the other instance (another router's booking
+    # on the first, for its first turn only), so that follow-ups routed by the book alone would leave it.
+    by_name, other = sorted(p.name for p in stack.procs if p.role == "prefill")
+    registry = Registry.from_url(stack.redis_url)
+    await registry.add_load("prefill", by_name, 1e6, "another-router")
+    try:
+        first, cached = await _ask(stack, CONVERSATION)
+    finally:
+        await registry.add_load("prefill", by_name, -1e6, "another-router")
+        await registry.close()
     assert cached == 0
     held_by = recorded_requests(stack.redis_url)[-1]["prefill_instance"]
+    assert held_by == other
     assert await _indexed(stack, held_by, CONVERSATION)
     for turn in range(4):
         follow_up = CONVERSATION + [5 + turn] * 20

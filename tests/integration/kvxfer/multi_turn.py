@@ -35,6 +35,7 @@ class Pair:
     kv: KVXferClient
     prefill: worker_pb2_grpc.PrefillStub
     decode: worker_pb2_grpc.DecodeStub
+    address: str  # of the gRPC server of both
     closers: list = field(default_factory=list)
 
     async def computed(self) -> tuple[int, int]:
@@ -61,7 +62,8 @@ class Turn:
     prefilled: worker_pb2.PrefillResponse | None = None
 
 
-async def start_pair(model: str, kvxfer: str, tag: str, caching: str) -> Pair:
+async def start_pair(model: str, kvxfer: str, tag: str, caching: str, prefill_pending: int = 8,
+                     local_prefill_share: float = 1.0) -> Pair:
     """The instances `{tag}-p` and `{tag}-d`, their pools registered with `kvxfer`; `Pair.closers` stop them."""
     engines, kvs = [], []
     for role in ("prefill", "decode"):
@@ -71,9 +73,10 @@ async def start_pair(model: str, kvxfer: str, tag: str, caching: str) -> Pair:
         await kv.register_pool(f"{tag}-{role[0]}", engine.engine.runner.pool)
         engines.append(engine)
         kvs.append(kv)
-    prefill = PrefillCore(engines[0], kvs[0], f"{tag}-p", lease_ttl_s=30, max_pending=8, pull_timeout_s=5)
+    prefill = PrefillCore(engines[0], kvs[0], f"{tag}-p", lease_ttl_s=30, max_pending=prefill_pending, pull_timeout_s=5)
     prefill.start()
-    decode = DecodeCore(engines[1], kvs[1], f"{tag}-d", pull_timeout_s=5, max_pending=8)
+    decode = DecodeCore(engines[1], kvs[1], f"{tag}-d", pull_timeout_s=5, max_pending=8,
+                        local_prefill_share=local_prefill_share)
     decode.start()
     server = grpc.aio.server()
     worker_pb2_grpc.add_PrefillServicer_to_server(PrefillServicer(prefill), server)
@@ -94,7 +97,7 @@ async def start_pair(model: str, kvxfer: str, tag: str, caching: str) -> Pair:
             await kv.close()
 
     return Pair(engines[0], engines[1], kvs[0], worker_pb2_grpc.PrefillStub(channel),
-                worker_pb2_grpc.DecodeStub(channel), [close])
+                worker_pb2_grpc.DecodeStub(channel), f"127.0.0.1:{port}", [close])
 
 
 async def turn(pair: Pair, request_id: str, prompt: list[int], path: Path, namespace: str = "") -> Turn:

@@ -14,6 +14,7 @@ import pytest
 from distserve.v1 import kv_pb2
 from services.common.net import free_port
 from services.common.pool_files import shm_path
+from services.common.prefix_hash import block_hashes, to_wire
 from services.common.sampling import SamplingParams
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
@@ -48,7 +49,13 @@ async def _setup(engine: AsyncEngine, start_kvxfer, make_pool, clients):
     core = DecodeCore(engine, a, "dc", pull_timeout_s=5, max_pending=4, shards=pool_shards("dc", pools),
                       kv_of={"dc.r1": b})
     handle = await a.create_lease("pf", [3, 4, 5], num_tokens=len(PROMPT))
+    handle.block_hashes.extend(_hashes())
     return core, handle, host_b, a, b
+
+
+def _hashes() -> list[bytes]:
+    """The hashes a prefill's handle carries with PROMPT's full blocks."""
+    return to_wire(block_hashes(PROMPT, 16))
 
 
 async def _decode(core: DecodeCore, handle) -> list[int]:
@@ -111,6 +118,7 @@ async def test_a_follow_up_pulls_only_the_blocks_its_stages_lack(engine, start_k
     await _decode(core, handle)
     full = [(await a.stats()).bytes_pulled, (await b.stats()).bytes_pulled]
     again = await a.create_lease("pf", [6, 7, 8], num_tokens=len(PROMPT))
+    again.block_hashes.extend(_hashes())
     chunks = [c async for c in core.decode("r2", PROMPT, 7, SamplingParams(max_tokens=3), again)]
     assert (chunks[0].cached_tokens, chunks[0].pulled_blocks) == (32, 1)  # 39 tokens: 2 full blocks of 16 cached
     delta = [(await a.stats()).bytes_pulled - full[0], (await b.stats()).bytes_pulled - full[1]]

@@ -85,8 +85,8 @@ async def test_a_delta_pull_moves_only_the_blocks_the_decode_cache_lacks(pairs) 
     assert_same(first, cold[0])
     assert_same(second, cold[1])
     prompt = len(SYSTEM) + len(first.tokens) + len(NEW)  # 51 tokens: 13 blocks, 11 of them cached at the decode
-    assert (second.first.cached_tokens, second.first.pulled_blocks) == (11 * 4, 2)
-    assert (cold[1].first.cached_tokens, cold[1].first.pulled_blocks) == (0, 13)
+    assert (second.first.decode_cached_tokens, second.first.pulled_blocks) == (11 * 4, 2)
+    assert (cold[1].first.decode_cached_tokens, cold[1].first.pulled_blocks) == (0, 13)
     block_bytes = on.decode_engine.engine.layout.block_bytes
     assert pulled == (10 + 2) * block_bytes  # turn 1's 10 blocks, turn 2's 2
     # the prefill finds turn 1's prompt (9 full blocks) in its own cache; the decode computes no prompt token
@@ -120,7 +120,7 @@ async def test_a_reverse_pull_computes_only_what_neither_instance_holds(pairs) -
     # the decode leases its 11 cached blocks; the prefill has turn 1's 9 itself and pulls the other 2, computes 7
     assert (second.prefilled.cached_tokens, second.prefilled.pulled_blocks) == (11 * 4, 2)
     assert computed == (prompt - 11 * 4, len(second.tokens) - 1)
-    assert (second.first.cached_tokens, second.first.pulled_blocks) == (11 * 4, 2)  # then the decode's delta pull
+    assert (second.first.decode_cached_tokens, second.first.pulled_blocks) == (11 * 4, 2)  # then the decode's delta pull
     assert (cold[1].prefilled.cached_tokens, cold[1].prefilled.pulled_blocks) == (0, 0)
     assert cold[2] == (prompt, len(second.tokens) - 1)
 
@@ -138,5 +138,35 @@ async def test_a_leased_prefix_gone_costs_a_recompute_and_an_unpulled_one_expire
         request_id="t2", prompt_token_ids=prompt, sampling=sampling_to_proto(PARAMS), prefix=leased.kv))
     assert (prefilled.cached_tokens, prefilled.pulled_blocks) == (9 * 4, 0)  # its own cache only
     assert (await pair.computed())[0] - before[0] == len(prompt) - 9 * 4
+    assert await pair.kv.release(prefilled.kv.lease_id)
+    assert await pair.settled()
+
+
+async def test_kv_under_hashes_that_are_not_the_prompts_joins_no_cache(pairs) -> None:
+    """A decode caches pulled blocks only under the handle's hashes, and only when they are the prompt's own in the
+    request's namespace; a prefill pulls a leased prefix only on the same condition. Else each computes or decodes
+    as without a cache, to the same tokens."""
+    pair = await pairs("on")
+    sampling = sampling_to_proto(PARAMS)
+    prefilled = await pair.prefill.Prefill(worker_pb2.PrefillRequest(  # addressed in the default namespace
+        request_id="t1", prompt_token_ids=SYSTEM, sampling=sampling))
+    assert len(prefilled.kv.block_hashes) == len(SYSTEM) // 4
+    chunks = [c async for c in pair.decode.Decode(worker_pb2.DecodeRequest(
+        request_id="t1", prompt_token_ids=SYSTEM, sampling=sampling, first_token=prefilled.first_token,
+        kv=prefilled.kv, cache_namespace="tenant:b"))]
+    first = [prefilled.first_token, *(t for c in chunks for t in c.token_ids)]
+    assert (await pair.decode_engine.stats()).blocks_cached == 0
+    assert not (await pair.decode.LeasePrefix(worker_pb2.LeasePrefixRequest(
+        prompt_token_ids=SYSTEM, cache_namespace="tenant:b"))).HasField("kv")
+    assert await pair.settled()
+
+    assert (await turn(pair, "t1b", SYSTEM, "disagg")).tokens == first  # now cached at the decode, truly named
+    prompt = SYSTEM + first + NEW
+    leased = await pair.decode.LeasePrefix(worker_pb2.LeasePrefixRequest(prompt_token_ids=prompt))
+    assert len(leased.kv.block_hashes) == 11
+    leased.kv.block_hashes[10] = bytes(32)
+    prefilled = await pair.prefill.Prefill(worker_pb2.PrefillRequest(
+        request_id="t2", prompt_token_ids=prompt, sampling=sampling, prefix=leased.kv))
+    assert (prefilled.cached_tokens, prefilled.pulled_blocks) == (9 * 4, 0)  # its own cache only
     assert await pair.kv.release(prefilled.kv.lease_id)
     assert await pair.settled()

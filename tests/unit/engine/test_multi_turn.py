@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from services.common.prefix_hash import block_hashes
 from services.common.sampling import SamplingParams
 from services.engine.engine import LLMEngine
 
@@ -14,17 +15,19 @@ SYSTEM = [1, *range(100, 137)]  # 38 tokens: 9 full blocks of 4 and 2 over
 PARAMS = SamplingParams(max_tokens=8, ignore_eos=True, logprobs=2)
 
 
-def disagg_turn(prefill: LLMEngine, decode: LLMEngine, rid: str, prompt: list[int]) -> tuple[list[int], list[float], int]:
-    """Prefills on one engine, copies into the other the blocks its cache lacks, decodes there: the tokens, their
-    logprobs and the blocks copied."""
+def disagg_turn(prefill: LLMEngine, decode: LLMEngine, rid: str, prompt: list[int],
+                namespace: str = "") -> tuple[list[int], list[float], int]:
+    """Prefills on one engine, copies into the other the blocks its cache lacks, decodes there (in `namespace`, the
+    prefill in the default one): the tokens, their logprobs and the blocks copied."""
     prefill.add_request(rid, prompt, replace(PARAMS))
     [out] = prefill.step()
     tokens, logprobs = list(out.new_token_ids), [lp.logprob for lp in out.logprobs]
-    cached = decode.hold_cached(prompt, "", len(prompt))
+    cached = decode.hold_cached(prompt, namespace, len(prompt))
     rest = decode.reserve_blocks(len(prompt) - len(cached) * 4)
     held = prefill.prefilled[rid].block_ids
     decode.runner.pool.tensor[rest] = prefill.runner.pool.tensor[held[len(cached):]]
-    decode.add_prefilled(rid, prompt, out.new_token_ids[0], replace(PARAMS), cached + rest)
+    decode.add_prefilled(rid, prompt, out.new_token_ids[0], replace(PARAMS), cached + rest, namespace,
+                         out.block_hashes)
     prefill.release_prefilled(rid)
     while decode.has_work():
         for out in decode.step():
@@ -63,7 +66,9 @@ def test_blocks_pulled_into_a_prefill_and_cached_there_spare_their_computation(m
     assert (len(leased), len(own)) == (11, 9)
     pulled = prefill.reserve_blocks(len(leased[len(own):]) * 4)
     prefill.runner.pool.tensor[pulled] = decode.runner.pool.tensor[leased[len(own):]]
-    prefill.cache_prefix(turn2, "", own + pulled)
+    carried = block_hashes(turn2, 4, "", len(leased))  # what the decode's lease carries
+    assert prefill.vouched(turn2, "", carried)
+    prefill.cache_prefix(own + pulled, carried)
     decode.free_blocks(leased)
     prefill.add_request("t2", turn2, replace(PARAMS))
     [out] = prefill.step()
@@ -76,3 +81,14 @@ def test_blocks_pulled_into_a_prefill_and_cached_there_spare_their_computation(m
     assert out.logprobs[0].logprob == pytest.approx(cold_out.logprobs[0].logprob, abs=1e-4)
     prefill.release_prefilled("t2")
     assert prefill.blocks.num_used == decode.blocks.num_used == 0
+
+
+def test_a_pulled_prompt_whose_handle_hashes_are_not_its_own_joins_no_cache(make_engine) -> None:
+    """The prefill addresses its blocks in the default namespace, the decode serves the prompt in another: the
+    decode keeps the tokens but caches none of the request's blocks, so nothing can find K/V under a false name."""
+    prefill, decode = (make_engine(policy=policy, num_blocks=64, block_size=4) for policy in ("prefill", "decode"))
+    tokens, _, _ = disagg_turn(prefill, decode, "t1", SYSTEM, namespace="tenant:b")
+    assert decode.blocks.cached_hashes() == []
+    assert not decode.vouched(SYSTEM, "tenant:b", block_hashes(SYSTEM, 4))
+    assert disagg_turn(prefill, decode, "t2", SYSTEM)[0] == tokens
+    assert set(block_hashes(SYSTEM, 4)) <= set(decode.blocks.cached_hashes())

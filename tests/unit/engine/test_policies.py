@@ -28,7 +28,8 @@ def disaggregated(prefill: LLMEngine, decode: LLMEngine, prompts: list[list[int]
             block_ids = decode.reserve_blocks(len(prompts[i]))
             assert block_ids is not None and len(block_ids) == len(held.block_ids)
             decode.runner.pool.tensor[block_ids] = prefill.runner.pool.tensor[held.block_ids]
-            decode.add_prefilled(out.request_id, prompts[i], out.new_token_ids[0], replace(params[i]), block_ids)
+            decode.add_prefilled(out.request_id, prompts[i], out.new_token_ids[0], replace(params[i]), block_ids,
+                                 carried=out.block_hashes)
             prefill.release_prefilled(out.request_id)
             outputs[out.request_id] = list(out.new_token_ids)
     assert prefill.blocks.num_used == 0 and not prefill.prefilled

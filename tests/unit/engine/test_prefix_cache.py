@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 import pytest
 
+from services.common import prefix_hash
 from services.common.sampling import SamplingParams
 from services.engine.engine import LLMEngine
 
@@ -129,3 +131,31 @@ def test_disaggregated_prefill_and_decode_with_caching_equal_no_caching(make_eng
     assert outs_on == outs_off
     assert on[0].scheduler.cache.hit == (9 + 5 + 10) * 4
     assert on[1].blocks.num_cached > 0
+
+
+class _SharedLeadingBytes:
+    """hashlib whose digests all begin with the same 8 bytes: every 64-bit block address collides."""
+
+    def __getattr__(self, name: str):
+        make = getattr(hashlib, name)
+
+        class Digest:
+            def __init__(self, *args, **kwargs) -> None:
+                self._h = make(*args, **kwargs)
+
+            def update(self, data: bytes) -> None:
+                self._h.update(data)
+
+            def digest(self) -> bytes:
+                return bytes(8) + self._h.digest()[8:]
+
+        return Digest
+
+
+def test_blocks_whose_first_64_hash_bits_collide_are_not_confused(make_engine, monkeypatch) -> None:
+    monkeypatch.setattr(prefix_hash, "hashlib", _SharedLeadingBytes())
+    first, other = [1, *range(100, 120)], [1, *range(200, 220)]  # 5 full blocks of 4 each, none alike
+    engine = make_engine(num_blocks=64, block_size=4)
+    tokens = run(engine, [first, other])
+    assert engine.scheduler.cache.hit == 0
+    assert tokens["r1"] == run(make_engine(num_blocks=64, block_size=4, prefix_caching="off"), [other])["r0"]

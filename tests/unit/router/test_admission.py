@@ -92,10 +92,10 @@ def test_the_recent_mix_is_a_plain_mean_first_then_weighs_the_latest():
     assert recent.mix() is None and recent.prompt_tokens_per_s() == 0.0
     for t, (prompt, out) in enumerate(((100, 10), (300, 30))):
         recent.add(prompt, out, now=float(t))
-    assert recent.mix() == Mix(200, 20, 50_000) and recent.prompt_tokens_per_s() == pytest.approx(200.0)  # 1 s apart
+    assert recent.mix() == Mix(200, 20, 50_000, 200) and recent.prompt_tokens_per_s() == pytest.approx(200.0)  # 1 s apart
     recent.add(200, 20, now=1.5)
     recent.add(600, 60, now=2.0)  # weight 1/4 from the fourth on
-    assert recent.mix() == Mix(pytest.approx(300), pytest.approx(30), pytest.approx(125_000))
+    assert recent.mix() == Mix(pytest.approx(300), pytest.approx(30), pytest.approx(125_000), pytest.approx(300))
     assert recent.gap_s == pytest.approx(2 / 3) and recent.prompt_tokens_per_s() == pytest.approx(450)  # 1, 0.5, 0.5 s
     recent.add(200, 20, now=3600.0)  # an hour idle counts as 10 s
     assert recent.gap_s == pytest.approx(2 / 3 + 0.25 * (10.0 - 2 / 3))

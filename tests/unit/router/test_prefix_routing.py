@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from services.common.prefix_hash import block_hashes
 from services.common.step_model import PrefillCoeffs
 from services.router.admission import Candidate, FittedModel
-from services.router.prefix_routing import pick_prefill, prompt_hashes
+from services.router.prefix_routing import pick_prefill, shareable
 
 LINE = PrefillCoeffs(c0=0.01, per_token=1e-3, per_sq=1e-6)
 MODEL = FittedModel({"prefill@cpu:0": LINE, "prefill@cpu:1": LINE}, {})
@@ -33,8 +32,7 @@ def test_without_a_fitted_line_for_each_it_counts_tokens() -> None:
     assert pick_prefill([], {}, 200, 512, None) is None
 
 
-def test_the_prompt_hashes_leave_out_the_block_of_the_last_token() -> None:
-    prompt = list(range(32))  # two full blocks of 16: the second holds the last token, which is always computed
-    assert prompt_hashes(prompt, 16, "t") == block_hashes(prompt, 16, "t")[:1]
-    assert prompt_hashes([*prompt, 99], 16, "t") == block_hashes(prompt, 16, "t")
-    assert prompt_hashes(prompt, 16, "t") != prompt_hashes(prompt, 16, "u")
+def test_a_prefill_skips_no_cached_block_holding_the_last_prompt_token() -> None:
+    assert shareable(32, 32, 16) == 16  # two full blocks of 16: the second holds the last token, always computed
+    assert shareable(32, 33, 16) == 32
+    assert shareable(16, 100, 16) == 16

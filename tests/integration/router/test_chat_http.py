@@ -1,0 +1,54 @@
+"""The router's HTTP door renders chat messages with the checkpoint's template (or --chat-template FILE) as
+transformers does, and refuses, with the template's own message, what the template refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.engine.make_model import make_model
+from tests.chat_folders import GEMMA, publish
+from tests.integration.test_front_doors import start_router, wait_answering
+
+transformers = pytest.importorskip("transformers")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+PARTS = [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = make_model("tiny-llama", tmp_path_factory.mktemp("chatml"), overrides={"vocab_size": 288})
+    return publish(folder, "chatml")
+
+
+def test_chat_messages_become_the_ids_transformers_makes_and_a_refusal_is_400(
+        tmp_path: Path, published: Path, redis_url: str) -> None:
+    gemma = tmp_path / "gemma.jinja"
+    gemma.write_text(GEMMA)
+    hf = transformers.AutoTokenizer.from_pretrained(published)
+    for flags, template in (((), None), (("--chat-template", str(gemma)), GEMMA)):
+        proc, grpc_port, http_port = start_router(str(published), redis_url, *flags)
+        try:
+            wait_answering(f"127.0.0.1:{grpc_port}", proc)
+            base = f"http://127.0.0.1:{http_port}"
+            chat = [{"role": "user", "content": PARTS}, {"role": "assistant", "content": "Sure"}]
+            got = httpx.post(f"{base}/tokenize", json={"messages": chat, "add_generation_prompt": False,
+                                                       "continue_final_message": True}, timeout=10).json()
+            as_read = chat if template else [{**chat[0], "content": "one\ntwo"}, chat[1]]  # ChatML prints content
+            assert got["tokens"] == hf.apply_chat_template(as_read, chat_template=template, continue_final_message=True,
+                                                           tokenize=True, return_dict=False)
+            # Gemma's template wants the user first; no template continues a message with the assistant's header after it
+            body = {"messages": [{"role": "assistant", "content": "a"}], "continue_final_message": template is None}
+            bad = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=10)
+            assert bad.status_code == 400, bad.text
+            error = bad.json()["error"]
+            if template:
+                assert error["param"] == "messages" and "roles must alternate" in error["message"]
+            else:
+                assert error["param"] == "continue_final_message" and "add_generation_prompt" in error["message"]
+        finally:
+            proc.terminate()
+            proc.wait(10)
