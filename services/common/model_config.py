@@ -16,6 +16,11 @@ LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 SUPPORTED_TYPES = ("opt", *LLAMA_TYPES, *GEMMA_TYPES)
 FULL, SLIDING = "full_attention", "sliding_attention"  # layer types, named as transformers names them
+_DEFAULTS = {  # what transformers' config classes assume where a config.json leaves a key out
+    "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+               "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma3_text": {"query_pre_attn_scalar": 256, "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,7 @@ class ModelConfig:
         if model_type not in LLAMA_TYPES + GEMMA_TYPES:
             raise ValueError(f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)}")
         gemma = model_type in GEMMA_TYPES
+        raw = {**_DEFAULTS.get(model_type, {}), **raw}
         layers = raw["num_hidden_layers"]
         window = raw.get("sliding_window")
         if model_type in ("qwen2", "qwen3") and not raw.get("use_sliding_window", False):
