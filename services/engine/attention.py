@@ -2,8 +2,8 @@
 
 Two paths: a batched one when every sequence adds one token (decode; on CPU a C kernel that reads the
 blocks where they lie), and a per-sequence one for prompts and prompt chunks (which may continue after
-already-cached tokens, as chunked prefill does). A layer's `AttentionSpec` adds a sliding window or Gemma 2's
-score soft-capping (both through masks and torch ops: the C kernel and SDPA take neither).
+already-cached tokens, as chunked prefill does). A layer's `AttentionSpec` adds a sliding window (its blocks
+before the window are not read) or Gemma 2's score soft-capping (plain torch ops there: SDPA takes no cap).
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ class AttentionSpec:
     scale: float
     window: int | None = None  # a query sees the last `window` positions, itself included
     softcap: float | None = None  # scores → softcap · tanh(scores / softcap) before the mask
-
-    @property
-    def plain(self) -> bool:
-        return self.window is None and self.softcap is None
 
 
 @dataclass(slots=True)
@@ -59,32 +55,37 @@ def paged_attention(
     cache[meta.slot_blocks, 0, :, meta.slot_offsets] = k
     cache[meta.slot_blocks, 1, :, meta.slot_offsets] = v
     if meta.is_decode:
-        if spec.plain and cpu_attention.takes(q, cache):
-            return cpu_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, spec.scale)
+        if cpu_attention.takes(q, cache):
+            return cpu_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, spec.scale,
+                                                        spec.window, spec.softcap)
         return gathered_decode_attention(q, cache, meta, spec)
     gqa = q.shape[1] != k.shape[1]
+    bs = cache.shape[3]
     outs = []
     pos = 0
     # 4-D [1, heads, n, D] inputs: torch's CPU flash kernel takes only those (3-D falls back to the slow math path)
     for n, start, table in zip(meta.q_lens, meta.starts, meta.block_tables):
         qs = q[pos : pos + n].transpose(0, 1)[None]
         total = start + n
+        # the first block holding a key the first query sees (a sliding window's earlier blocks are not read)
+        first = max(0, start + 1 - spec.window) // bs if spec.window is not None else 0
         if start == 0:
             ks, vs = k[pos : pos + n].transpose(0, 1)[None], v[pos : pos + n].transpose(0, 1)[None]
         else:
-            blocks = torch.tensor(table, device=q.device)
-            kv = cache.index_select(0, blocks).permute(1, 2, 0, 3, 4).flatten(2, 3)[:, :, :total]  # [2, KVH, total, D]
-            ks, vs = kv[0][None], kv[1][None]
+            blocks = torch.tensor(table[first:], device=q.device)
+            kv = cache.index_select(0, blocks).permute(1, 2, 0, 3, 4).flatten(2, 3)[:, :, : total - first * bs]
+            ks, vs = kv[0][None], kv[1][None]  # [1, KVH, keys, D]
         causal_only = start == 0 and (spec.window is None or spec.window >= n)
-        mask = None if causal_only else _prompt_mask(start, n, spec.window, q.device)
+        mask = None if causal_only else _prompt_mask(first * bs, start, n, spec.window, q.device)
         outs.append(_attend(qs, ks, vs, mask, spec, gqa)[0].transpose(0, 1))
         pos += n
     return torch.cat(outs) if len(outs) > 1 else outs[0]
 
 
-def _prompt_mask(start: int, n: int, window: int | None, device: torch.device) -> torch.Tensor:
-    """[n, start + n]: query i (absolute position start + i) sees keys up to itself, the last `window` of them."""
-    keys = torch.arange(start + n, device=device)[None, :]
+def _prompt_mask(first: int, start: int, n: int, window: int | None, device: torch.device) -> torch.Tensor:
+    """[n, start + n - first]: query i (absolute position start + i) sees the keys from position `first` on up to
+    itself, the last `window` of them."""
+    keys = torch.arange(first, start + n, device=device)[None, :]
     queries = start + torch.arange(n, device=device)[:, None]
     mask = keys <= queries
     return mask & (keys > queries - window) if window is not None else mask
@@ -109,13 +110,18 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
 def gathered_decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, spec: AttentionSpec) -> torch.Tensor:
     """Decode attention in torch ops (any device and dtype): gathers the batch's blocks, then one SDPA."""
     table, lens = meta.decode_table, meta.decode_lens  # [B, nb], [B]
-    batch, nb = table.shape
     _, _, kvh, bs, d = cache.shape
+    first = torch.zeros_like(lens)  # each sequence's first block read: a sliding window's first
+    if spec.window is not None and -(-spec.window // bs) + 1 < table.shape[1]:
+        first = (lens - spec.window).clamp(min=0) // bs
+        index = first[:, None] + torch.arange(-(-spec.window // bs) + 1, device=q.device)  # the window's blocks
+        table = table.gather(1, index.clamp(max=table.shape[1] - 1))  # past a table's end: masked below
+    batch, nb = table.shape
     # One gather of the batch's blocks, then K and V as contiguous [B, KVH, L, D] so the matmuls read rows.
     kv = cache.index_select(0, table.flatten()).view(batch, nb, 2, kvh, bs, d)
     k, v = kv.permute(2, 0, 3, 1, 4, 5).reshape(2, batch, kvh, nb * bs, d)
-    keys = torch.arange(nb * bs, device=q.device)[None, :]
-    mask = keys < lens[:, None]  # [B, L]
+    keys = first[:, None] * bs + torch.arange(nb * bs, device=q.device)[None, :]  # [B, L] absolute positions
+    mask = keys < lens[:, None]
     if spec.window is not None:
         mask &= keys >= lens[:, None] - spec.window
     # The G query heads sharing a KV head attend as G queries of that head: GQA without repeating K/V.
