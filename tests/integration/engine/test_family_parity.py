@@ -11,19 +11,15 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
-from services.common.sampling import SamplingParams, TokenLogprobs
+from services.common.sampling import TokenLogprobs
 from services.engine.engine import EngineConfig, LLMEngine, StepOutput
 from services.engine.make_model import make_model
 from services.engine.preset_configs import FAMILY_PRESETS
+from tests.integration.engine.family_reference import PARAMS, PROMPTS, assert_equal, reference
 
 transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)
 
-WINDOW = 16  # the tiny presets' sliding window
-SHORT = [1, *range(40, 50)]
-LONG = [1, *(3 + (i * 37) % 256 for i in range(4 * WINDOW + 3))]
-PROMPTS = [SHORT, LONG]
-PARAMS = SamplingParams(max_tokens=10, ignore_eos=True, logprobs=2)
 MODES = {  # mode → (policy, Lm or token budget): chunked cuts LONG into 9 chunks, each shorter than the window
     "colocated": ("colocated", 512), "chunked": ("chunked", 8), "disaggregated": ("prefill", 512)}
 
@@ -41,21 +37,8 @@ def family(request, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="module")
-def reference(family: str) -> list[tuple[list[int], torch.Tensor]]:
-    return _reference(family)
-
-
-def _reference(folder: str) -> list[tuple[list[int], torch.Tensor]]:
-    """Per prompt: transformers' greedy tokens and the log-softmax [new tokens, vocab] of each step of `generate`."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    model.generation_config.eos_token_id = None  # every token, as ignore_eos does
-    out = []
-    for prompt in PROMPTS:
-        with torch.no_grad():
-            gen = model.generate(torch.tensor([prompt]), max_new_tokens=PARAMS.max_tokens, do_sample=False,
-                                 output_logits=True, return_dict_in_generate=True)
-        out.append((gen.sequences[0, len(prompt):].tolist(), torch.log_softmax(torch.cat(gen.logits).float(), -1)))
-    return out
+def want(family: str) -> list[tuple[list[int], torch.Tensor]]:
+    return reference(family)
 
 
 def _record(outs: dict[str, Generated], out: StepOutput) -> None:
@@ -86,11 +69,9 @@ def _run(engine: LLMEngine, decode: LLMEngine | None, prompts: list[list[int]]) 
     return [outs[rid] for rid in rids]
 
 
-def _assert_equal(got: Generated, tokens: list[int], logprobs: torch.Tensor) -> None:
-    assert got.tokens == tokens
-    assert [t.token_id for t in got.logprobs] == tokens
-    diffs = [abs(t.logprob - logprobs[i, t.token_id].item()) for i, t in enumerate(got.logprobs)]
-    assert max(diffs) <= 1e-4
+def _assert_equal(got: Generated, want: tuple[list[int], torch.Tensor]) -> None:
+    assert [t.token_id for t in got.logprobs] == got.tokens
+    assert_equal(got.tokens, [t.logprob for t in got.logprobs], want)
 
 
 @pytest.fixture
@@ -107,15 +88,15 @@ def engines(family: str) -> Iterator[Callable[[str, int], LLMEngine]]:
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_tokens_and_logprobs_equal_transformers(engines, reference, mode: str) -> None:
+def test_tokens_and_logprobs_equal_transformers(engines, want, mode: str) -> None:
     policy, budget = MODES[mode]
     engine = engines(policy, budget)
     decode = engines("decode", budget) if policy == "prefill" else None
     if decode is not None:  # scattered free list: pulled blocks land at other ids than the prefill's
         decode.blocks.free(decode.blocks.allocate(decode.blocks.num_free)[::-1])
     first, again = _run(engine, decode, PROMPTS), _run(engine, decode, PROMPTS)
-    for got, (tokens, logprobs) in zip(first + again, reference + reference):
-        _assert_equal(got, tokens, logprobs)
+    for got, expected in zip(first + again, want + want):
+        _assert_equal(got, expected)
     assert [g.cached for g in first] == [0, 0]
     # every full block before the last prompt token (which is computed to sample from) comes from the cache
     assert [g.cached for g in again] == [(len(p) - 1) // 4 * 4 for p in PROMPTS]
@@ -131,5 +112,5 @@ def test_gemma2_with_tp2_equals_transformers(tmp_path_factory: pytest.TempPathFa
         got = _run(engine, None, PROMPTS)
     finally:
         engine.close()
-    for g, (tokens, logprobs) in zip(got, _reference(folder)):
-        _assert_equal(g, tokens, logprobs)
+    for g, expected in zip(got, reference(folder)):
+        _assert_equal(g, expected)
