@@ -16,6 +16,7 @@ LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 SUPPORTED_TYPES = ("opt", *LLAMA_TYPES, *GEMMA_TYPES)
 FULL, SLIDING = "full_attention", "sliding_attention"  # layer types, named as transformers names them
+SERVED_DTYPES = ("float32", "bfloat16", "float16")
 _DEFAULTS = {  # what transformers' config classes assume where a config.json leaves a key out
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
                "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"},
@@ -49,6 +50,7 @@ class ModelConfig:
     query_scale: float | None = None  # attention score scale when not head_dim ** -0.5 (Gemma)
     attn_softcap: float | None = None  # Gemma 2: scores → cap · tanh(scores / cap)
     final_softcap: float | None = None  # Gemma 2: the same on the logits
+    dtype: str = "float32"  # the checkpoint's (torch_dtype; transformers 5 writes dtype): what --dtype auto serves
 
     @property
     def head_dim(self) -> int:
@@ -64,8 +66,11 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, raw: dict) -> ModelConfig:
         model_type = raw.get("model_type", "llama")
+        dtype = raw.get("dtype") or raw.get("torch_dtype") or "float32"
+        if dtype not in SERVED_DTYPES:
+            raise ValueError(f"config.json dtype {dtype!r} is not served; --dtype takes {', '.join(SERVED_DTYPES)}")
         if model_type == "opt":
-            return _opt(raw)
+            return _opt(raw, dtype)
         if model_type not in LLAMA_TYPES + GEMMA_TYPES:
             raise ValueError(f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)}")
         gemma = model_type in GEMMA_TYPES
@@ -89,6 +94,7 @@ class ModelConfig:
             hidden_act=raw.get("hidden_activation") or raw.get("hidden_act") or "silu",
             query_scale=raw["query_pre_attn_scalar"] ** -0.5 if gemma else None,
             attn_softcap=raw.get("attn_logit_softcapping"), final_softcap=raw.get("final_logit_softcapping"),
+            dtype=dtype,
         )
 
     @classmethod
@@ -100,7 +106,7 @@ class ModelConfig:
         return replace(config, eos_token_ids=tuple(dict.fromkeys((*config.eos_token_ids, *more))))
 
 
-def _opt(raw: dict) -> ModelConfig:
+def _opt(raw: dict, dtype: str) -> ModelConfig:
     if raw.get("word_embed_proj_dim", raw["hidden_size"]) != raw["hidden_size"]:
         raise ValueError("OPT with word_embed_proj_dim != hidden_size is not supported")
     if not raw.get("do_layer_norm_before", True):
@@ -110,7 +116,7 @@ def _opt(raw: dict) -> ModelConfig:
         intermediate_size=raw["ffn_dim"], num_layers=raw["num_hidden_layers"],
         num_heads=raw["num_attention_heads"], num_kv_heads=raw["num_attention_heads"],
         max_position=raw["max_position_embeddings"], eos_token_ids=eos_ids(raw.get("eos_token_id")),
-        bos_token_id=raw.get("bos_token_id"), tie_embeddings=True, qkv_bias=True, o_bias=True,
+        bos_token_id=raw.get("bos_token_id"), tie_embeddings=True, qkv_bias=True, o_bias=True, dtype=dtype,
     )
 
 

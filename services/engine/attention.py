@@ -55,6 +55,7 @@ def paged_attention(
     cache[meta.slot_blocks, 0, :, meta.slot_offsets] = k
     cache[meta.slot_blocks, 1, :, meta.slot_offsets] = v
     if meta.is_decode:
+        assert meta.decode_table is not None and meta.decode_lens is not None  # is_decode
         if cpu_attention.takes(q, cache):
             return cpu_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, spec.scale,
                                                         spec.window, spec.softcap)
@@ -110,6 +111,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
 def gathered_decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, spec: AttentionSpec) -> torch.Tensor:
     """Decode attention in torch ops (any device and dtype): gathers the batch's blocks, then one SDPA."""
     table, lens = meta.decode_table, meta.decode_lens  # [B, nb], [B]
+    assert table is not None and lens is not None, "decode attention over a batch that is not all decodes"
     _, _, kvh, bs, d = cache.shape
     first = torch.zeros_like(lens)  # each sequence's first block read: a sliding window's first
     if spec.window is not None and -(-spec.window // bs) + 1 < table.shape[1]:

@@ -94,10 +94,10 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, config: ModelConfig, model: nn.Module | None = None) -> None:
+    def __init__(self, config: ModelConfig, model: LlamaModel | None = None) -> None:
         super().__init__()
         self.config = config
-        self.model = model or LlamaModel(config)
+        self.model: LlamaModel = model or LlamaModel(config)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rope = rope_tables(config)  # float32 tables on the build device, kept out of the module's dtype casts
         self.tie_weights()
@@ -117,7 +117,8 @@ class LlamaForCausalLM(nn.Module):
     def run_layers(self, x: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """The decoder layers this model holds (a pipeline stage holds some): x [T, hidden] → [T, hidden]."""
         reach = meta.token_reach(positions.device)
-        rotary = {kind: table.cos_sin(positions, reach) for kind, table in self.rope.items()}
+        rotary = {kind: tuple(t.to(x.dtype) for t in table.cos_sin(positions, reach))  # as transformers casts
+                  for kind, table in self.rope.items()}
         for i, layer in enumerate(self.model.layers):
             x = layer(x, *rotary[self.config.layer_type(i)], kv_pool[:, i], meta)
         return x

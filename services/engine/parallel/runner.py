@@ -97,8 +97,6 @@ class ParallelRunner:
     def pool_paths(self) -> list[str | None]:
         return [spec.pool_path for spec in self.specs]
 
-    copies_blocks = False  # each rank holds its own pool: a choice recomputes its block instead
-
     def lost_rank(self) -> str | None:
         """Why the instance lost a rank (its process exited), or None while every rank runs."""
         for spec, (proc, _) in zip(self.specs[1:], self._ranks):
@@ -108,7 +106,9 @@ class ParallelRunner:
 
     def _run(self, plan: StepPlan) -> torch.Tensor:
         self.groups.world.broadcast_object(plan)
-        return self.worker.run(plan)
+        logits = self.worker.run(plan)
+        assert logits is not None, "rank 0 gets the logits"
+        return logits
 
     def execute(self, batch: SchedulerOutput) -> Sampled:
         """Runs the step on every rank; returns one sampled token per item that samples (none for a step of
