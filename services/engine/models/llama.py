@@ -18,7 +18,8 @@ ACTIVATIONS = {"silu": F.silu, "gelu_pytorch_tanh": lambda x: F.gelu(x, approxim
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm; with `offset` 1 the scale is (1 + weight), as Gemma stores it."""
+    """RMSNorm; with `offset` 1 the scale is (1 + weight), as Gemma stores it. In bf16/fp16 it rounds where
+    transformers rounds: Gemma scales in float32 and casts, Llama normalises in float32, casts, then scales."""
 
     def __init__(self, dim: int, eps: float, offset: float = 0.0) -> None:
         super().__init__()
@@ -26,8 +27,12 @@ class RMSNorm(nn.Module):
         self.eps, self.offset = eps, offset
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self.weight + self.offset if self.offset else self.weight
-        return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+        shape = (x.shape[-1],)
+        if self.offset:
+            return F.rms_norm(x.float(), shape, self.weight.float() + self.offset, self.eps).type_as(x)
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, shape, self.weight, self.eps)
+        return self.weight * F.rms_norm(x.float(), shape, None, self.eps).to(x.dtype)
 
 
 def norm_offset(c: ModelConfig) -> float:
