@@ -9,7 +9,7 @@ import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.api_keys import ApiKeys
-from services.common.convert import logprobs_to_proto, penalties_from_proto
+from services.common.convert import grammar_from_proto, logprobs_to_proto, penalties_from_proto
 from services.common.errors import abort_with
 from services.common.generation_config import SamplingDefaults
 from services.common.sampling import SamplingParams
@@ -30,6 +30,7 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
         ignore_eos=request.ignore_eos,
         stop=tuple(request.stop),
         logprobs=request.logprobs if request.HasField("logprobs") else None,
+        grammar=grammar_from_proto(request.structured_outputs),
         skip_special_tokens=request.skip_special_tokens if request.HasField("skip_special_tokens") else True,
         spaces_between_special_tokens=request.spaces_between_special_tokens,
         **{**penalties_from_proto(request), **asdict(defaults), **given},
