@@ -9,6 +9,7 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,6 +30,9 @@ from services.engine.scheduler import SCHEDULERS, Advanced, Policy, SchedulerCon
 from services.engine.sequence import SeqStatus, Sequence
 from services.engine.step_guard import StepGuard
 from services.engine.step_log import EngineStats, StepLog, StepRecord
+
+if TYPE_CHECKING:
+    from services.engine.parallel.runner import ParallelRunner
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,7 @@ class LLMEngine:
         mc = self.model_config
         dtype = mc.dtype if config.dtype == "auto" else config.dtype
         self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, dtype)
+        self.runner: ModelRunner | ParallelRunner
         if config.tp * config.pp > 1:
             from services.engine.parallel.runner import ParallelRunner
 
@@ -289,7 +294,10 @@ class LLMEngine:
         its first token with its own seed (as a decode instance does for choices sharing a disaggregated prefill)."""
         last = len(parent.prompt_ids) - 1
         whole, partial = divmod(last, self.blocks.block_size)
-        copies = self.runner.copies_blocks
+        # The one-process runner's pool is the one the block ids name, so it copies a choice's block; a TP/PP
+        # runner's ranks each hold their own pool: there a choice recomputes its block instead.
+        copier = self.runner if isinstance(self.runner, ModelRunner) else None
+        copies = copier is not None
         for child in parent.forks:
             child.prompt_logprobs = parent.prompt_logprobs  # one list: this step's entries join it in the update
             copy = self.blocks.try_allocate(1) if partial and copies else []
@@ -298,8 +306,8 @@ class LLMEngine:
                 continue
             child.block_table = parent.block_table[:whole]
             self.blocks.share(child.block_table)
-            if copy:
-                self.runner.copy_block(parent.block_table[whole], copy[0])
+            if copier is not None and copy:
+                copier.copy_block(parent.block_table[whole], copy[0])
                 child.block_table = [*child.block_table, *copy]
             child.num_computed = last if copies else whole * self.blocks.block_size
             self.scheduler.add_running(child)
