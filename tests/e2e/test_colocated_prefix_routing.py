@@ -1,5 +1,6 @@
 """Colocated and chunked instances publish their prefix-cache index, and the router picks among them by it: a
-conversation's follow-ups go to the instance holding its prefix."""
+conversation's follow-ups go to the instance holding its prefix (on each mode's shared stack of two instances; the
+disaggregated pick: test_prefix_routing.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import pytest
 
 from services.common.prefix_hash import block_hashes
 from services.common.registry import Registry
-from tests.e2e.helpers import generate, recorded_requests, running_stack, wait_idle
+from services.launcher.stack import Stack
+from tests.e2e.helpers import generate, recorded_requests, wait_idle
 
-pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(240)]
-DB = 8
-CONVERSATION = [1, *(3 + (i * 29) % 250 for i in range(120))]  # 121 tokens: 7 full blocks of 16 before the last
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+CONVERSATION = [1, *(5 + (i * 43) % 250 for i in range(120))]  # 121 tokens: 7 full blocks of 16 before the last
 
 
 async def _indexed(registry: Registry, instance_id: str, tokens: list[int], timeout_s: float = 5.0) -> bool:
@@ -32,24 +33,24 @@ async def _ask(address: str, prompt_ids: list[int]) -> tuple[list[int], int]:
     return [t for r in responses for t in r.token_ids], responses[-1].cached_tokens
 
 
-@pytest.mark.parametrize("mode", ["colocated", "chunked"])
-async def test_follow_ups_go_to_the_instance_holding_their_prefix(tiny_llama_dir: str, redis_url: str,
-                                                                  mode: str) -> None:
-    with running_stack(tiny_llama_dir, f"{redis_url.rsplit('/', 1)[0]}/{DB}", mode=mode, prefill=2,
-                       decode=0) as stack:
-        # the book breaks ties by name: the conversation starts on the other instance (another router's booking)
-        by_name, other = sorted(p.name for p in stack.procs if p.role == mode)
-        registry = Registry.from_url(stack.redis_url)
-        await registry.add_load(mode, by_name, 1e6, "another-router")
-        try:
-            assert (await _ask(stack.router_address, CONVERSATION))[1] == 0
-        finally:
-            await registry.add_load(mode, by_name, -1e6, "another-router")
+async def test_follow_ups_go_to_the_instance_holding_their_prefix(stack: Stack) -> None:
+    mode = stack.config.mode
+    if mode == "disagg":
+        pytest.skip("the disaggregated pick: test_prefix_routing.py")
+    prompt = [*CONVERSATION, len(mode)]  # a conversation of this mode's own
+    # the book breaks ties by name: the conversation starts on the other instance (another router's booking)
+    by_name, other = sorted(p.name for p in stack.procs if p.role == mode)
+    registry = Registry.from_url(stack.redis_url)
+    await registry.add_load(mode, by_name, 1e6, "another-router")
+    try:
+        assert (await _ask(stack.router_address, prompt))[1] == 0
+    finally:
+        await registry.add_load(mode, by_name, -1e6, "another-router")
+    assert recorded_requests(stack.redis_url)[-1]["prefill_instance"] == other
+    assert await _indexed(registry, other, prompt)
+    await registry.close()
+    for turn in range(3):
+        _, cached = await _ask(stack.router_address, prompt + [5 + turn] * 20)
         assert recorded_requests(stack.redis_url)[-1]["prefill_instance"] == other
-        assert await _indexed(registry, other, CONVERSATION)
-        await registry.close()
-        for turn in range(3):
-            _, cached = await _ask(stack.router_address, CONVERSATION + [5 + turn] * 20)
-            assert recorded_requests(stack.redis_url)[-1]["prefill_instance"] == other
-            assert cached == 7 * 16
-        assert all(s.blocks_used == 0 for s in await wait_idle(stack))
+        assert cached == 7 * 16
+    assert all(s.blocks_used == 0 for s in await wait_idle(stack))
