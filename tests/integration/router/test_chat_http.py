@@ -1,4 +1,4 @@
-"""The router's HTTP door renders chat messages with the checkpoint's template (or --chat-template FILE) as
+"""The router's HTTP and gRPC doors render chat messages with the checkpoint's template (or --chat-template FILE) as
 transformers does, and refuses, with the template's own message, what the template refuses; it serves the model
 under --served-model-name, with its max_model_len, and refuses a prompt past it naming the limit."""
 
@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
+from distserve.v1 import router_pb2, router_pb2_grpc
 from services.engine.make_model import make_model
 from tests.chat_folders import GEMMA, publish
 from tests.integration.test_front_doors import start_router, wait_answering
@@ -55,6 +57,17 @@ def test_chat_messages_become_the_ids_transformers_makes_and_a_refusal_is_400(
                 assert error["param"] == "messages" and "roles must alternate" in error["message"]
             else:
                 assert error["param"] == "continue_final_message" and "add_generation_prompt" in error["message"]
+            with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:  # the same over gRPC
+                stub = router_pb2_grpc.RouterStub(channel)
+                messages = [router_pb2.ChatMessage(role="assistant", content="a")]
+                for request, why in ((router_pb2.GenerateRequest(messages=messages, prompt="x"), "messages: give"),
+                                     (router_pb2.GenerateRequest(messages=messages, chat_template_kwargs="[1]"),
+                                      "chat_template_kwargs: must be a JSON object"),
+                                     (router_pb2.GenerateRequest(messages=messages, continue_final_message=template is None),
+                                      "roles must alternate" if template else "cannot go with add_generation_prompt")):
+                    with pytest.raises(grpc.RpcError) as refused:
+                        list(stub.Generate(request, timeout=10))
+                    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT and why in refused.value.details()
         finally:
             proc.terminate()
             proc.wait(10)
