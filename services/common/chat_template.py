@@ -24,10 +24,18 @@ from services.common.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-# The presets' template: no BOS of its own (encoding adds it), one line per message, then the assistant's turn.
-PLAIN_TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-                  "{% if add_generation_prompt %}assistant:{% endif %}")
+# The presets' template: no BOS of its own (encoding adds it), one line per message, then the assistant's turn;
+# tools listed first, an assistant's calls written as the hermes tool-call parser reads them.
+PLAIN_TEMPLATE = (
+    "{% if tools %}system: tools: {{ tools | tojson }}; call one as <tool_call>\n"
+    '{"name": ..., "arguments": {...}}\n</tool_call>{{ "\\n" }}{% endif %}'
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>\n"
+    '{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}\n</tool_call>{% endfor %}'
+    '{{ "\\n" }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}'
+)
 NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+RENDER_ARGUMENTS = frozenset({"messages", "tools", "documents", "add_generation_prompt", "continue_final_message"})
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' marker of where the final message ends
 
 
@@ -168,6 +176,14 @@ class ChatTemplate:
     def encode(self, tokenizer: Tokenizer, text: str) -> list[int]:
         """The prompt ids of rendered text: the template printed its special tokens (the plain one: BOS added)."""
         return tokenizer.encode(text, add_special_tokens=self.plain)
+
+
+def template_variables(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A request's chat_template_kwargs, refused (EngineInputError) where one names an argument of `render`."""
+    taken = sorted(kwargs.keys() & RENDER_ARGUMENTS)
+    if taken:
+        raise EngineInputError("chat_template_kwargs", f"{', '.join(taken)}: a request field, not a template variable")
+    return kwargs
 
 
 def _content(content: Any, takes_parts: bool) -> Any:

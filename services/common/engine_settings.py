@@ -52,9 +52,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser | Any) -> None:
 
 def _settings_base() -> type[BaseSettings]:
     hints = get_type_hints(EngineSettings)
-    return create_model("EngineSettingsFields", __base__=BaseSettings, **{
+    definitions: dict[str, Any] = {
         f.name: (hints[f.name], Field(f.default, description=f.metadata["help"]) if get_args(hints[f.name])
-                 else Field(f.default, gt=0, description=f.metadata["help"])) for f in fields(EngineSettings)})
+                 else Field(f.default, gt=0, description=f.metadata["help"])) for f in fields(EngineSettings)}
+    return create_model("EngineSettingsFields", __base__=BaseSettings, **definitions)
 
 
 EngineSettingsFields = _settings_base()

@@ -9,6 +9,7 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,12 +23,16 @@ from services.common.step_journal import StepJournal
 from services.common.validation import validate_request
 from services.engine.block_manager import BlockManager
 from services.engine.finish import FinishRule
+from services.engine.grammar import GrammarViolation, compile_grammar, tokenizer_for
 from services.engine.model_runner import ModelRunner
 from services.engine.sampler import Sampled
 from services.engine.scheduler import SCHEDULERS, Advanced, Policy, SchedulerConfig, SchedulerOutput
 from services.engine.sequence import SeqStatus, Sequence
 from services.engine.step_guard import StepGuard
 from services.engine.step_log import EngineStats, StepLog, StepRecord
+
+if TYPE_CHECKING:
+    from services.engine.parallel.runner import ParallelRunner
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,7 @@ class LLMEngine:
         mc = self.model_config
         dtype = mc.dtype if config.dtype == "auto" else config.dtype
         self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, dtype)
+        self.runner: ModelRunner | ParallelRunner
         if config.tp * config.pp > 1:
             from services.engine.parallel.runner import ParallelRunner
 
@@ -108,6 +114,8 @@ class LLMEngine:
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served."""
         validate_request(self.model_config, prompt_ids, params)
+        if params.grammar:
+            self._constrained(Sequence("", [], params))  # compiles against this model's tokenizer
         if params.prompt_logprobs is not None and self.config.tp * self.config.pp > 1:
             raise EngineInputError("logprobs", "prompt logprobs (echo with logprobs) need a single-rank instance")
         needed = self.blocks.blocks_for(len(prompt_ids) + params.max_tokens)
@@ -122,8 +130,18 @@ class LLMEngine:
         self.validate(prompt_ids, params)
         if params.seed is None:
             params.seed = random.getrandbits(63)
+        seq = self._constrained(Sequence(request_id, list(prompt_ids), params, cache_namespace=cache_namespace))
         self._ids.add(request_id)
-        return Sequence(request_id, list(prompt_ids), params, cache_namespace=cache_namespace)
+        return seq
+
+    def _constrained(self, seq: Sequence) -> Sequence:
+        """The sequence with a fresh matcher of its grammar (structured output); raises EngineInputError when the
+        grammar does not compile against this model's tokenizer."""
+        if seq.params.grammar:
+            mc = self.model_config
+            seq.grammar = compile_grammar(tokenizer_for(self.config.model, mc.vocab_size, tuple(mc.eos_token_ids)),
+                                          seq.params.grammar)
+        return seq
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, n: int = 1,
                     cache_namespace: str = "") -> list[str]:
@@ -137,9 +155,9 @@ class LLMEngine:
             raise EngineInputError("request_id", f"{taken[0]!r} is already in the engine")
         seq = self._new_sequence(request_id, prompt_ids, params, cache_namespace)
         for i in range(1, n):
-            seq.forks.append(Sequence(fork_id(request_id, i), list(prompt_ids),
-                                      replace(seq.params, seed=choice_seed(seq.params.seed or 0, i)),
-                                      cache_namespace=cache_namespace))
+            seq.forks.append(self._constrained(Sequence(fork_id(request_id, i), list(prompt_ids),
+                                                        replace(seq.params, seed=choice_seed(seq.params.seed or 0, i)),
+                                                        cache_namespace=cache_namespace)))
             self._ids.add(seq.forks[-1].request_id)
         self.scheduler.add(seq)
         return [f.request_id for f in seq.all_forks()]
@@ -187,6 +205,13 @@ class LLMEngine:
         if self.blocks.caching:
             seq.cacheable = carried == seq.hashes(self.blocks.block_size, len(prompt_ids) // self.blocks.block_size)
         seq.output_ids = [] if first_token is None else [first_token]
+        try:
+            if seq.grammar is not None:
+                seq.grammar.sync(seq.output_ids)
+        except GrammarViolation as exc:
+            self.blocks.free(block_ids)
+            self._ids.discard(request_id)
+            raise EngineInputError("first_token", f"refused by the request's grammar: {exc}") from None
         seq.block_table = list(block_ids)
         seq.num_computed = len(prompt_ids) - (first_token is None)
         self.scheduler.add_running(seq)
@@ -269,7 +294,10 @@ class LLMEngine:
         its first token with its own seed (as a decode instance does for choices sharing a disaggregated prefill)."""
         last = len(parent.prompt_ids) - 1
         whole, partial = divmod(last, self.blocks.block_size)
-        copies = self.runner.copies_blocks
+        # The one-process runner's pool is the one the block ids name, so it copies a choice's block; a TP/PP
+        # runner's ranks each hold their own pool: there a choice recomputes its block instead.
+        copier = self.runner if isinstance(self.runner, ModelRunner) else None
+        copies = copier is not None
         for child in parent.forks:
             child.prompt_logprobs = parent.prompt_logprobs  # one list: this step's entries join it in the update
             copy = self.blocks.try_allocate(1) if partial and copies else []
@@ -278,8 +306,8 @@ class LLMEngine:
                 continue
             child.block_table = parent.block_table[:whole]
             self.blocks.share(child.block_table)
-            if copy:
-                self.runner.copy_block(parent.block_table[whole], copy[0])
+            if copier is not None and copy:
+                copier.copy_block(parent.block_table[whole], copy[0])
                 child.block_table = [*child.block_table, *copy]
             child.num_computed = last if copies else whole * self.blocks.block_size
             self.scheduler.add_running(child)

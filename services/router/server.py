@@ -10,7 +10,8 @@ import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.api_keys import ApiKeys
-from services.common.convert import logprobs_to_proto, penalties_from_proto
+from services.common.chat_template import template_variables
+from services.common.convert import grammar_from_proto, logprobs_to_proto, penalties_from_proto
 from services.common.errors import EngineInputError, abort_with
 from services.common.generation_config import SamplingDefaults
 from services.common.sampling import SamplingParams
@@ -31,6 +32,7 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
         ignore_eos=request.ignore_eos,
         stop=tuple(request.stop),
         logprobs=request.logprobs if request.HasField("logprobs") else None,
+        grammar=grammar_from_proto(request.structured_outputs),
         skip_special_tokens=request.skip_special_tokens if request.HasField("skip_special_tokens") else True,
         spaces_between_special_tokens=request.spaces_between_special_tokens,
         **{**penalties_from_proto(request), **asdict(defaults), **given},
@@ -49,7 +51,7 @@ def chat_from_request(request: router_pb2.GenerateRequest) -> dict:
         raise EngineInputError("chat_template_kwargs", "must be a JSON object")
     messages = [{"role": m.role, "content": [{"type": "text", "text": t} for t in m.content_parts] if m.content_parts
                  else m.content, "name": m.name or None} for m in request.messages]
-    return {**kwargs, "messages": messages, "continue_final_message": request.continue_final_message,
+    return {**template_variables(kwargs), "messages": messages, "continue_final_message": request.continue_final_message,
             "add_generation_prompt": request.add_generation_prompt if request.HasField("add_generation_prompt") else True}
 
 
@@ -76,6 +78,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                                      cache_salt=request.cache_salt if request.HasField("cache_salt") else None)
             req.slo = requested_slo(metadata)
             completion = [0] * req.n
+            report = self.builder.report_cached_tokens
             async with aclosing(self.core.generate(req)) as stream:  # a cancelled client closes it at once
                 async for chunk in stream:
                     completion[chunk.index] += len(chunk.token_ids)
@@ -86,7 +89,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                         completion_tokens=completion[chunk.index] if last else 0, index=chunk.index,
                         logprobs=logprobs_to_proto(chunk.logprobs),
                         prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs),
-                        cached_tokens=req.cached_tokens if last else 0,
-                        decode_cached_tokens=req.decode_cached_tokens if last else 0)
+                        cached_tokens=req.cached_tokens if last and report else 0,
+                        decode_cached_tokens=req.decode_cached_tokens if last and report else 0)
         except Exception as exc:
             await abort_with(context, exc)

@@ -70,6 +70,8 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
+    inv_freq: torch.Tensor  # a buffer: RoPE's inverse frequencies [head_dim / 2]
+
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
