@@ -102,10 +102,14 @@ _ENV = _environment()
 
 def _loops_over_content(source: str) -> bool:
     """Whether the template iterates over a message's content (it takes a list of parts) or prints it (a string):
-    vLLM's content-format detection. A name set from `...content` counts as the content."""
+    vLLM's content-format detection. A name set from `...content` counts as the content, and so does the content
+    through a filter or a slice (`message['content'] | selectattr('type', 'equalto', 'text')`)."""
     tree = _ENV.parse(source)
 
     def is_content(node: nodes.Node, aliases: set[str]) -> bool:
+        if isinstance(node, nodes.Filter | nodes.Test) or (isinstance(node, nodes.Getitem)
+                                                           and isinstance(node.arg, nodes.Slice)):
+            return node.node is not None and is_content(node.node, aliases)
         if isinstance(node, nodes.Name):
             return node.name in aliases
         if isinstance(node, nodes.Getattr):

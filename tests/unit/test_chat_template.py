@@ -118,3 +118,10 @@ def test_template_kwargs_cannot_stand_in_for_request_fields() -> None:
     assert err.value.field == "chat_template_kwargs"
     body = ChatBody(messages=[{"role": "user", "content": "x"}], chat_template_kwargs={"enable_thinking": False})
     assert body.template_args(body.messages)["enable_thinking"] is False
+
+
+@pytest.mark.parametrize("loop", ["message['content'] | selectattr('type', 'equalto', 'text')", "parts[:]", "parts"])
+def test_a_template_that_walks_the_parts_gets_them_however_it_reaches_them(loop: str) -> None:
+    source = ("{% for message in messages %}{% set parts = message.content %}"
+              f"{{% for p in {loop} %}}[{{{{ p.text }}}}]{{% endfor %}}{{% endfor %}}")
+    assert ChatTemplate({"default": source}).render([{"role": "user", "content": PARTS}]) == "[first part][second part ]"
