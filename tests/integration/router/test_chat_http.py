@@ -4,6 +4,7 @@ under --served-model-name, with its max_model_len, and refuses a prompt past it 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import grpc
@@ -27,6 +28,18 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return publish(folder, "chatml")
 
 
+def _wait_http(base: str, timeout_s: float = 30) -> None:
+    """Until the HTTP port answers (the router opens it after its gRPC port, whose health the caller waited for)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            httpx.get(f"{base}/health", timeout=5)
+            return
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "router HTTP port not answering"
+            time.sleep(0.1)
+
+
 def test_chat_messages_become_the_ids_transformers_makes_and_a_refusal_is_400(
         tmp_path: Path, published: Path, redis_url: str) -> None:
     gemma = tmp_path / "gemma.jinja"
@@ -37,6 +50,7 @@ def test_chat_messages_become_the_ids_transformers_makes_and_a_refusal_is_400(
         try:
             wait_answering(f"127.0.0.1:{grpc_port}", proc)
             base = f"http://127.0.0.1:{http_port}"
+            _wait_http(base)
             if not template:
                 (model,) = httpx.get(f"{base}/v1/models", timeout=10).json()["data"]
                 assert (model["id"], model["max_model_len"]) == ("chat-model", 2048)
