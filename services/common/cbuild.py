@@ -11,11 +11,15 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 CACHE_DIR = Path(os.environ.get("DISTSERVE_KERNEL_CACHE", Path.home() / ".cache" / "distserve" / "kernels"))
+Kernel = Callable[..., Any]  # a compiled C function, its argtypes and restype set (ctypes converts the arguments)
+
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-shared", "-fPIC")  # simd: vectorised reductions (`#pragma omp simd`)
 
 
@@ -32,7 +36,7 @@ def _cpu_signature() -> str:
 
 @functools.cache
 def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object,
-                    folder: Path) -> ctypes._CFuncPtr | None:
+                    folder: Path) -> Kernel | None:
     """`symbol` of the compiled `folder/name.c`, typed; None where load_kernel gives none (its caller then falls back
     to Python or torch)."""
     lib = load_kernel(name, folder)

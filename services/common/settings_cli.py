@@ -12,7 +12,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser, settings: type[BaseS
     for name, field in settings.model_fields.items():
         if name in skip:
             continue
-        flag, kind = "--" + name.replace("_", "-"), field.annotation if field.annotation in (int, float) else str
+        flag, kind = "--" + name.replace("_", "-"), int if field.annotation is int else float if field.annotation is float else str
         if field.annotation is bool:  # `--flag` alone, or `--flag true|false`
             parser.add_argument(flag, nargs="?", const="true", default=None, help=field.description)
             continue

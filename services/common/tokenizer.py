@@ -17,7 +17,9 @@ SPIECE_SPACE = "\u2581"  # SentencePiece's word-start marker
 
 
 class Tokenizer(Protocol):
-    bos_token_id: int | None
+    @property
+    def bos_token_id(self) -> int | None:
+        """The BOS token, or None where the model has none."""
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of the text, with the BOS token when the model uses one (and `add_special_tokens`)."""
@@ -91,7 +93,8 @@ class HFTokenizer:
                spaces_between_special_tokens: bool = False) -> str:
         if skip_special_tokens or not spaces_between_special_tokens:
             return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
-        parts, run = [], []
+        parts: list[str] = []
+        run: list[int] = []
         for i in ids:  # runs of ordinary tokens decoded together, each added token alone
             if i in self._added:
                 parts += [self._tok.decode(run), self._tok.decode([i], skip_special_tokens=False)]

@@ -64,6 +64,7 @@ def paged_attention(
 
 def _decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     if cpu_attention.takes(q, cache):
+        assert meta.decode_table is not None and meta.decode_lens is not None  # is_decode
         return cpu_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, scale)
     return gathered_decode_attention(q, cache, meta, scale)
 
@@ -71,6 +72,7 @@ def _decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetad
 def gathered_decode_attention(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """Decode attention in torch ops (any device and dtype): gathers the batch's blocks, then one SDPA."""
     table, lens = meta.decode_table, meta.decode_lens  # [B, nb], [B]
+    assert table is not None and lens is not None, "decode attention over a batch that is not all decodes"
     batch, nb = table.shape
     _, _, kvh, bs, d = cache.shape
     # One gather of the batch's blocks, then K and V as contiguous [B, KVH, L, D] so the matmuls read rows.

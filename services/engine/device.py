@@ -32,7 +32,7 @@ def setup_device(spec: str) -> torch.device:
         if index:
             core = int(index)
             available = sorted(os.sched_getaffinity(0))
-            if core >= os.cpu_count():
+            if core >= (os.cpu_count() or 1):
                 raise ValueError(f"--device cpu:{core}: this host has {os.cpu_count()} cores")
             if core in available:
                 os.sched_setaffinity(0, {core})

@@ -9,6 +9,7 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,13 +31,15 @@ from services.engine.sequence import SeqStatus, Sequence
 from services.engine.step_guard import StepGuard
 from services.engine.step_log import EngineStats, StepLog, StepRecord
 
+if TYPE_CHECKING:
+    from services.engine.parallel.runner import ParallelRunner
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig(EngineSettings):
     model: str
     policy: Policy = "colocated"
     device: str = "cpu"
-    dtype: str = "float32"
     pool_path: str | None = None  # a /dev/shm file makes the pool mappable by kvxfer
     tp: int = 1  # tensor-parallel ranks per stage
     pp: int = 1  # pipeline stages
@@ -83,11 +86,13 @@ class LLMEngine:
         self.config = config
         self.model_config = ModelConfig.from_folder(config.model)
         mc = self.model_config
-        self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.dtype)
+        dtype = mc.dtype if config.dtype == "auto" else config.dtype
+        self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, dtype)
+        self.runner: ModelRunner | ParallelRunner
         if config.tp * config.pp > 1:
             from services.engine.parallel.runner import ParallelRunner
 
-            self.runner = ParallelRunner(config.model, mc, config.num_blocks, config.block_size, config.dtype,
+            self.runner = ParallelRunner(config.model, mc, config.num_blocks, config.block_size, dtype,
                                          config.device, config.tp, config.pp, config.devices, config.pool_path,
                                          config.rendezvous)
         else:
@@ -294,7 +299,10 @@ class LLMEngine:
         its first token with its own seed (as a decode instance does for choices sharing a disaggregated prefill)."""
         last = len(parent.prompt_ids) - 1
         whole, partial = divmod(last, self.blocks.block_size)
-        copies = self.runner.copies_blocks
+        # The one-process runner's pool is the one the block ids name, so it copies a choice's block; a TP/PP
+        # runner's ranks each hold their own pool: there a choice recomputes its block instead.
+        copier = self.runner if isinstance(self.runner, ModelRunner) else None
+        copies = copier is not None
         for child in parent.forks:
             child.prompt_logprobs = parent.prompt_logprobs  # one list: this step's entries join it in the update
             copy = self.blocks.try_allocate(1) if partial and copies else []
@@ -303,8 +311,8 @@ class LLMEngine:
                 continue
             child.block_table = parent.block_table[:whole]
             self.blocks.share(child.block_table)
-            if copy:
-                self.runner.copy_block(parent.block_table[whole], copy[0])
+            if copier is not None and copy:
+                copier.copy_block(parent.block_table[whole], copy[0])
                 child.block_table = [*child.block_table, *copy]
             child.num_computed = last if copies else whole * self.blocks.block_size
             self.scheduler.add_running(child)

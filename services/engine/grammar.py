@@ -71,19 +71,18 @@ def compile_grammar(tokenizer: llguidance.LLTokenizer, grammar: str) -> GrammarS
 def apply_masks(logits: torch.Tensor, states: list[GrammarState | None], outputs: list[list[int]]) -> torch.Tensor:
     """logits [B, V] → the same with the tokens each row's grammar forbids at -inf (a new tensor when any row has
     a grammar). One bitmask [R, ceil(V/32)] filled by the matchers, unpacked and applied in two tensor ops."""
-    rows = [i for i, s in enumerate(states) if s is not None]
+    rows = [(i, s) for i, s in enumerate(states) if s is not None]
     if not rows:
         return logits
     vocab = logits.shape[-1]
     words = (vocab + 31) // 32
     bits = torch.zeros((len(rows), words), dtype=torch.int32)
-    for j, i in enumerate(rows):
-        state = states[i]
+    for j, (i, state) in enumerate(rows):
         state.sync(outputs[i])
         state.matcher.unsafe_compute_mask_ptr(bits[j].data_ptr(), words * 4)
     shifts = torch.arange(32, dtype=torch.int32)
     allowed = ((bits.unsqueeze(-1) >> shifts) & 1).view(len(rows), words * 32)[:, :vocab].bool()  # [R, V]
     out = logits.float().clone()
-    index = torch.tensor(rows, device=logits.device)
+    index = torch.tensor([i for i, _ in rows], device=logits.device)
     out[index] = out[index].masked_fill(~allowed.to(logits.device), float("-inf"))
     return out

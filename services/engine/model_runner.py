@@ -125,8 +125,6 @@ class ModelRunner:
         """Copies one KV block (all layers): a choice's own copy of the block holding its shared prompt's end."""
         self.pool.tensor[dst].copy_(self.pool.tensor[src])
 
-    copies_blocks = True  # its pool is the one the engine's block ids name: `copy_block` copies a choice's block
-
     def lost_rank(self) -> str | None:
         """One process, no rank to lose (a TP/PP runner says which rank exited)."""
         return None

@@ -24,8 +24,8 @@ T = TypeVar("T")
 
 
 class EngineWorker:
-    def __init__(self, engine: LLMEngine, on_outputs: Callable[[list[StepOutput]], None],
-                 on_error: Callable[[BaseException], None] = lambda exc: None) -> None:
+    def __init__(self, engine: LLMEngine, on_outputs: Callable[[list[StepOutput]], object],
+                 on_error: Callable[[BaseException], object] = lambda exc: None) -> None:
         self.engine = engine
         self._on_outputs = on_outputs
         self._on_error = on_error

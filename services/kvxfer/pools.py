@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from services.common.cbuild import kernel_function
+from services.common.cbuild import Kernel, kernel_function
 from services.common.kv_layout import KVLayout
 from services.common.pool_files import map_pool_file
 from services.kvxfer.ranges import Ranges, block_ranges
@@ -148,12 +148,12 @@ def copy_all(dst_base: int, dst: Sequence[int], src_base: int, src: Sequence[int
     kernel(len(lengths), dst_base, dst_at.ctypes.data, src_base, src_at.ctypes.data, size.ctypes.data)
 
 
-def copy_kernel() -> ctypes._CFuncPtr | None:
+def copy_kernel() -> Kernel | None:
     """The C loop of copy_ranges.c, or None (no compiler, or C helpers off)."""
     return kernel_function("copy_ranges", "copy_ranges", (ctypes.c_int64,) + (ctypes.c_void_p,) * 5, None, HERE)
 
 
-def blocks_kernel() -> ctypes._CFuncPtr | None:
+def blocks_kernel() -> Kernel | None:
     """copy_ranges.c's loop over block ids, or None (no compiler, or C helpers off)."""
     return kernel_function("copy_ranges", "copy_blocks", (ctypes.c_int64,) + (ctypes.c_void_p,) * 4 + (ctypes.c_int64,),
                            None, HERE)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.common.cbuild import kernel_function
+from services.common.cbuild import Kernel, kernel_function
 from services.kvxfer.checksum import crc32
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.pools import HERE, MappedPool, PoolRanges
@@ -101,7 +101,7 @@ def _registered_pool(pools: dict[str, MappedPool], pool_id: str, offsets: np.nda
     return pool
 
 
-def spans_kernel() -> ctypes._CFuncPtr | None:
+def spans_kernel() -> Kernel | None:
     """copy_ranges.c's loop over absolute addresses, or None (no compiler, or C helpers off)."""
     return kernel_function("copy_ranges", "copy_spans", (ctypes.c_int64,) + (ctypes.c_void_p,) * 3 + (ctypes.c_int64,),
                            None, HERE)

@@ -200,7 +200,9 @@ class RouterCore:
             streamed = False
             try:
                 async for chunk in self._local(req, prompt_ids, params):
-                    streamed = True
+                    if not streamed:
+                        streamed = True
+                        self._took(req, "local")
                     yield chunk
                 return
             except LocalPrefillDeclined as declined:  # nothing streamed: the prefill instance's way instead
@@ -211,9 +213,7 @@ class RouterCore:
                     raise
                 log.info("local prefill declined (%s); pulling", exc.details(), extra={"request_id": req.request_id})
                 path = "pull"
-        if req.attempt == 0:
-            req.path = path
-            DECISIONS.labels(path).inc()
+        self._took(req, path)
         prefix = await self.cleanups.claim(self._lease_prefix(req, prompt_ids), self._end_prefix) \
             if path == "reverse" else None
         try:
@@ -261,6 +261,13 @@ class RouterCore:
             # rather than leave the prefill's blocks held until it expires.
             if not streamed:
                 await self.cleanups.run(self._end_lease(prefilled))
+
+    @staticmethod
+    def _took(req: RouterRequest, path: str) -> None:
+        """The path a request's first attempt took, after any fallback: in its record and the decisions."""
+        if req.attempt == 0:
+            req.path = path
+            DECISIONS.labels(path).inc()
 
     async def _end_lease(self, prefilled: worker_pb2.PrefillResponse) -> None:
         if not prefilled.finish_reason and self.release_lease is not None:

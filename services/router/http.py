@@ -174,7 +174,8 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
+        return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve",
+                                            "max_model_len": builder.config.max_position}]}
 
     @app.post("/tokenize")
     async def tokenize_route(body: TokenizeBody):
@@ -219,7 +220,8 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
         chunks = merge([_numbered(i * _samples(body), first, s) for i, (first, s) in enumerate(zip(firsts, streams))])
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return ClosingStreamingResponse(_sse(Batch(reqs, body.n), chunks, shape, usage), media_type="text/event-stream")
+            return ClosingStreamingResponse(_sse(Batch(reqs, body.n, builder.report_cached_tokens), chunks, shape, usage),
+                                            media_type="text/event-stream")
         try:
             async with aclosing(chunks):
                 collected = [c async for c in chunks]
@@ -227,7 +229,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
             return _status_of(exc)
         if _samples(body) > body.n:
             collected = _best(collected, len(reqs), _samples(body), body.n)
-        return _final(Batch(reqs, body.n), collected, shape)
+        return _final(Batch(reqs, body.n, builder.report_cached_tokens), collected, shape)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody, request: Request):
@@ -255,6 +257,7 @@ class Batch:
 
     reqs: list[RouterRequest]
     n: int
+    report_cached: bool = True  # False: usage says 0 cached tokens (the router's report_cached_tokens)
 
     @property
     def id(self) -> str:
@@ -263,7 +266,7 @@ class Batch:
     def usage(self, completion: int) -> dict:
         prompt = sum(len(r.prompt_ids) for r in self.reqs)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": sum(r.cached_tokens for r in self.reqs)}}
+                "prompt_tokens_details": {"cached_tokens": sum(r.cached_tokens for r in self.reqs) if self.report_cached else 0}}
 
 
 async def _numbered(base: int, first: Chunk, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:

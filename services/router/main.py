@@ -53,10 +53,11 @@ async def serve_router(settings: RouterSettings) -> None:
     keys = ApiKeys(settings.api_key_file, (settings.api_key,))
     check_exposure(settings.host, keys, settings.allow_unauthenticated, "router")
     tokenizer = load_tokenizer(settings.model)
-    model_name = settings.model_name or Path(settings.model).name
+    model_name = settings.served_model_name or Path(settings.model).name
     builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars,
                              load_chat_template(settings.model, settings.chat_template),
-                             SamplingDefaults.from_folder(settings.model, settings.generation_config))
+                             SamplingDefaults.from_folder(settings.model, settings.generation_config),
+                             settings.report_cached_tokens)
     registry = Registry.from_url(settings.redis_url)
     dispatcher = Dispatcher(registry, settings.refresh_s, router_id=f"{settings.host}:{settings.grpc_port}",
                             wait_instance_s=settings.wait_instance_s, crash_wait_s=settings.crash_wait_s)

@@ -56,6 +56,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                                      cache_salt=request.cache_salt if request.HasField("cache_salt") else None)
             req.slo = requested_slo(metadata)
             completion = [0] * req.n
+            report = self.builder.report_cached_tokens
             async with aclosing(self.core.generate(req)) as stream:  # a cancelled client closes it at once
                 async for chunk in stream:
                     completion[chunk.index] += len(chunk.token_ids)
@@ -66,7 +67,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                         completion_tokens=completion[chunk.index] if last else 0, index=chunk.index,
                         logprobs=logprobs_to_proto(chunk.logprobs),
                         prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs),
-                        cached_tokens=req.cached_tokens if last else 0,
-                        decode_cached_tokens=req.decode_cached_tokens if last else 0)
+                        cached_tokens=req.cached_tokens if last and report else 0,
+                        decode_cached_tokens=req.decode_cached_tokens if last and report else 0)
         except Exception as exc:
             await abort_with(context, exc)

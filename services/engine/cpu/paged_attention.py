@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from services.common.cbuild import kernel_function
+from services.common.cbuild import Kernel, kernel_function
 
 HERE = Path(__file__).parent  # the .c sources
 
@@ -15,7 +15,7 @@ HERE = Path(__file__).parent  # the .c sources
 ARGTYPES = (ctypes.c_void_p,) * 5 + (ctypes.c_long,) * 7 + (ctypes.c_float,)  # q, cache, table, lens, out; sizes; scale
 
 
-def _function() -> ctypes._CFuncPtr | None:
+def _function() -> Kernel | None:
     return kernel_function("paged_attention", "paged_decode_attention", ARGTYPES, ctypes.c_int, HERE)
 
 
@@ -39,8 +39,10 @@ def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, table: torch.Te
     _, _, kvh, bs, _ = cache.shape
     q, table, lens = q.contiguous(), table.contiguous(), lens.contiguous()
     out = torch.empty_like(q)
-    rc = _function()(q.data_ptr(), cache.data_ptr(), table.data_ptr(), lens.data_ptr(), out.data_ptr(),
-                     batch, heads, kvh, d, bs, table.shape[1], cache.stride(0), scale)
+    fn = _function()
+    assert fn is not None, "paged_decode_attention without its kernel: check takes() first"
+    rc = fn(q.data_ptr(), cache.data_ptr(), table.data_ptr(), lens.data_ptr(), out.data_ptr(),
+             batch, heads, kvh, d, bs, table.shape[1], cache.stride(0), scale)
     if rc != 0:
         raise MemoryError("paged_decode_attention: no memory for the score buffer")
     return out

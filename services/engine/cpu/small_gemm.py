@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from services.common.cbuild import kernel_function
+from services.common.cbuild import Kernel, kernel_function
 
 HERE = Path(__file__).parent  # the .c sources
 
@@ -21,7 +21,7 @@ MAX_ROWS = 32  # above this MKL's blocked GEMM is as fast or faster (prefill)
 ARGTYPES = (ctypes.c_void_p,) * 4 + (ctypes.c_long,) * 3  # x, w_t, bias, y, M, K, N
 
 
-def _function() -> ctypes._CFuncPtr | None:
+def _function() -> Kernel | None:
     return kernel_function("small_gemm", "small_gemm", ARGTYPES, None, HERE)
 
 
@@ -42,6 +42,7 @@ def takes_input(x: torch.Tensor) -> bool:
 def small_gemm(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x: [M, K], weight_t: [K, N] (the Linear weight transposed), bias: [N] or None → [M, N]. Check `takes_weight` and `takes_input` first."""
     fn = _function()
+    assert fn is not None, "small_gemm without its kernel: check available() first"
     m, k = x.shape
     n = weight_t.shape[1]
     out = torch.empty(m, n, dtype=x.dtype)

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 from torch.nn import init
 
 from services.common.model_config import ModelConfig
 
+if TYPE_CHECKING:
+    from services.engine.models.llama import LlamaForCausalLM
+    from services.engine.models.opt import OPTForCausalLM
 
-def build_model(config: ModelConfig) -> nn.Module:
+    CausalLM = LlamaForCausalLM | OPTForCausalLM
+
+
+def build_model(config: ModelConfig) -> CausalLM:
     if config.arch == "opt":
         from services.engine.models.opt import OPTForCausalLM
 
@@ -40,14 +46,16 @@ def _no_random_init() -> Iterator[None]:
             setattr(init, name, fn)
 
 
-def materialize(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> nn.Module:
+def materialize(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> CausalLM:
     """The model with uninitialised parameters on `device` (weights are loaded next), skipping random init."""
     with torch.device(device), _no_random_init():
         model = build_model(config)
     model = model.to(dtype)
     model.tie_weights()
     if config.arch == "llama":
+        from services.engine.models.llama import LlamaForCausalLM
         from services.engine.models.rope import inverse_frequencies
 
+        assert isinstance(model, LlamaForCausalLM)
         model.model.inv_freq = inverse_frequencies(config).to(device)
     return model

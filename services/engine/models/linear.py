@@ -17,7 +17,7 @@ class Linear(nn.Linear):
     weight_t: torch.Tensor | None = None  # a contiguous [in, out] view of the weight, once transposed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.small and small_gemm.takes_input(x):
+        if self.small and self.weight_t is not None and small_gemm.takes_input(x):
             return small_gemm.small_gemm(x, self.weight_t, self.bias)
         return F.linear(x, self.weight, self.bias)
 

@@ -10,20 +10,23 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from services.engine.parallel.shm_allreduce import ShmAllReduce, join_segment
 
+Backend = Any  # a c10d ProcessGroupGloo or ProcessGroupNCCL: torch's stubs declare their collectives on neither
+
 TIMEOUT = timedelta(seconds=120)
 
 
-def new_backend(store: dist.Store, rank: int, size: int, device: torch.device, prefix: str):
+def new_backend(store: dist.Store, rank: int, size: int, device: torch.device, prefix: str) -> Backend:
     """gloo for host tensors, NCCL for a GPU's."""
     scoped = dist.PrefixStore(prefix, store)
     if device.type == "cuda":
-        return dist.ProcessGroupNCCL(scoped, rank, size)
+        return dist.ProcessGroupNCCL(scoped, rank, size)  # type: ignore[call-arg]  # the stub misses options' default
     return dist.ProcessGroupGloo(scoped, rank, size, TIMEOUT)
 
 
@@ -33,7 +36,7 @@ class Group:
 
     ranks: list[int]
     rank: int  # this rank's index in `ranks`
-    backend: object | None = None
+    backend: Backend = None  # None: a one-rank group
     pending: list = field(default_factory=list)  # sends in flight, with their tensors
     shm: ShmAllReduce | None = None  # the all-reduce through shared memory (CPU ranks on one host)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -20,6 +20,9 @@ from services.engine.models.linear import use_small_gemm
 from services.engine.parallel.comm import Group
 from services.engine.parallel.shard import Shard
 from services.engine.weights import load_weights
+
+if TYPE_CHECKING:
+    from services.engine.models import CausalLM
 
 HEAD_ROWS = {"q_proj": "heads", "k_proj": "kv_heads", "v_proj": "kv_heads"}
 COLUMN_ROWS = ("gate_proj", "up_proj", "fc1")
@@ -74,7 +77,7 @@ def shard_transform(shard: Shard, head_dim: int):
 
 
 def build_rank_model(model_dir: str | Path, config: ModelConfig, shard: Shard, device: torch.device,
-                     dtype: torch.dtype, tp_group: Group) -> nn.Module:
+                     dtype: torch.dtype, tp_group: Group) -> CausalLM:
     """This rank's model (its layers and heads; embedding and head on every stage), loaded and ready to run."""
     model = materialize(shard.local_config(config), device, dtype)
     load_weights(model, model_dir, shard_transform(shard, config.head_dim))

@@ -10,6 +10,7 @@ from services.common.cuda_ipc import CudaIpcHandle
 from services.common.kv_layout import KVLayout
 from services.engine.engine import LLMEngine
 from services.engine.parallel.rank import rank_layout
+from services.engine.parallel.runner import ParallelRunner
 from services.engine.parallel.shard import Span, shard_for
 
 
@@ -30,17 +31,17 @@ class RankPool:
 
 def rank_pools(engine: LLMEngine) -> list[RankPool]:
     """Every rank's pool, rank 0 first; one for a single-rank engine."""
-    c, mc = engine.config, engine.model_config
-    if c.tp * c.pp == 1:
-        pool = engine.runner.pool
+    c, mc, runner = engine.config, engine.model_config, engine.runner
+    if not isinstance(runner, ParallelRunner):  # one rank
+        pool = runner.pool
         return [RankPool(0, Span(0, mc.num_layers), Span(0, mc.num_kv_heads), pool.layout, pool.path, pool.device,
                          pool.tensor)]
     pools = []
-    for spec in engine.runner.specs:
+    for spec in runner.specs:
         shard = shard_for(mc, c.tp, c.pp, spec.rank)
         pools.append(RankPool(spec.rank, shard.layers, shard.kv_heads,
                               rank_layout(mc, shard, spec.num_blocks, spec.block_size, spec.dtype),
                               spec.pool_path, torch.device(spec.device),
-                              tensor=engine.runner.pool.tensor if spec.rank == 0 else None,
-                              cuda_ipc=engine.runner.ipc.get(spec.rank), kvxfer=engine.runner.kvxfer.get(spec.rank, "")))
+                              tensor=runner.pool.tensor if spec.rank == 0 else None,
+                              cuda_ipc=runner.ipc.get(spec.rank), kvxfer=runner.kvxfer.get(spec.rank, "")))
     return pools

@@ -64,7 +64,7 @@ def publish_specs(store: dist.Store, specs: list[RankSpec]) -> Started:
 def spawn_ranks(specs: list[RankSpec], host: str, port: int) -> Started:
     """Starts one process per spec; each one's output goes to a log file (its tail explains a failed start)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p))
-    started = []
+    started: Started = []
     for spec in specs:
         log = Path(tempfile.mkstemp(prefix=f"distserve-rank{spec.rank}-", suffix=".log")[1])
         arg = json.dumps({"spec": asdict(spec), "host": host, "port": port, "parent": os.getpid()})
@@ -76,6 +76,8 @@ def spawn_ranks(specs: list[RankSpec], host: str, port: int) -> Started:
 
 
 def _tail(log: Path | None, lines: int = 3) -> str:
+    if log is None:  # a rank this process did not start
+        return "(no output)"
     try:
         text = log.read_text(errors="replace").strip().splitlines()
     except OSError:
@@ -104,7 +106,7 @@ def stop_ranks(started: Started, grace_s: float = 10.0) -> None:
     """Waits for ranks told to stop, kills any still running after `grace_s`, removes the logs."""
     deadline = time.monotonic() + grace_s
     for proc, log in started:
-        if proc is None:
+        if proc is None or log is None:
             continue
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))

@@ -16,6 +16,7 @@ from services.common.cuda_ipc import export_ipc
 from services.common.model_config import ModelConfig
 from services.engine.device import keep_freed_memory, setup_device
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
+from services.engine.parallel.plan import StepPlan
 from services.engine.parallel.procs import ipc_key, kvxfer_key, ready_key, spec_key
 from services.engine.parallel.rank import RankSpec, RankWorker
 from services.engine.parallel.shard import shard_for
@@ -57,7 +58,7 @@ def serve_rank(spec: RankSpec, store: dist.Store) -> int:
             store.set(ipc_key(spec.rank), export_ipc(worker.pool.tensor).to_json())
         store.set(ready_key(spec.rank), "1")
         connect(groups, store, device)
-        while (plan := groups.world.broadcast_object()) is not None:
+        while isinstance(plan := groups.world.broadcast_object(), StepPlan):  # None: stop
             worker.run(plan)
     finally:
         worker.close()

@@ -28,7 +28,7 @@ from services.engine.parallel.procs import (
 )
 from services.engine.parallel.rank import RankSpec, RankWorker
 from services.engine.parallel.shard import ParallelConfigError, check_layout, shard_for
-from services.engine.sampler import sample
+from services.engine.sampler import Sampled, sample
 from services.engine.scheduler import SchedulerOutput
 
 
@@ -97,8 +97,6 @@ class ParallelRunner:
     def pool_paths(self) -> list[str | None]:
         return [spec.pool_path for spec in self.specs]
 
-    copies_blocks = False  # each rank holds its own pool: a choice recomputes its block instead
-
     def lost_rank(self) -> str | None:
         """Why the instance lost a rank (its process exited), or None while every rank runs."""
         for spec, (proc, _) in zip(self.specs[1:], self._ranks):
@@ -108,13 +106,15 @@ class ParallelRunner:
 
     def _run(self, plan: StepPlan) -> torch.Tensor:
         self.groups.world.broadcast_object(plan)
-        return self.worker.run(plan)
+        logits = self.worker.run(plan)
+        assert logits is not None, "rank 0 gets the logits"
+        return logits
 
-    def execute(self, batch: SchedulerOutput) -> list[int]:
+    def execute(self, batch: SchedulerOutput) -> Sampled:
         """Runs the step on every rank; returns one sampled token per item that samples."""
         logits = self._run(StepPlan.of(batch, self.pp))
         sampling = [it.seq for it in batch.items if it.samples]
-        return sample(logits, sampling) if sampling else []
+        return sample(logits, sampling) if sampling else Sampled()
 
     def full_logits(self, input_ids: list[int], block_table: list[int]) -> torch.Tensor:
         """All-position logits [T, V] of one prompt through every rank's paged path (a correctness check)."""

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from services.common.cbuild import kernel_function
+from services.common.cbuild import Kernel, kernel_function
 from services.common.pool_files import ensure_pool_dir, pool_dir
 
 CPU_KERNELS = Path(__file__).parent.parent / "cpu"
@@ -33,22 +33,22 @@ _ARGS = (ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_l
          ctypes.c_long, ctypes.c_double)
 
 
-def _kernel() -> ctypes._CFuncPtr | None:
+def _kernel() -> Kernel | None:
     return kernel_function("shm_allreduce", "shm_allreduce", _ARGS, ctypes.c_long, CPU_KERNELS)
 
 
-def _lock() -> ctypes._CFuncPtr | None:
+def _lock() -> Kernel | None:
     return kernel_function("shm_allreduce", "shm_lock", (ctypes.c_int, ctypes.c_long), ctypes.c_int, CPU_KERNELS)
 
 
 class ShmAllReduce:
     """One rank's end of a group's shared segment: the mapping, and the open file that holds this rank's lock."""
 
-    def __init__(self, fd: int, segment: mmap.mmap, rank: int, size: int) -> None:
+    def __init__(self, fn: Kernel, fd: int, segment: mmap.mmap, rank: int, size: int) -> None:
+        self._fn = fn
         self._fd = fd
         self._segment = segment
         self._base = np.frombuffer(segment, np.uint8).ctypes.data
-        self._fn = _kernel()
         self.rank, self.size = rank, size
         self._op = 0
 
@@ -92,17 +92,18 @@ def join_segment(store: dist.Store, prefix: str, rank: int, size: int) -> ShmAll
         os.close(fd)
         store.set(f"{key}path", str(path))
     path = Path(store.get(f"{key}path").decode())
-    mine = _join(path, nbytes, rank) if _kernel() is not None else None
+    fn = _kernel()
+    mine = _join(path, nbytes, rank) if fn is not None else None
     store.set(f"{key}ok{rank}", "1" if mine is not None else "0")
     agreed = all(store.get(f"{key}ok{r}") == b"1" for r in range(size))
     if rank == 0:
         path.unlink(missing_ok=True)  # every rank has answered: those that could open it have
-    if mine is None:
+    if fn is None or mine is None:
         return None
     if not agreed:
         os.close(mine[0])
         return None
-    return ShmAllReduce(*mine, rank, size)
+    return ShmAllReduce(fn, *mine, rank, size)
 
 
 def _join(path: Path, nbytes: int, rank: int) -> tuple[int, mmap.mmap] | None:
@@ -112,7 +113,9 @@ def _join(path: Path, nbytes: int, rank: int) -> tuple[int, mmap.mmap] | None:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
-    if os.fstat(fd).st_size != nbytes or _lock()(fd, rank) != 0:
+    lock = _lock()
+    assert lock is not None, "shm_lock is in the library _kernel() loaded"
+    if os.fstat(fd).st_size != nbytes or lock(fd, rank) != 0:
         os.close(fd)
         return None
     return fd, mmap.mmap(fd, nbytes)

@@ -52,14 +52,18 @@ def test_prefill_leases_survive_eviction_pressure_and_nothing_leaks(make_engine)
     assert engine.scheduler.cache.hit > 0 and engine.blocks.num_cached > 0
 
 
-def test_colocated_requests_cancelled_mid_decode_free_every_block(make_engine) -> None:
+def test_colocated_requests_cancelled_mid_decode_free_every_block_and_match_caching_off(make_engine) -> None:
     engine = make_engine(policy="colocated", num_blocks=24, block_size=4, max_batch_tokens=64)
     rng = random.Random(11)
     added, live = 0, set()
+    asked: dict[str, tuple[list[int], SamplingParams]] = {}
+    answers: dict[str, list[int]] = {}
     while added < 1000 or engine.has_work():
         for _ in range(rng.randint(0, 3)):
             if added < 1000:
-                engine.add_request(f"c{added}", _prompt(rng), SamplingParams(max_tokens=rng.randint(1, 8), ignore_eos=True))
+                asked[f"c{added}"] = (_prompt(rng), SamplingParams(max_tokens=rng.randint(1, 8), temperature=0,
+                                                                   ignore_eos=True))
+                engine.add_request(f"c{added}", *asked[f"c{added}"])
                 live.add(f"c{added}")
                 added += 1
         if live and rng.random() < 0.25:
@@ -67,8 +71,13 @@ def test_colocated_requests_cancelled_mid_decode_free_every_block(make_engine) -
             engine.abort(rid)
             live.discard(rid)
         for out in engine.step():
+            answers.setdefault(out.request_id, []).extend(out.new_token_ids)
             if out.finished:
                 live.discard(out.request_id)
         _accounted(engine)
     assert engine.blocks.num_used == 0 and engine.blocks.num_free == 24
     assert engine.scheduler.cache.hit > 0
+    done = [rid for rid, (_, params) in asked.items() if len(answers.get(rid, ())) == params.max_tokens]
+    assert len(done) > 500  # those served to their end give the tokens an uncached engine gives
+    cold = make_engine(policy="colocated", num_blocks=24, block_size=4, max_batch_tokens=64, prefix_caching="off")
+    assert cold.generate([asked[r][0] for r in done], [asked[r][1] for r in done]) == [answers[r] for r in done]
