@@ -55,6 +55,16 @@ def _call_schema(function: Function, args_key: str) -> dict:
             "required": ["name", args_key], "additionalProperties": False}
 
 
+def _calls_grammar(functions: list[Function], args_key: str, separator: str | None, before: str = "",
+                   after: str = "") -> str:
+    """Calls written `before` + a call's JSON + `after`: one, or with a `separator` one or more."""
+    alternatives = " | ".join(f"call_{i}" for i in range(len(functions)))
+    rules = "\n".join(f"call_{i}: {json_rule(_call_schema(f, args_key), 'tools')}" for i, f in enumerate(functions))
+    more = f" ({json.dumps(separator)} call)*" if separator is not None else ""
+    wrapped = " ".join(part for part in (before and json.dumps(before), f"({alternatives})", after and json.dumps(after)) if part)
+    return f"start: call{more}\ncall: {wrapped}\n{rules}"
+
+
 class ToolParser:
     """A family's format: where calls start in the text, how they read, and the grammar that writes them."""
 
@@ -103,10 +113,7 @@ class Hermes(ToolParser):
         return tuple(calls)
 
     def grammar(self, functions: list[Function], parallel: bool) -> str:
-        alternatives = " | ".join(f"call_{i}" for i in range(len(functions)))
-        rules = "\n".join(f"call_{i}: {json_rule(_call_schema(f, 'arguments'), 'tools')}" for i, f in enumerate(functions))
-        more = ' ("\\n" call)*' if parallel else ""
-        return f'start: call{more}\ncall: "<tool_call>\\n" ({alternatives}) "\\n</tool_call>"\n{rules}'
+        return _calls_grammar(functions, "arguments", "\n" if parallel else None, "<tool_call>\n", "\n</tool_call>")
 
 
 class Llama3Json(ToolParser):
@@ -142,10 +149,7 @@ class Llama3Json(ToolParser):
         return tuple(calls)
 
     def grammar(self, functions: list[Function], parallel: bool) -> str:
-        alternatives = " | ".join(f"call_{i}" for i in range(len(functions)))
-        rules = "\n".join(f"call_{i}: {json_rule(_call_schema(f, 'parameters'), 'tools')}" for i, f in enumerate(functions))
-        more = ' ("; " call)*' if parallel else ""
-        return f"start: call{more}\ncall: {alternatives}\n{rules}"
+        return _calls_grammar(functions, "parameters", "; " if parallel else None)
 
 
 class Mistral(ToolParser):

@@ -116,3 +116,21 @@ async def test_a_constrained_stream_survives_its_decode_instance_killed(stack, t
     text = load_tokenizer(tiny_llama_dir).decode(got)
     if responses[-1].finish_reason == "stop":
         jsonschema.validate(json.loads(text), LONG)
+
+
+async def test_a_reasoning_router_returns_reasoning_content(tiny_llama_dir: str, redis_url: str) -> None:
+    """A random-weight model never writes </think>: its whole output is reasoning, streamed as such, and a
+    structured output waits behind it (the grammar's reasoning part lets any text through)."""
+    with running_stack(tiny_llama_dir, f"{redis_url.rsplit('/', 1)[0]}/7", mode="colocated",
+                       router_settings={"reasoning_parser": "think"}) as other:
+        client = _client(other)
+        args = {"model": "", "messages": [{"role": "user", "content": "think"}], "max_tokens": 24, "seed": 9}
+        whole = (await client.chat.completions.create(**args)).choices[0]
+        reasoning = whole.message.model_extra["reasoning_content"]
+        assert reasoning and whole.message.content == "" and whole.finish_reason == "length"
+        parts = [e.choices[0].delta.model_extra.get("reasoning_content") or ""
+                 async for e in await client.chat.completions.create(stream=True, **args) if e.choices]
+        assert "".join(parts) == reasoning
+        fmt = {"type": "json_object"}
+        held = (await client.chat.completions.create(response_format=fmt, **args)).choices[0]
+        assert held.finish_reason == "length" and held.message.model_extra["reasoning_content"]
