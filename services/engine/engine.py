@@ -114,8 +114,8 @@ class LLMEngine:
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served."""
         validate_request(self.model_config, prompt_ids, params)
-        if params.grammar:
-            self._constrained(Sequence("", [], params))  # compiles against this model's tokenizer
+        if params.grammar:  # it compiles against this model's tokenizer and reads the resumed output
+            self._constrained(Sequence("", prompt_ids, params))
         if params.prompt_logprobs is not None and self.config.tp * self.config.pp > 1:
             raise EngineInputError("logprobs", "prompt logprobs (echo with logprobs) need a single-rank instance")
         needed = self.blocks.blocks_for(len(prompt_ids) + params.max_tokens)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+import grpc
 import jsonschema
 import openai
 import pytest
@@ -127,6 +128,10 @@ async def test_bad_schemas_and_tool_choices_are_refused_naming_the_field(stack, 
         with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(model="", messages=USER, max_tokens=4, extra_body=extra)
         assert err.value.body["param"] == field, extra
+    with pytest.raises(grpc.aio.AioRpcError) as rpc:
+        await generate(stack.router_address, "x", structured_outputs={"json": '{"type": "array", "not": {}}'})
+    assert rpc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert rpc.value.details().startswith("structured_outputs.json:") and "not" in rpc.value.details()
     stats = await wait_idle(stack)
     assert all(s.blocks_used == 0 and s.waiting == 0 for s in stats)
 
