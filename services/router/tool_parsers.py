@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Literal
 
@@ -65,7 +66,7 @@ def _calls_grammar(functions: list[Function], args_key: str, separator: str | No
     return f"start: call{more}\ncall: {wrapped}\n{rules}"
 
 
-class ToolParser:
+class ToolParser(ABC):
     """A family's format: where calls start in the text, how they read, and the grammar that writes them."""
 
     name: ParserName
@@ -87,12 +88,13 @@ class ToolParser:
         """How many characters at the end of `text` (no calls in it) may begin the calls: held back, streaming."""
         return partial_marker(text, self.marker)
 
+    @abstractmethod
     def grammar(self, functions: list[Function], parallel: bool) -> str:
         """A Lark grammar of one call (or, `parallel`, one or more) to any of `functions`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _calls(self, text: str) -> tuple[ToolCall, ...]:
-        raise NotImplementedError
+        """The calls of text that begins with them; () when they do not parse."""
 
 
 class Hermes(ToolParser):
