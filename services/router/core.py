@@ -171,12 +171,13 @@ class RouterCore:
 
     async def _disagg(self, req: RouterRequest) -> AsyncIterator[worker_pb2.TokenChunk]:
         """Prefill then decode; if an instance dies mid-stream, re-prefill the prompt plus the tokens already
-        streamed and go on, so the client sees no token twice and none lost (sampling is keyed by position)."""
+        streamed and go on, so the client sees no token twice and none lost (sampling is keyed by position, and
+        a grammar reads the streamed tokens first: `resumed_tokens`)."""
         produced: list[int] = []
         for attempt in range(self.retries + 1):
             req.attempt = attempt
             # the prompt's logprobs came with the first token: a re-prefill of prompt + output does not ask again
-            rest = replace(req.params, max_tokens=req.params.max_tokens - len(produced),
+            rest = replace(req.params, max_tokens=req.params.max_tokens - len(produced), resumed_tokens=len(produced),
                            prompt_logprobs=None if produced else req.params.prompt_logprobs)
             try:
                 async for tokens in self._disagg_once(req, req.prompt_ids + produced, rest):
