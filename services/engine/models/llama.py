@@ -121,8 +121,7 @@ class LlamaForCausalLM(nn.Module):
 
     def run_layers(self, x: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """The decoder layers this model holds (a pipeline stage holds some): x [T, hidden] → [T, hidden]."""
-        reach = meta.token_reach(positions.device)
-        rotary = {kind: tuple(t.to(x.dtype) for t in table.cos_sin(positions, reach))  # as transformers casts
+        rotary = {kind: tuple(t.to(x.dtype) for t in table.cos_sin(positions, meta))  # as transformers casts
                   for kind, table in self.rope.items()}
         for i, layer in enumerate(self.model.layers):
             x = layer(x, *rotary[self.config.layer_type(i)], kv_pool[:, i], meta)
