@@ -15,7 +15,7 @@ from services.engine.engine import fork_id
 from services.instance.admission import Admission
 from services.instance.config import InstanceSettings
 from services.instance.servicer import InstanceServicer
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 
 
 class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):

@@ -24,8 +24,7 @@ from services.engine.parallel.shard import Span
 from services.instance.abandoned import free_after_copy
 from services.instance.admission import Admission
 from services.instance.kv_shards import PoolShard, SitePull, shards_from_handle, site_pulls
-from services.kvxfer.client import KVXferClient
-from services.kvxfer.lease_keeper import LeaseKeeper
+from services.kvxfer.api import KVXferClient, LeaseKeeper
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from services.engine.async_engine import AsyncEngine
 from services.instance.config import InstanceSettings
 from services.instance.kv_shards import instance_pools, pool_shards, rank_pool_id, site_clients
 from services.instance.servicer import InstanceServicer
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 
 
 class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):

@@ -28,7 +28,7 @@ from services.instance.config import InstanceSettings
 from services.instance.kv_shards import instance_pools, pool_sites, rank_pool_id, register_site
 from services.instance.pool_keeper import PoolKeeper
 from services.instance.stats import export_gauges
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 
 log = logging.getLogger(__name__)
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING

@@ -21,9 +21,7 @@ from services.engine.async_engine import AsyncEngine
 from services.instance.abandoned import free_after_copy
 from services.instance.admission import Admission
 from services.instance.kv_shards import with_site_leases
-from services.kvxfer.client import KVXferClient, PullFailed
-from services.kvxfer.lease_keeper import LeaseKeeper
-from services.kvxfer.ranged import RangeCopy
+from services.kvxfer.api import KVXferClient, LeaseKeeper, PullFailed, RangeCopy
 
 log = logging.getLogger(__name__)
 

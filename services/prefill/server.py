@@ -11,7 +11,7 @@ from services.engine.async_engine import AsyncEngine
 from services.instance.config import InstanceSettings
 from services.instance.kv_shards import instance_pools, shards_to_pb, site_clients
 from services.instance.servicer import InstanceServicer
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 from services.prefill.core import PrefillCore
 
 
