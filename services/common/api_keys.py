@@ -99,26 +99,34 @@ class ApiKeys:
 
     def name_of(self, key: str) -> str | None:
         """The name of `key` if it is a current key; None otherwise."""
+        found = self._match(key)
+        return found and found[0]
+
+    def _match(self, key: str) -> tuple[str, str] | None:
+        """The name and stored hash of `key` if it is a current key."""
         if time.monotonic() - self._checked > RELOAD_S:
             self._reload()
         presented = key_hash(key)
         found = None
         for name, stored in self._hashes.items():  # no early exit: the time does not tell which matched
             if hmac.compare_digest(stored, presented):
-                found = name
+                found = name, stored
         return found
 
     def tenant(self, authorization: str | None) -> str:
-        """The name of the key an `Authorization: Bearer <key>` value carries; "" without keys (one tenant)."""
-        return (self._bearer_name(authorization) or "") if self.enabled else ""
+        """The identity of the key an `Authorization: Bearer <key>` value carries: a digest of the key itself, never
+        its name, so a key re-issued under an old name (or plain keys given in another order) is another tenant;
+        "" without keys (one tenant)."""
+        found = self._bearer(authorization) if self.enabled else None
+        return hashlib.sha256(f"tenant:{found[1]}".encode()).hexdigest()[:32] if found else ""
 
     def allows_bearer(self, authorization: str | None) -> bool:
         """Whether an `Authorization: Bearer <key>` value carries a current key (always, with no keys set)."""
-        return not self.enabled or self._bearer_name(authorization) is not None
+        return not self.enabled or self._bearer(authorization) is not None
 
-    def _bearer_name(self, authorization: str | None) -> str | None:
+    def _bearer(self, authorization: str | None) -> tuple[str, str] | None:
         scheme, _, key = (authorization or "").partition(" ")
-        return self.name_of(key.strip()) if scheme.lower() == "bearer" else None
+        return self._match(key.strip()) if scheme.lower() == "bearer" else None
 
 
 def is_loopback(host: str) -> bool:

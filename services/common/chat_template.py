@@ -24,9 +24,16 @@ from services.common.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-# The presets' template: no BOS of its own (encoding adds it), one line per message, then the assistant's turn.
-PLAIN_TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-                  "{% if add_generation_prompt %}assistant:{% endif %}")
+# The presets' template: no BOS of its own (encoding adds it), one line per message, then the assistant's turn;
+# tools listed first, an assistant's calls written as the hermes tool-call parser reads them.
+PLAIN_TEMPLATE = (
+    "{% if tools %}system: tools: {{ tools | tojson }}; call one as <tool_call>\n"
+    '{"name": ..., "arguments": {...}}\n</tool_call>{{ "\\n" }}{% endif %}'
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>\n"
+    '{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}\n</tool_call>{% endfor %}'
+    '{{ "\\n" }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}'
+)
 NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' marker of where the final message ends
 

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings
 from services.common import defaults
 
 OnOff = Literal["on", "off"]
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,6 +24,8 @@ class EngineSettings:
     max_num_seqs: int = field(default=defaults.MAX_NUM_SEQS, metadata={"help": "most sequences in one batch"})
     prefix_caching: OnOff = field(default="on", metadata={
         "help": "reuse the K/V of full blocks that earlier requests computed (automatic prefix caching)"})
+    dtype: Dtype = field(default="auto", metadata={
+        "help": "weights, activations and K/V: auto = the checkpoint's (config.json torch_dtype), else as named"})
 
     def flags(self) -> list[str]:
         """The instance command-line flags that carry these settings."""

@@ -11,6 +11,7 @@ from services.common.generation_config import eos_ids, read_generation_config
 
 Arch = Literal["llama", "opt"]
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
+SERVED_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class ModelConfig:
     qkv_bias: bool = False
     o_bias: bool = False
     head_dim_override: int | None = None
+    dtype: str = "float32"  # the checkpoint's (torch_dtype; transformers 5 writes dtype): what --dtype auto serves
 
     @property
     def head_dim(self) -> int:
@@ -41,6 +43,9 @@ class ModelConfig:
     def from_dict(cls, raw: dict) -> ModelConfig:
         model_type = raw.get("model_type", "llama")
         eos = eos_ids(raw.get("eos_token_id"))
+        dtype = raw.get("dtype") or raw.get("torch_dtype") or "float32"
+        if dtype not in SERVED_DTYPES:
+            raise ValueError(f"config.json dtype {dtype!r} is not served; --dtype takes {', '.join(SERVED_DTYPES)}")
         if model_type == "opt":
             if raw.get("word_embed_proj_dim", raw["hidden_size"]) != raw["hidden_size"]:
                 raise ValueError("OPT with word_embed_proj_dim != hidden_size is not supported")
@@ -51,7 +56,7 @@ class ModelConfig:
                 intermediate_size=raw["ffn_dim"], num_layers=raw["num_hidden_layers"],
                 num_heads=raw["num_attention_heads"], num_kv_heads=raw["num_attention_heads"],
                 max_position=raw["max_position_embeddings"], eos_token_ids=eos,
-                bos_token_id=raw.get("bos_token_id"), tie_embeddings=True, qkv_bias=True, o_bias=True,
+                bos_token_id=raw.get("bos_token_id"), tie_embeddings=True, qkv_bias=True, o_bias=True, dtype=dtype,
             )
         if model_type not in LLAMA_TYPES:
             raise ValueError(f"unsupported model_type {model_type!r}; supported: opt, {', '.join(LLAMA_TYPES)}")
@@ -68,7 +73,7 @@ class ModelConfig:
             tie_embeddings=raw.get("tie_word_embeddings", False),
             qkv_bias=raw.get("attention_bias", model_type == "qwen2"),
             o_bias=raw.get("attention_bias", False),
-            head_dim_override=raw.get("head_dim"),
+            head_dim_override=raw.get("head_dim"), dtype=dtype,
         )
 
     @classmethod

@@ -59,6 +59,7 @@ class SamplingParams:
     prompt_logprobs: int | None = None  # set: each prompt token's logprob (from the second) and this many top ones
     skip_special_tokens: bool = True  # the output text leaves special tokens out (the router's, as `stop`)
     spaces_between_special_tokens: bool = False  # kept special tokens get a space each side (the router's)
+    grammar: str = ""  # structured output: a Lark grammar the tokens must follow (services/common/grammars.py)
 
     @property
     def greedy(self) -> bool:
@@ -97,3 +98,5 @@ class SamplingParams:
             raise EngineInputError("logit_bias", "token ids must be >= 0 and biases in [-100, 100]")
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise EngineInputError("min_tokens", f"must be in [0, max_tokens], got {self.min_tokens}")
+        if self.grammar and self.min_tokens:
+            raise EngineInputError("min_tokens", "cannot be combined with structured output (the grammar ends it)")

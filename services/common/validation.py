@@ -14,7 +14,8 @@ def validate_request(config: ModelConfig, prompt_ids: list[int], params: Samplin
     if any(not isinstance(t, int) or not 0 <= t < config.vocab_size for t in prompt_ids):
         raise EngineInputError("prompt_token_ids", f"ids must be integers in [0, {config.vocab_size})")
     if len(prompt_ids) >= config.max_position:
-        raise EngineInputError("prompt", f"{len(prompt_ids)} tokens leave no room in the context of {config.max_position}")
+        raise EngineInputError("prompt", f"{len(prompt_ids)} tokens leave no room to generate within the model's "
+                                         f"max_model_len of {config.max_position}")
     params.validate()
     for name, ids in (("logit_bias", [t for t, _ in params.logit_bias]), ("stop_token_ids", params.stop_token_ids)):
         if any(t >= config.vocab_size for t in ids):
@@ -22,4 +23,5 @@ def validate_request(config: ModelConfig, prompt_ids: list[int], params: Samplin
     if len(prompt_ids) + params.max_tokens > config.max_position:
         raise EngineInputError(
             "max_tokens",
-            f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the context of {config.max_position}")
+            f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the model's max_model_len "
+            f"of {config.max_position}")

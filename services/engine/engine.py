@@ -23,6 +23,7 @@ from services.common.step_journal import StepJournal
 from services.common.validation import validate_request
 from services.engine.block_manager import BlockManager
 from services.engine.finish import FinishRule
+from services.engine.grammar import GrammarViolation, compile_grammar, tokenizer_for
 from services.engine.model_runner import ModelRunner
 from services.engine.sampler import Sampled
 from services.engine.scheduler import SCHEDULERS, Advanced, Policy, SchedulerConfig, SchedulerOutput
@@ -39,7 +40,6 @@ class EngineConfig(EngineSettings):
     model: str
     policy: Policy = "colocated"
     device: str = "cpu"
-    dtype: str = "float32"
     pool_path: str | None = None  # a /dev/shm file makes the pool mappable by kvxfer
     tp: int = 1  # tensor-parallel ranks per stage
     pp: int = 1  # pipeline stages
@@ -86,12 +86,13 @@ class LLMEngine:
         self.config = config
         self.model_config = ModelConfig.from_folder(config.model)
         mc = self.model_config
-        self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, config.dtype)
+        dtype = mc.dtype if config.dtype == "auto" else config.dtype
+        self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, dtype)
         self.runner: ModelRunner | ParallelRunner
         if config.tp * config.pp > 1:
             from services.engine.parallel.runner import ParallelRunner
 
-            self.runner = ParallelRunner(config.model, mc, config.num_blocks, config.block_size, config.dtype,
+            self.runner = ParallelRunner(config.model, mc, config.num_blocks, config.block_size, dtype,
                                          config.device, config.tp, config.pp, config.devices, config.pool_path,
                                          config.rendezvous)
         else:
@@ -113,6 +114,8 @@ class LLMEngine:
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served."""
         validate_request(self.model_config, prompt_ids, params)
+        if params.grammar:
+            self._constrained(Sequence("", [], params))  # compiles against this model's tokenizer
         if params.prompt_logprobs is not None and self.config.tp * self.config.pp > 1:
             raise EngineInputError("logprobs", "prompt logprobs (echo with logprobs) need a single-rank instance")
         needed = self.blocks.blocks_for(len(prompt_ids) + params.max_tokens)
@@ -127,8 +130,18 @@ class LLMEngine:
         self.validate(prompt_ids, params)
         if params.seed is None:
             params.seed = random.getrandbits(63)
+        seq = self._constrained(Sequence(request_id, list(prompt_ids), params, cache_namespace=cache_namespace))
         self._ids.add(request_id)
-        return Sequence(request_id, list(prompt_ids), params, cache_namespace=cache_namespace)
+        return seq
+
+    def _constrained(self, seq: Sequence) -> Sequence:
+        """The sequence with a fresh matcher of its grammar (structured output); raises EngineInputError when the
+        grammar does not compile against this model's tokenizer."""
+        if seq.params.grammar:
+            mc = self.model_config
+            seq.grammar = compile_grammar(tokenizer_for(self.config.model, mc.vocab_size, tuple(mc.eos_token_ids)),
+                                          seq.params.grammar)
+        return seq
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, n: int = 1,
                     cache_namespace: str = "") -> list[str]:
@@ -142,9 +155,9 @@ class LLMEngine:
             raise EngineInputError("request_id", f"{taken[0]!r} is already in the engine")
         seq = self._new_sequence(request_id, prompt_ids, params, cache_namespace)
         for i in range(1, n):
-            seq.forks.append(Sequence(fork_id(request_id, i), list(prompt_ids),
-                                      replace(seq.params, seed=choice_seed(seq.params.seed or 0, i)),
-                                      cache_namespace=cache_namespace))
+            seq.forks.append(self._constrained(Sequence(fork_id(request_id, i), list(prompt_ids),
+                                                        replace(seq.params, seed=choice_seed(seq.params.seed or 0, i)),
+                                                        cache_namespace=cache_namespace)))
             self._ids.add(seq.forks[-1].request_id)
         self.scheduler.add(seq)
         return [f.request_id for f in seq.all_forks()]
@@ -192,6 +205,13 @@ class LLMEngine:
         if self.blocks.caching:
             seq.cacheable = carried == seq.hashes(self.blocks.block_size, len(prompt_ids) // self.blocks.block_size)
         seq.output_ids = [] if first_token is None else [first_token]
+        try:
+            if seq.grammar is not None:
+                seq.grammar.sync(seq.output_ids)
+        except GrammarViolation as exc:
+            self.blocks.free(block_ids)
+            self._ids.discard(request_id)
+            raise EngineInputError("first_token", f"refused by the request's grammar: {exc}") from None
         seq.block_table = list(block_ids)
         seq.num_computed = len(prompt_ids) - (first_token is None)
         self.scheduler.add_running(seq)

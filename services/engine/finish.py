@@ -1,4 +1,5 @@
-"""When a request ends: a stop token (EOS unless ignored, or one of its stop ids), its max_tokens, or the model's length."""
+"""When a request ends: a stop token (EOS unless ignored, or one of its stop ids), its grammar's end, its max_tokens,
+or the model's length."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ class FinishRule:
         """Why `seq` ends with `token` (already appended), or None while it goes on."""
         p = seq.params
         if (not p.ignore_eos and token in self.eos_token_ids) or token in p.stop_token_ids:
+            return FinishReason.STOP
+        if seq.grammar is not None and seq.grammar.finished(seq.output_ids):
             return FinishReason.STOP
         if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.max_position:
             return FinishReason.LENGTH

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.common.sampling import TokenLogprobs
+from services.engine.grammar import apply_masks
 from services.engine.logits_processors import process
 from services.engine.sequence import Sequence
 
@@ -52,8 +53,8 @@ def _sample_one(logits: torch.Tensor, seq: Sequence) -> int:
 
 def sample(logits: torch.Tensor, seqs: list[Sequence], eos_token_ids: tuple[int, ...] = ()) -> Sampled:
     """logits: [B, V] for the B sequences → one new token each, with its logprobs (of the model's own
-    distribution, before penalties and biases) where asked."""
-    processed = process(logits, seqs, eos_token_ids)
+    distribution, before penalties, biases and grammars) where asked."""
+    processed = apply_masks(process(logits, seqs, eos_token_ids), [s.grammar for s in seqs], [s.output_ids for s in seqs])
     greedy = processed.argmax(dim=-1).tolist()
     tokens = [greedy[i] if s.params.greedy else _sample_one(processed[i], s) for i, s in enumerate(seqs)]
     return Sampled(tokens, _logprobs(logits, seqs, tokens))

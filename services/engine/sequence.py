@@ -8,6 +8,7 @@ from enum import Enum
 
 from services.common.prefix_hash import extend_hashes
 from services.common.sampling import FinishReason, SamplingParams, TokenLogprobs
+from services.engine.grammar import GrammarState
 
 
 class SeqStatus(Enum):
@@ -35,6 +36,7 @@ class Sequence:
     num_registered: int = 0  # leading blocks of block_table registered in (or found in) the prefix cache
     cacheable: bool = True  # False: its K/V came under a handle whose hashes are not its prompt's; none is registered
     num_cached: int = 0  # prompt tokens whose K/V was found in the prefix cache at admission
+    grammar: GrammarState | None = None  # structured output: its matcher, in step with output_ids
 
     @property
     def num_tokens(self) -> int:

@@ -40,7 +40,7 @@ def _up(args: argparse.Namespace) -> int:
     from services.engine.presets import resolve_model
 
     model = resolve_model(args.model)
-    _check_parallel(model, args)
+    _check_model(model, args)
     config = config_from_args(args, model)
     if bool(config.tls_cert) != bool(config.tls_key):
         raise SystemExit("distserve up: --tls-cert and --tls-key go together")
@@ -80,12 +80,22 @@ def _up(args: argparse.Namespace) -> int:
     return 1 if supervisor.gave_up.is_set() else 0
 
 
-def _check_parallel(model: str, args: argparse.Namespace) -> None:
-    """Refuses, naming the flag, a TP/PP layout the model or the given devices cannot take (before starting anything)."""
+def _check_model(model: str, args: argparse.Namespace) -> None:
+    """Refuses, before starting anything: a model folder the stack cannot serve (architecture, dtype, tokenizer,
+    chat template, generation config), and, naming the flag, a TP/PP layout the model or the devices cannot take."""
+    from services.common.chat_template import load_chat_template
+    from services.common.generation_config import SamplingDefaults
     from services.common.model_config import ModelConfig
+    from services.common.tokenizer import load_tokenizer
     from services.engine.parallel.shard import ParallelConfigError, check_layout
 
-    config = ModelConfig.from_folder(model)
+    try:
+        config = ModelConfig.from_folder(model)
+        load_tokenizer(model)
+        load_chat_template(model, args.chat_template or "")
+        SamplingDefaults.from_folder(model, args.generation_config or "auto")
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"distserve up: model {model}: {exc}") from None
     devices = len([d for d in args.devices.split(",") if d]) if args.devices else None
     for role in ("prefill", "decode"):
         tp, pp = getattr(args, f"{role}_tp"), getattr(args, f"{role}_pp")

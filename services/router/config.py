@@ -16,7 +16,7 @@ class RouterSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DISTSERVE_ROUTER_", frozen=True)
 
     model: str = Field(description="model folder (tokenizer and limits)")
-    model_name: str = Field("", description="name clients use for the model; the folder name when empty")
+    served_model_name: str = Field("", description="name clients use for the model; the folder name when empty")
     chat_template: str = Field("", description="a jinja chat template file, used instead of the model folder's own")
     generation_config: Literal["auto", "none"] = Field(
         "auto", description="auto: the model folder's generation_config.json sets temperature, top_p, top_k and "
@@ -73,6 +73,17 @@ class RouterSettings(BaseSettings):
                                                            "decode instance adds to its TTFT")
     pull_gbps: float = Field(2.0, ge=0, description="routing=model: GB/s of a K/V pull between instances, to price "
                                                     "a reverse pull's transfer (0: taken as free)")
+    report_cached_tokens: bool = Field(
+        True, description="tell clients how many prompt tokens came from the prefix cache (usage.prompt_tokens_details."
+                          "cached_tokens, GenerateResponse.cached_tokens); off where many users share one API key "
+                          "without a per-user cache_salt, as a hit tells one user that another sent the same prefix "
+                          "(request records and metrics keep the figure)")
+    tool_call_parser: Literal["hermes", "llama3_json", "mistral"] = Field(
+        "hermes", description="the model family's tool-call format: how calls are read from chat outputs, and "
+                              "written by the grammar of tool_choice required or named")
+    reasoning_parser: Literal["none", "think"] = Field(
+        "none", description="think: a chat output's text before </think> is its reasoning_content, and a structured "
+                            "output's grammar applies after it")
     prefill_batch_tokens: int = Field(defaults.MAX_BATCH_TOKENS, ge=1,
                                       description="the prefill instances' batch bound in tokens, for the prediction")
 

@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,6 +22,7 @@ from services.common.front_door import BodyLimit
 from services.common.generation_config import SamplingDefaults
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import Tokenizer
+from services.router.chat_output import ChatOutput, ChatParsers
 from services.router.choices import merge
 from services.router.closing_response import ClosingStreamingResponse
 from services.router.core import Chunk, RouterCore
@@ -29,7 +30,9 @@ from services.router.openai_logprobs import Echo, chat_logprobs, completion_logp
 from services.router.openai_models import UNSUPPORTED, ChatBody, CompletionBody, DetokenizeBody, TokenizeBody
 from services.router.request import RequestBuilder, RouterRequest
 from services.router.slo import requested_slo
+from services.router.structured import request_grammar
 from services.router.tokenization import detokenize, tokenize
+from services.router.tool_parsers import ToolParser
 
 KEYED_PATHS = ("/tokenize", "/detokenize")  # besides /v1/...: what only callers with a key may use
 
@@ -65,6 +68,9 @@ class Shape:
     tokenizer: Tokenizer
     logprobs: bool
     echo: tuple[Echo, ...] = ()  # completions with echo: one per prompt
+    reasoning: bool = False  # chat: split <think>...</think> off as reasoning_content
+    tools: ToolParser | None = None  # chat: tool calls are parsed out of the text with it
+    outputs: dict[int, ChatOutput] = field(default_factory=dict)  # chat: each choice's text so far
 
     def choice(self, chunks: list[Chunk], index: int, delta: bool, echo: Echo | None = None, first: bool = True) -> dict:
         """`echo`: the choice's prompt, written first (with its logprobs, when asked) when the chunks are `first`."""
@@ -80,15 +86,16 @@ class Shape:
                                                prompt, [lp for c in chunks for lp in c.prompt_logprobs])
             return {"index": index, "text": (prompt.text if prompt else "") + text, "finish_reason": reason,
                     "logprobs": logprobs}
-        out = {"index": index, "delta" if delta else "message": {"role": "assistant", "content": text},
-               "finish_reason": reason}
+        output = self.outputs.setdefault(index, ChatOutput(self.reasoning, self.tools))
+        body, reason = output.choice_body(text, reason, stream=delta)
+        out = {"index": index, "delta" if delta else "message": body, "finish_reason": reason}
         if self.logprobs:
             out["logprobs"] = chat_logprobs(self.tokenizer, items)
         return out
 
 
 def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max_tokens: int,
-            defaults: SamplingDefaults) -> SamplingParams:
+            defaults: SamplingDefaults, parsers: ChatParsers) -> SamplingParams:
     if body.best_of is not None and body.best_of < body.n:
         raise EngineInputError("best_of", f"must be >= n ({body.n})")
     if _samples(body) > body.n and body.stream:
@@ -109,7 +116,8 @@ def _params(body: CompletionBody | ChatBody, max_tokens: int | None, default_max
                           presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
                           min_tokens=body.min_tokens, skip_special_tokens=body.skip_special_tokens,
                           spaces_between_special_tokens=body.spaces_between_special_tokens, **body.sampling(defaults),
-                          logit_bias=tuple(sorted((body.logit_bias or {}).items())), prompt_logprobs=prompt_logprobs)
+                          logit_bias=tuple(sorted((body.logit_bias or {}).items())), prompt_logprobs=prompt_logprobs,
+                          grammar=request_grammar(body, parsers))
 
 
 def _samples(body: CompletionBody | ChatBody) -> int:
@@ -134,10 +142,12 @@ def _best(chunks: list[Chunk], prompts: int, best_of: int, n: int) -> list[Chunk
 
 
 def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int, keys: ApiKeys | None = None,
-              missing: Callable[[], list[str]] = list, max_body_bytes: int = 4 << 20) -> FastAPI:
+              missing: Callable[[], list[str]] = list, max_body_bytes: int = 4 << 20,
+              parsers: ChatParsers | None = None) -> FastAPI:
     app = FastAPI(title="distserve router", description="OpenAI-compatible API of distserve")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     keys = keys or ApiKeys()
+    parsers = parsers or ChatParsers()
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -164,7 +174,8 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve"}]}
+        return {"object": "list", "data": [{"id": builder.model_name, "object": "model", "created": 0, "owned_by": "distserve",
+                                            "max_model_len": builder.config.max_position}]}
 
     @app.post("/tokenize")
     async def tokenize_route(body: TokenizeBody):
@@ -184,7 +195,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
                   headers: Mapping[str, str]):
         streams: list[AsyncIterator[Chunk]] = []
         try:
-            params = _params(body, max_tokens, default_max_tokens, builder.sampling)
+            params = _params(body, max_tokens, default_max_tokens, builder.sampling, parsers)
             if not prompts or any(not p for p in prompts):
                 raise EngineInputError("prompt", "must not be empty")
             reqs = [builder.build(prompt=p if isinstance(p, str) else "", prompt_ids=[] if isinstance(p, str) else p,
@@ -204,11 +215,13 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
                 await stream.aclose()
             return _status_of(exc)
         echo = () if chat or not getattr(body, "echo", False) else tuple(echo_of(builder.tokenizer, p) for p in prompts)
-        shape = Shape(chat, builder.model_name, builder.tokenizer, _asked_logprobs(body), echo)
+        tools = parsers.tools if chat and body.tools and body.tool_choice != "none" else None
+        shape = Shape(chat, builder.model_name, builder.tokenizer, _asked_logprobs(body), echo, parsers.reasoning, tools)
         chunks = merge([_numbered(i * _samples(body), first, s) for i, (first, s) in enumerate(zip(firsts, streams))])
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return ClosingStreamingResponse(_sse(Batch(reqs, body.n), chunks, shape, usage), media_type="text/event-stream")
+            return ClosingStreamingResponse(_sse(Batch(reqs, body.n, builder.report_cached_tokens), chunks, shape, usage),
+                                            media_type="text/event-stream")
         try:
             async with aclosing(chunks):
                 collected = [c async for c in chunks]
@@ -216,7 +229,7 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
             return _status_of(exc)
         if _samples(body) > body.n:
             collected = _best(collected, len(reqs), _samples(body), body.n)
-        return _final(Batch(reqs, body.n), collected, shape)
+        return _final(Batch(reqs, body.n, builder.report_cached_tokens), collected, shape)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody, request: Request):
@@ -229,7 +242,8 @@ def build_app(core: RouterCore, builder: RequestBuilder, default_max_tokens: int
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         try:
             builder.check_model(body.model)
-            prompt = builder.chat_prompt(**body.template_args(body.messages))
+            tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+            prompt = builder.chat_prompt(**body.template_args(body.messages), tools=tools)
         except EngineInputError as exc:
             return _status_of(exc)
         return await run(body, [prompt], max_tokens, chat=True, headers=request.headers)
@@ -243,6 +257,7 @@ class Batch:
 
     reqs: list[RouterRequest]
     n: int
+    report_cached: bool = True  # False: usage says 0 cached tokens (the router's report_cached_tokens)
 
     @property
     def id(self) -> str:
@@ -251,7 +266,7 @@ class Batch:
     def usage(self, completion: int) -> dict:
         prompt = sum(len(r.prompt_ids) for r in self.reqs)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": sum(r.cached_tokens for r in self.reqs)}}
+                "prompt_tokens_details": {"cached_tokens": sum(r.cached_tokens for r in self.reqs) if self.report_cached else 0}}
 
 
 async def _numbered(base: int, first: Chunk, rest: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:

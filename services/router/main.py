@@ -25,6 +25,7 @@ from services.common.net import EXCLUSIVE_PORT, bind_port
 from services.common.registry import Registry
 from services.common.tokenizer import load_tokenizer
 from services.kvxfer.api import release_handle
+from services.router.chat_output import ChatParsers
 from services.router.config import RouterSettings
 from services.router.core import RouterCore
 from services.router.dispatch import Dispatcher
@@ -37,6 +38,7 @@ from services.router.readiness import missing_roles, publish_health
 from services.router.request import RequestBuilder
 from services.router.server import RouterServicer
 from services.router.slo import default_slo
+from services.router.tool_parsers import PARSERS
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +54,11 @@ async def serve_router(settings: RouterSettings) -> None:
     keys = ApiKeys(settings.api_key_file, (settings.api_key,))
     check_exposure(settings.host, keys, settings.allow_unauthenticated, "router")
     tokenizer = load_tokenizer(settings.model)
-    model_name = settings.model_name or Path(settings.model).name
+    model_name = settings.served_model_name or Path(settings.model).name
     builder = RequestBuilder(ModelConfig.from_folder(settings.model), tokenizer, model_name, settings.max_prompt_chars,
                              load_chat_template(settings.model, settings.chat_template),
-                             SamplingDefaults.from_folder(settings.model, settings.generation_config))
+                             SamplingDefaults.from_folder(settings.model, settings.generation_config),
+                             settings.report_cached_tokens)
     registry = Registry.from_url(settings.redis_url)
     dispatcher = Dispatcher(registry, settings.refresh_s, router_id=f"{settings.host}:{settings.grpc_port}",
                             wait_instance_s=settings.wait_instance_s, crash_wait_s=settings.crash_wait_s)
@@ -88,7 +91,8 @@ async def serve_router(settings: RouterSettings) -> None:
     http_server = None
     if settings.http_port:
         app = build_app(core, builder, settings.default_max_tokens, keys,
-                        missing=lambda: missing_roles(dispatcher, settings.mode), max_body_bytes=settings.max_body_bytes)
+                        missing=lambda: missing_roles(dispatcher, settings.mode), max_body_bytes=settings.max_body_bytes,
+                        parsers=ChatParsers(settings.reasoning_parser == "think", PARSERS[settings.tool_call_parser]))
         http_server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.http_port,
                                                     log_level="warning", lifespan="off",
                                                     ssl_certfile=settings.tls_cert or None,

@@ -6,16 +6,17 @@ server does not implement (UNSUPPORTED).
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.common.generation_config import SamplingDefaults
 
 # OpenAI fields refused with 400 "not supported" (the rest of the unknown fields get "unknown field").
 UNSUPPORTED = frozenset({
-    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format", "audio",
+    "functions", "function_call", "audio",
     "modalities", "prediction", "web_search_options", "reasoning_effort", "suffix", "service_tier", "store",
     "metadata",
 })
@@ -25,6 +26,36 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     include_usage: bool = False
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(max_length=64)
+    description: str | None = None
+    json_schema: dict = Field(default_factory=dict, alias="schema")  # `schema` would shadow BaseModel's
+    strict: bool | None = Field(None, description="accepted; the schema is enforced either way")
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's response_format: text (no constraint), any JSON object, or JSON valid against a schema."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's structured_outputs: one of these constrains the output."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    json_: dict | str | None = Field(None, alias="json", description="a JSON schema")
+    json_object: bool = False
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = Field(None, description="a Lark grammar (llguidance's dialect)")
 
 
 class SamplingBody(BaseModel):
@@ -55,6 +86,8 @@ class SamplingBody(BaseModel):
                                                                    "false, a space each side of a special token")
     cache_salt: str | None = Field(None, description="prefix caching (vLLM's name): only requests of one API key "
                                                      "and salt share cached K/V")
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = Field(None, description="extension (vLLM's)")
 
     def sampling(self, defaults: SamplingDefaults) -> dict[str, Any]:
         """temperature, top_p, top_k and repetition_penalty: as given, else the defaults."""
@@ -75,12 +108,81 @@ class TextPart(BaseModel):
     text: str
 
 
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: str = Field(description="JSON text")
+
+
+class AssistantToolCall(BaseModel):
+    """A call an assistant message made (a turn before): given back with the tools' answers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[TextPart] = Field(description="a string, or a list of text parts")
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[TextPart] | None = Field(None, description="a string, or a list of text parts; only an "
+                                                                  "assistant message that calls tools may omit it")
     name: str | None = None
+    tool_calls: list[AssistantToolCall] | None = Field(None, description="an assistant message's calls")
+    tool_call_id: str | None = Field(None, description="a tool message: the call it answers")
+
+    @model_validator(mode="after")
+    def _content_or_calls(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content is required (only an assistant message with tool_calls may omit it)")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only an assistant message has tool_calls")
+        return self
+
+    def template_dict(self) -> dict[str, Any]:
+        """The message as chat templates take it: a call's arguments as an object (the templates print them)."""
+        out = self.model_dump(exclude_none=True)
+        for call in out.get("tool_calls", ()):
+            try:
+                call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+            except ValueError:
+                pass  # not JSON: the template gets the text as it came
+        return out
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict = Field(default_factory=lambda: {"type": "object", "properties": {}},
+                             description="a JSON schema of the arguments")
+    strict: bool | None = Field(None, description="accepted; a call's arguments follow the schema whenever a "
+                                                  "grammar writes them (tool_choice required or named)")
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: FunctionName
 
 
 class ChatOptions(BaseModel):
@@ -96,7 +198,7 @@ class ChatOptions(BaseModel):
 
     def template_args(self, messages: list[ChatMessage]) -> dict[str, Any]:
         """The keyword arguments of `RequestBuilder.chat_prompt` for these messages."""
-        return {"messages": [m.model_dump(exclude_none=True) for m in messages],
+        return {"messages": [m.template_dict() for m in messages],
                 "add_generation_prompt": self.add_generation_prompt,
                 "continue_final_message": self.continue_final_message, "documents": self.documents,
                 **self.chat_template_kwargs}
@@ -104,6 +206,11 @@ class ChatOptions(BaseModel):
 
 class ChatBody(SamplingBody, ChatOptions):
     messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None, description="with tools: auto (default) lets the model choose; required and a named function make it "
+                          "call (a grammar of the tools' schemas)")
+    parallel_tool_calls: bool = Field(True, description="required: one call or more; false: exactly one")
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, description="with logprobs: this many top tokens per position (<= 20)")

@@ -26,8 +26,9 @@ MAX_CACHE_SALT_CHARS = 256
 
 
 def cache_namespace(tenant: str, cache_salt: str | None) -> str:
-    """The prefix-cache namespace of a tenant's request: requests share cached K/V only within one tenant (API key
-    name) and salt, so that no one can time another's prompts. Raises EngineInputError for a bad salt."""
+    """The prefix-cache namespace of a tenant's request: requests share cached K/V only within one tenant (its API
+    key's identity, `ApiKeys.tenant`) and salt, so that no one can time another's prompts. Raises EngineInputError
+    for a bad salt."""
     if cache_salt is not None and not 1 <= len(cache_salt) <= MAX_CACHE_SALT_CHARS:
         raise EngineInputError("cache_salt", f"must be 1 to {MAX_CACHE_SALT_CHARS} characters when given")
     if cache_salt is None:
@@ -96,6 +97,7 @@ class RequestBuilder:
     max_prompt_chars: int
     chat: ChatTemplate = field(default_factory=plain_chat_template)
     sampling: SamplingDefaults = SamplingDefaults()  # what requests that omit these fields sample with
+    report_cached_tokens: bool = True  # False: clients are told 0 cached tokens (the router setting)
 
     def build(self, *, prompt: str, prompt_ids: list[int], params: SamplingParams, model: str = "",
               request_id: str = "", timeout_s: float | None = None, n: int = 1, tenant: str = "",

@@ -9,7 +9,7 @@ import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.api_keys import ApiKeys
-from services.common.convert import logprobs_to_proto, penalties_from_proto
+from services.common.convert import grammar_from_proto, logprobs_to_proto, penalties_from_proto
 from services.common.errors import abort_with
 from services.common.generation_config import SamplingDefaults
 from services.common.sampling import SamplingParams
@@ -30,6 +30,7 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
         ignore_eos=request.ignore_eos,
         stop=tuple(request.stop),
         logprobs=request.logprobs if request.HasField("logprobs") else None,
+        grammar=grammar_from_proto(request.structured_outputs),
         skip_special_tokens=request.skip_special_tokens if request.HasField("skip_special_tokens") else True,
         spaces_between_special_tokens=request.spaces_between_special_tokens,
         **{**penalties_from_proto(request), **asdict(defaults), **given},
@@ -55,6 +56,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                                      cache_salt=request.cache_salt if request.HasField("cache_salt") else None)
             req.slo = requested_slo(metadata)
             completion = [0] * req.n
+            report = self.builder.report_cached_tokens
             async with aclosing(self.core.generate(req)) as stream:  # a cancelled client closes it at once
                 async for chunk in stream:
                     completion[chunk.index] += len(chunk.token_ids)
@@ -65,7 +67,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
                         completion_tokens=completion[chunk.index] if last else 0, index=chunk.index,
                         logprobs=logprobs_to_proto(chunk.logprobs),
                         prompt_logprobs=logprobs_to_proto(chunk.prompt_logprobs),
-                        cached_tokens=req.cached_tokens if last else 0,
-                        decode_cached_tokens=req.decode_cached_tokens if last else 0)
+                        cached_tokens=req.cached_tokens if last and report else 0,
+                        decode_cached_tokens=req.decode_cached_tokens if last and report else 0)
         except Exception as exc:
             await abort_with(context, exc)

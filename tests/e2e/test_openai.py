@@ -178,8 +178,10 @@ def test_models_and_health(stack, client: openai.OpenAI) -> None:
     ({"prompt": "hi", "model": "nope"}, "model"),
     ({"prompt": "hi", "logprobs": 21}, "logprobs"),
     ({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
-    ({"prompt": "hi", "tools": [{"type": "function"}]}, "tools"),
-    ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
+    ({"prompt": "hi", "tools": [{"type": "function"}]}, "tools"),  # a chat field
+    ({"prompt": "hi", "response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"prompt": "hi", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}},
+     "response_format.json_schema.schema"),
     ({"prompt": "hi", "functions": []}, "functions"),
     ({"prompt": "hi", "audio": {}}, "audio"),
     ({"prompt": "hi", "no_such_field": 1}, "no_such_field"),

@@ -41,3 +41,19 @@ def test_without_keys_everything_passes_but_only_loopback_may_be_bound() -> None
     with pytest.raises(SystemExit, match="without API keys"):
         check_exposure("0.0.0.0", keys, False, "router")
     check_exposure("0.0.0.0", ApiKeys(plain=("k",)), False, "router")
+
+
+def test_a_tenant_is_the_key_itself_not_its_reusable_name(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(api_keys, "RELOAD_S", 0.0)
+    path = tmp_path / "keys"
+    old = add_key(path, "alice")
+    keys = ApiKeys(str(path))
+    tenant = keys.tenant(f"Bearer {old}")
+    assert tenant and tenant == keys.tenant(f"Bearer {old}") and "alice" not in tenant
+    revoke_key(path, "alice")
+    new = add_key(path, "alice")  # re-issued under the same name
+    assert keys.name_of(new) == "alice" and keys.tenant(f"Bearer {new}") not in ("", tenant)
+    assert keys.tenant(f"Bearer {old}") == ""  # revoked: no tenant (the door refuses it)
+    first, second = ApiKeys(plain=("k1", "k2")), ApiKeys(plain=("k2", "k1"))  # named key0, key1 by position
+    assert first.tenant("Bearer k1") == second.tenant("Bearer k1") != first.tenant("Bearer k2")
+    assert ApiKeys().tenant("Bearer k1") == ""

@@ -102,7 +102,7 @@ class LlamaForCausalLM(nn.Module):
 
     def run_layers(self, x: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """The decoder layers this model holds (a pipeline stage holds some): x [T, hidden] → [T, hidden]."""
-        cos, sin = rotary_cos_sin(positions, self.model.inv_freq)
+        cos, sin = (t.to(x.dtype) for t in rotary_cos_sin(positions, self.model.inv_freq))  # as transformers casts
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, kv_pool[:, i], meta)
         return x

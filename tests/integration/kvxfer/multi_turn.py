@@ -63,11 +63,11 @@ class Turn:
 
 
 async def start_pair(model: str, kvxfer: str, tag: str, caching: str, prefill_pending: int = 8,
-                     local_prefill_share: float = 1.0) -> Pair:
+                     local_prefill_share: float = 1.0, num_blocks: int = 64, block_size: int = 4) -> Pair:
     """The instances `{tag}-p` and `{tag}-d`, their pools registered with `kvxfer`; `Pair.closers` stop them."""
     engines, kvs = [], []
     for role in ("prefill", "decode"):
-        engine = AsyncEngine(LLMEngine(EngineConfig(model, policy=role, num_blocks=64, block_size=4,
+        engine = AsyncEngine(LLMEngine(EngineConfig(model, policy=role, num_blocks=num_blocks, block_size=block_size,
                                                     prefix_caching=caching, pool_path=shm_path(f"{tag}-{role[0]}"))))
         kv = KVXferClient(kvxfer)
         await kv.register_pool(f"{tag}-{role[0]}", engine.engine.runner.pool)

@@ -1,5 +1,6 @@
 """The router's HTTP door renders chat messages with the checkpoint's template (or --chat-template FILE) as
-transformers does, and refuses, with the template's own message, what the template refuses."""
+transformers does, and refuses, with the template's own message, what the template refuses; it serves the model
+under --served-model-name, with its max_model_len, and refuses a prompt past it naming the limit."""
 
 from __future__ import annotations
 
@@ -29,11 +30,16 @@ def test_chat_messages_become_the_ids_transformers_makes_and_a_refusal_is_400(
     gemma = tmp_path / "gemma.jinja"
     gemma.write_text(GEMMA)
     hf = transformers.AutoTokenizer.from_pretrained(published)
-    for flags, template in (((), None), (("--chat-template", str(gemma)), GEMMA)):
+    for flags, template in ((("--served-model-name", "chat-model"), None), (("--chat-template", str(gemma)), GEMMA)):
         proc, grpc_port, http_port = start_router(str(published), redis_url, *flags)
         try:
             wait_answering(f"127.0.0.1:{grpc_port}", proc)
             base = f"http://127.0.0.1:{http_port}"
+            if not template:
+                (model,) = httpx.get(f"{base}/v1/models", timeout=10).json()["data"]
+                assert (model["id"], model["max_model_len"]) == ("chat-model", 2048)
+                long = httpx.post(f"{base}/v1/completions", json={"model": "chat-model", "prompt": "x" * 2100}, timeout=10)
+                assert long.status_code == 400 and "max_model_len of 2048" in long.json()["error"]["message"]
             chat = [{"role": "user", "content": PARTS}, {"role": "assistant", "content": "Sure"}]
             got = httpx.post(f"{base}/tokenize", json={"messages": chat, "add_generation_prompt": False,
                                                        "continue_final_message": True}, timeout=10).json()
