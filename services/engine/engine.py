@@ -114,8 +114,8 @@ class LLMEngine:
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served."""
         validate_request(self.model_config, prompt_ids, params)
-        if params.grammar:
-            self._constrained(Sequence("", [], params))  # compiles against this model's tokenizer
+        if params.grammar:  # it compiles against this model's tokenizer and reads the resumed output
+            self._constrained(Sequence("", prompt_ids, params))
         if params.prompt_logprobs is not None and self.config.tp * self.config.pp > 1:
             raise EngineInputError("logprobs", "prompt logprobs (echo with logprobs) need a single-rank instance")
         needed = self.blocks.blocks_for(len(prompt_ids) + params.max_tokens)
@@ -135,12 +135,17 @@ class LLMEngine:
         return seq
 
     def _constrained(self, seq: Sequence) -> Sequence:
-        """The sequence with a fresh matcher of its grammar (structured output); raises EngineInputError when the
-        grammar does not compile against this model's tokenizer."""
-        if seq.params.grammar:
+        """The sequence with a fresh matcher of its grammar (structured output) that has read the output streamed
+        before a re-prefill (the prompt's last `resumed_tokens`); raises EngineInputError when the grammar does
+        not compile against this model's tokenizer or refuses those tokens."""
+        p = seq.params
+        if p.grammar:
             mc = self.model_config
             seq.grammar = compile_grammar(tokenizer_for(self.config.model, mc.vocab_size, tuple(mc.eos_token_ids)),
-                                          seq.params.grammar)
+                                          p.grammar)
+            resumed = seq.prompt_ids[len(seq.prompt_ids) - p.resumed_tokens :] if p.resumed_tokens else []
+            if not seq.grammar.matcher.consume_tokens(resumed):
+                raise EngineInputError("resumed_tokens", "the grammar refuses the output streamed before")
         return seq
 
     def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams, n: int = 1,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,7 +56,17 @@ def _call_schema(function: Function, args_key: str) -> dict:
             "required": ["name", args_key], "additionalProperties": False}
 
 
-class ToolParser:
+def _calls_grammar(functions: list[Function], args_key: str, separator: str | None, before: str = "",
+                   after: str = "") -> str:
+    """Calls written `before` + a call's JSON + `after`: one, or with a `separator` one or more."""
+    alternatives = " | ".join(f"call_{i}" for i in range(len(functions)))
+    rules = "\n".join(f"call_{i}: {json_rule(_call_schema(f, args_key), 'tools')}" for i, f in enumerate(functions))
+    more = f" ({json.dumps(separator)} call)*" if separator is not None else ""
+    wrapped = " ".join(part for part in (before and json.dumps(before), f"({alternatives})", after and json.dumps(after)) if part)
+    return f"start: call{more}\ncall: {wrapped}\n{rules}"
+
+
+class ToolParser(ABC):
     """A family's format: where calls start in the text, how they read, and the grammar that writes them."""
 
     name: ParserName
@@ -77,12 +88,13 @@ class ToolParser:
         """How many characters at the end of `text` (no calls in it) may begin the calls: held back, streaming."""
         return partial_marker(text, self.marker)
 
+    @abstractmethod
     def grammar(self, functions: list[Function], parallel: bool) -> str:
         """A Lark grammar of one call (or, `parallel`, one or more) to any of `functions`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _calls(self, text: str) -> tuple[ToolCall, ...]:
-        raise NotImplementedError
+        """The calls of text that begins with them; () when they do not parse."""
 
 
 class Hermes(ToolParser):
@@ -103,10 +115,7 @@ class Hermes(ToolParser):
         return tuple(calls)
 
     def grammar(self, functions: list[Function], parallel: bool) -> str:
-        alternatives = " | ".join(f"call_{i}" for i in range(len(functions)))
-        rules = "\n".join(f"call_{i}: {json_rule(_call_schema(f, 'arguments'), 'tools')}" for i, f in enumerate(functions))
-        more = ' ("\\n" call)*' if parallel else ""
-        return f'start: call{more}\ncall: "<tool_call>\\n" ({alternatives}) "\\n</tool_call>"\n{rules}'
+        return _calls_grammar(functions, "arguments", "\n" if parallel else None, "<tool_call>\n", "\n</tool_call>")
 
 
 class Llama3Json(ToolParser):
@@ -142,10 +151,7 @@ class Llama3Json(ToolParser):
         return tuple(calls)
 
     def grammar(self, functions: list[Function], parallel: bool) -> str:
-        alternatives = " | ".join(f"call_{i}" for i in range(len(functions)))
-        rules = "\n".join(f"call_{i}: {json_rule(_call_schema(f, 'parameters'), 'tools')}" for i, f in enumerate(functions))
-        more = ' ("; " call)*' if parallel else ""
-        return f"start: call{more}\ncall: {alternatives}\n{rules}"
+        return _calls_grammar(functions, "parameters", "; " if parallel else None)
 
 
 class Mistral(ToolParser):

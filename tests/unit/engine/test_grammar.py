@@ -73,3 +73,15 @@ def test_a_first_token_outside_the_grammar_is_refused_and_its_blocks_freed(make_
     assert engine.blocks.num_used == 0
     engine.add_prefilled("r", PROMPTS[0], None, SamplingParams(grammar=from_json_schema(SCHEMA, "f")),
                          engine.reserve_blocks(len(PROMPTS[0])))  # the id is free again
+
+
+def test_a_re_prefill_of_prompt_and_output_goes_on_where_the_output_stopped(make_engine) -> None:
+    params = SamplingParams(max_tokens=40, temperature=1.0, seed=5, grammar=from_json_schema(SCHEMA, "f"))
+    (whole,) = make_engine(num_blocks=64).generate([PROMPTS[0]], replace(params))
+    cut = 7
+    again = make_engine(num_blocks=64).generate([PROMPTS[0] + whole[:cut]],
+                                                replace(params, max_tokens=40 - cut, resumed_tokens=cut))[0]
+    assert whole[:cut] + again == whole
+    with pytest.raises(EngineInputError) as err:  # "a" cannot begin the JSON object: not output of this grammar
+        make_engine(num_blocks=64).add_request("r", PROMPTS[0] + [100], replace(params, resumed_tokens=1))
+    assert err.value.field == "resumed_tokens"
