@@ -51,7 +51,7 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
                      kv: KVXferClient | None):
-    pools = instance_pools(engine.engine, settings.kvxfer)
+    pools = instance_pools(engine, settings.kvxfer)
     # a rank on another host: its pool is pulled into by that host's kvxfer, called as its site's anchor
     sites = site_clients(instance_id, pools)
     core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from distserve.v1 import kv_pb2
 from services.common.auth import instance_principal
 from services.common.kv_layout import KVLayout
-from services.engine.engine import LLMEngine
+from services.engine.async_engine import AsyncEngine
 from services.engine.parallel.pools import RankPool, rank_pools
 from services.engine.parallel.shard import Span
 from services.kvxfer.api import KVXferClient, RangeCopy, layout_from_pb, site_handles
@@ -44,10 +44,10 @@ class PoolSite:
     anchor: str
 
 
-def instance_pools(engine: LLMEngine, kvxfer: str) -> list[RankPool]:
+def instance_pools(engine: AsyncEngine, kvxfer: str) -> list[RankPool]:
     """Every rank's pool, rank 0 first; a rank whose host's kvxfer is rank 0's own (`kvxfer`) counts as rank 0's
     site."""
-    return [replace(p, kvxfer="") if p.kvxfer == kvxfer else p for p in rank_pools(engine)]
+    return [replace(p, kvxfer="") if p.kvxfer == kvxfer else p for p in rank_pools(engine.engine)]
 
 
 def pool_sites(instance_id: str, pools: list[RankPool]) -> list[PoolSite]:

@@ -136,8 +136,8 @@ class PrefillCore:
         the blocks held (the caller frees them once its request has taken them) and how many were pulled. Ends the
         lease in every case: an empty pull where nothing of it is of use (caching off, prompt logprobs, another
         block size, TP/PP, hashes that are not the prompt's, or no free block now)."""
-        engine = self.engine.engine
-        bs = engine.blocks.block_size
+        engine = self.engine
+        bs = engine.block_size
         usable = params.prompt_logprobs is None and not self.shards and not prefix.shards \
             and prefix.layout.block_size == bs
         # the prefill computes at least the prompt's last token: never the block holding it
