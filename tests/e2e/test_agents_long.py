@@ -46,6 +46,7 @@ async def test_a_hundred_of_each_kind_validate(stack) -> None:
     strict = await asyncio.gather(*(client.chat.completions.create(
         model="", messages=m, response_format=fmt, max_tokens=120, temperature=1.0, seed=i)
         for i, m in enumerate(messages)))
+    assert any(r.usage.prompt_tokens_details.cached_tokens for r in strict)  # prefix caching took part
     for result in strict:
         assert result.choices[0].finish_reason == "stop"
         jsonschema.validate(json.loads(result.choices[0].message.content), STRICT)
