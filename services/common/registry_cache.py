@@ -14,7 +14,9 @@ from collections.abc import Iterable
 
 import redis.asyncio as aioredis
 
-CACHE_KEY = "ds:cache:{}"  # instance id → set of block hashes (64 hex digits)
+from services.common.prefix_hash import from_wire, to_wire
+
+CACHE_KEY = "ds:cache:{}"  # instance id → set of block hashes (32 bytes each, as KV handles carry them)
 CACHE_SEQ_KEY = "ds:cache:{}:seq"  # instance id → "incarnation:number" of the last batch applied
 
 # KEYS[1] = the set, KEYS[2] = its batch number; ARGV = incarnation, number, ttl ms, count of adds, adds..., removes...
@@ -29,10 +31,6 @@ return 1
 """
 
 
-def _hex(content_hash: int) -> str:
-    return f"{content_hash:064x}"
-
-
 class CacheIndex:
     def __init__(self, client: aioredis.Redis, ttl_ms: int) -> None:
         self.redis = client
@@ -43,7 +41,7 @@ class CacheIndex:
                     removed: Iterable[int]) -> bool:
         """Applies batch `number` (renewing the keys); False when the index does not hold batch `number - 1` of this
         incarnation: the caller resyncs."""
-        adds, removes = [_hex(h) for h in stored], [_hex(h) for h in removed]
+        adds, removes = to_wire(stored), to_wire(removed)
         return bool(await self._apply(keys=[CACHE_KEY.format(instance_id), CACHE_SEQ_KEY.format(instance_id)],
                                       args=[incarnation, number, self.ttl_ms, len(adds), *adds, *removes]))
 
@@ -53,7 +51,7 @@ class CacheIndex:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(key)
             for i in range(0, len(hashes), 4096):
-                pipe.sadd(key, *(_hex(h) for h in hashes[i:i + 4096]))
+                pipe.sadd(key, *to_wire(hashes[i:i + 4096]))
             pipe.pexpire(key, self.ttl_ms)
             pipe.set(CACHE_SEQ_KEY.format(instance_id), f"{incarnation}:{number}", px=self.ttl_ms)
             await pipe.execute()
@@ -65,7 +63,7 @@ class CacheIndex:
         """For each instance, how many of the leading `hashes` (a prompt's full blocks, in order) its pool holds."""
         if not hashes or not instance_ids:
             return dict.fromkeys(instance_ids, 0)
-        members = [_hex(h) for h in hashes]
+        members = to_wire(hashes)
         async with self.redis.pipeline(transaction=False) as pipe:
             for instance_id in instance_ids:
                 pipe.smismember(CACHE_KEY.format(instance_id), members)
@@ -74,7 +72,7 @@ class CacheIndex:
 
     async def hashes(self, instance_id: str) -> set[int]:
         """The instance's whole set (tests, diagnostics)."""
-        return {int(m, 16) for m in await self.redis.smembers(CACHE_KEY.format(instance_id))}
+        return set(from_wire(await self.redis.smembers(CACHE_KEY.format(instance_id))))
 
 
 def _leading(flags: list[int]) -> int:

@@ -70,7 +70,7 @@ class RouterCore:
         self.retries = retries
         self.release_lease = release_lease
         self.gate = gate  # SLO-aware admission (router/gate.py); None: FCFS only
-        self.prefix_router = prefix_router  # disagg: the prefill pick by the model (router/prefix_routing.py)
+        self.prefix_router = prefix_router  # the pick by the model and the prefix cache (router/prefix_routing.py)
         self.local_prefill_cap = local_prefill_cap  # the most prompt tokens a decode instance prefills itself
         self._admission = asyncio.Semaphore(max_inflight)
         self.cleanups = Cleanups()
@@ -130,7 +130,8 @@ class RouterCore:
         if self.prefix_router is not None:
             req.prefill_pick, req.route = await self.prefix_router.route(
                 req.prompt_ids, req.cache_namespace, req.params.max_tokens,
-                paths=req.n == 1 and req.params.prompt_logprobs is None)
+                paths=self.mode == "disagg" and req.n == 1 and req.params.prompt_logprobs is None,
+                prefills_role="prefill" if self.mode == "disagg" else self.mode)
 
     def _choices(self, req: RouterRequest) -> list[AsyncIterator[Chunk]]:
         if req.n == 1:
@@ -417,7 +418,8 @@ class RouterCore:
 
     async def _colocated(self, req: RouterRequest) -> AsyncIterator[worker_pb2.TokenChunk]:
         assignment = await self.cleanups.claim(
-            self.dispatcher.acquire(self.mode, len(req.prompt_ids) + req.params.max_tokens), self.dispatcher.release)
+            self.dispatcher.acquire(self.mode, len(req.prompt_ids) + req.params.max_tokens, prefer=self._preferred(req)),
+            self.dispatcher.release)
         req.prefill_instance = req.decode_instance = assignment.info.id
         stub = worker_pb2_grpc.ColocatedStub(self.dispatcher.channel(assignment.info.address))
         call = stub.Generate(worker_pb2.ColocatedRequest(

@@ -68,8 +68,9 @@ async def serve_router(settings: RouterSettings) -> None:
         if settings.mode == "disagg" else None
     limits = PathLimits(settings.local_prefill_tokens, settings.reverse_pull_tokens, settings.reverse_lease_ms / 1e3,
                         settings.pull_gbps * 1e9)
-    prefix_router = PrefixRouter(registry, dispatcher, settings.prefill_batch_tokens, limits, lambda: gate.model,
-                                 gate.mix.mix) if gate is not None and settings.routing == "model" else None
+    fitted = (lambda: gate.model, gate.mix.mix) if gate is not None else ()  # colocated, chunked: in tokens
+    prefix_router = PrefixRouter(registry, dispatcher, settings.prefill_batch_tokens, limits,
+                                 *fitted) if settings.routing == "model" else None
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
                       settings.retries, release_lease=lease_releaser(dispatcher), gate=gate, prefix_router=prefix_router,
                       local_prefill_cap=settings.local_prefill_tokens)

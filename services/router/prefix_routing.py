@@ -71,12 +71,13 @@ class PrefixRouter:
         self.model = model
         self.mix = mix
 
-    async def route(self, prompt_ids: list[int], namespace: str, max_tokens: int,
-                    paths: bool = True) -> tuple[PrefillPick | None, Route]:
-        """The prefill pick and, with `paths`, the decode instance and the path (`router/paths.py`)."""
-        prefill, decode = self.dispatcher.live("prefill"), self.dispatcher.live("decode") if paths else []
+    async def route(self, prompt_ids: list[int], namespace: str, max_tokens: int, paths: bool = True,
+                    prefills_role: str = "prefill") -> tuple[PrefillPick | None, Route]:
+        """The prefill pick among the instances of `prefills_role` (colocated or chunked: the instance that serves the
+        whole request) and, with `paths` (disaggregated), the decode instance and the path (`router/paths.py`)."""
+        prefill, decode = self.dispatcher.live(prefills_role), self.dispatcher.live("decode") if paths else []
         books = {}
-        for role in ("prefill", "decode") if paths else ("prefill",):
+        for role in (prefills_role, "decode") if paths else (prefills_role,):
             try:
                 books[role] = await self.registry.loads(role)
             except (RedisError, OSError):
@@ -91,7 +92,7 @@ class PrefixRouter:
                     for i in infos]
 
         model, mix = self.model(), self.mix()
-        prefills = candidates("prefill", prefill)
+        prefills = candidates(prefills_role, prefill)
         pick = pick_prefill(prefills, cached, len(prompt_ids), self.batch_tokens, model, mix)
         if pick is None or not paths:
             return pick, Route("pull")
