@@ -12,11 +12,8 @@ import json
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal
 
 from services.common.grammars import json_rule
-
-ParserName = Literal["hermes", "llama3_json", "mistral"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +66,7 @@ def _calls_grammar(functions: list[Function], args_key: str, separator: str | No
 class ToolParser(ABC):
     """A family's format: where calls start in the text, how they read, and the grammar that writes them."""
 
-    name: ParserName
+    name: str  # as --tool-call-parser names it (services/router/config.py)
     marker: str  # the text that opens the calls
 
     def parse(self, text: str) -> Parsed:
