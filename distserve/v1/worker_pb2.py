@@ -26,7 +26,7 @@ from distserve.v1 import kv_pb2 as distserve_dot_v1_dot_kv__pb2
 from distserve.v1 import logprobs_pb2 as distserve_dot_v1_dot_logprobs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64istserve/v1/worker.proto\x12\x0c\x64istserve.v1\x1a\x15\x64istserve/v1/kv.proto\x1a\x1b\x64istserve/v1/logprobs.proto\"\xfa\x03\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\r\n\x05top_k\x18\x04 \x01(\x05\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nignore_eos\x18\x06 \x01(\x08\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x15\n\x08logprobs\x18\x08 \x01(\x05H\x01\x88\x01\x01\x12\x18\n\x10presence_penalty\x18\t \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\n \x01(\x02\x12\x1f\n\x12repetition_penalty\x18\x0b \x01(\x02H\x02\x88\x01\x01\x12?\n\nlogit_bias\x18\x0c \x03(\x0b\x32+.distserve.v1.SamplingParams.LogitBiasEntry\x12\x12\n\nmin_tokens\x18\r \x01(\x05\x12\x1c\n\x0fprompt_logprobs\x18\x0e \x01(\x05H\x03\x88\x01\x01\x12\x0f\n\x07grammar\x18\x0f \x01(\t\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x07\n\x05_seedB\x0b\n\t_logprobsB\x15\n\x13_repetition_penaltyB\x12\n\x10_prompt_logprobs\"\x9f\x01\n\x06Stamps\x12\x16\n\x0eprefill_queued\x18\x01 \x01(\x01\x12\x15\n\rprefill_start\x18\x02 \x01(\x01\x12\x13\n\x0bprefill_end\x18\x03 \x01(\x01\x12\x12\n\nxfer_start\x18\x04 \x01(\x01\x12\x10\n\x08xfer_end\x18\x05 \x01(\x01\x12\x15\n\rdecode_queued\x18\x06 \x01(\x01\x12\x14\n\x0c\x64\x65\x63ode_start\x18\x07 \x01(\x01\"\xbe\x01\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12.\n\x08sampling\x18\x03 \x01(\x0b\x32\x1c.distserve.v1.SamplingParams\x12\r\n\x05pulls\x18\x04 \x01(\x05\x12\x17\n\x0f\x63\x61\x63he_namespace\x18\x05 \x01(\t\x12&\n\x06prefix\x18\x06 \x01(\x0b\x32\x16.distserve.v1.KVHandle\"\x9a\x02\n\x0fPrefillResponse\x12\x13\n\x0b\x66irst_token\x18\x01 \x01(\x05\x12\x15\n\rfinish_reason\x18\x02 \x01(\t\x12\"\n\x02kv\x18\x03 \x01(\x0b\x32\x16.distserve.v1.KVHandle\x12$\n\x06stamps\x18\x04 \x01(\x0b\x32\x14.distserve.v1.Stamps\x12-\n\x08logprobs\x18\x05 \x03(\x0b\x32\x1b.distserve.v1.TokenLogprobs\x12\x34\n\x0fprompt_logprobs\x18\x06 \x03(\x0b\x32\x1b.distserve.v1.TokenLogprobs\x12\x15\n\rcached_tokens\x18\x07 \x01(\x05\x12\x15\n\rpulled_blocks\x18\x08 \x01(\x05\"\xef\x01\n\rDecodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x18\n\x0b\x66irst_token\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12.\n\x08sampling\x18\x04 \x01(\x0b\x32\x1c.distserve.v1.SamplingParams\x12\"\n\x02kv\x18\x05 \x01(\x0b\x32\x16.distserve.v1.KVHandle\x12\x17\n\x0f\x63\x61\x63he_namespace\x18\x06 \x01(\t\x12\x19\n\x11local_prefill_cap\x18\x07 \x01(\x05\x42\x0e\n\x0c_first_token\"V\n\x12LeasePrefixRequest\x12\x18\n\x10prompt_token_ids\x18\x01 \x03(\x05\x12\x17\n\x0f\x63\x61\x63he_namespace\x18\x02 \x01(\t\x12\r\n\x05ttl_s\x18\x03 \x01(\x01\"9\n\x13LeasePrefixResponse\x12\"\n\x02kv\x18\x01 \x01(\x0b\x32\x16.distserve.v1.KVHandle\"\x9c\x02\n\nTokenChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x15\n\rfinish_reason\x18\x02 \x01(\t\x12$\n\x06stamps\x18\x03 \x01(\x0b\x32\x14.distserve.v1.Stamps\x12-\n\x08logprobs\x18\x04 \x03(\x0b\x32\x1b.distserve.v1.TokenLogprobs\x12\x34\n\x0fprompt_logprobs\x18\x05 \x03(\x0b\x32\x1b.distserve.v1.TokenLogprobs\x12\r\n\x05index\x18\x06 \x01(\x05\x12\x15\n\rcached_tokens\x18\x07 \x01(\x05\x12\x15\n\rpulled_blocks\x18\x08 \x01(\x05\x12\x1c\n\x14\x64\x65\x63ode_cached_tokens\x18\t \x01(\x05\"\x94\x01\n\x10\x43olocatedRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12.\n\x08sampling\x18\x03 \x01(\x0b\x32\x1c.distserve.v1.SamplingParams\x12\t\n\x01n\x18\x04 \x01(\x05\x12\x17\n\x0f\x63\x61\x63he_namespace\x18\x05 \x01(\t\"+\n\x14InstanceStatsRequest\x12\x13\n\x0bsteps_since\x18\x01 \x01(\x01\"w\n\x08StepStat\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x01(\x05\x12\x0e\n\x06tokens\x18\x03 \x01(\x05\x12\x0e\n\x06sum_sq\x18\x04 \x01(\x03\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\x03\x12\r\n\x05start\x18\x06 \x01(\x01\x12\x0f\n\x07seconds\x18\x07 \x01(\x01\"\xb6\x02\n\x15InstanceStatsResponse\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x14\n\x0c\x62locks_total\x18\x03 \x01(\x05\x12\x13\n\x0b\x62locks_used\x18\x04 \x01(\x05\x12\x0f\n\x07waiting\x18\x05 \x01(\x05\x12\x0f\n\x07running\x18\x06 \x01(\x05\x12\x0c\n\x04held\x18\x07 \x01(\x05\x12\r\n\x05steps\x18\x08 \x01(\x03\x12(\n\x08step_log\x18\t \x03(\x0b\x32\x16.distserve.v1.StepStat\x12\x15\n\rblocks_cached\x18\n \x01(\x05\x12\x17\n\x0f\x63omputed_tokens\x18\x0b \x01(\x03\x12\x1c\n\x14prefix_cache_queried\x18\x0c \x01(\x03\x12\x18\n\x10prefix_cache_hit\x18\r \x01(\x03\"5\n\x10\x45ndChoiceRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\"\"\n\x11\x45ndChoiceResponse\x12\r\n\x05\x65nded\x18\x01 \x01(\x08\x32\xa3\x01\n\x07Prefill\x12\x46\n\x07Prefill\x12\x1c.distserve.v1.PrefillRequest\x1a\x1d.distserve.v1.PrefillResponse\x12P\n\x05Stats\x12\".distserve.v1.InstanceStatsRequest\x1a#.distserve.v1.InstanceStatsResponse2\xf1\x01\n\x06\x44\x65\x63ode\x12\x41\n\x06\x44\x65\x63ode\x12\x1b.distserve.v1.DecodeRequest\x1a\x18.distserve.v1.TokenChunk0\x01\x12R\n\x0bLeasePrefix\x12 .distserve.v1.LeasePrefixRequest\x1a!.distserve.v1.LeasePrefixResponse\x12P\n\x05Stats\x12\".distserve.v1.InstanceStatsRequest\x1a#.distserve.v1.InstanceStatsResponse2\xf3\x01\n\tColocated\x12\x46\n\x08Generate\x12\x1e.distserve.v1.ColocatedRequest\x1a\x18.distserve.v1.TokenChunk0\x01\x12L\n\tEndChoice\x12\x1e.distserve.v1.EndChoiceRequest\x1a\x1f.distserve.v1.EndChoiceResponse\x12P\n\x05Stats\x12\".distserve.v1.InstanceStatsRequest\x1a#.distserve.v1.InstanceStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x64istserve/v1/worker.proto\x12\x0c\x64istserve.v1\x1a\x15\x64istserve/v1/kv.proto\x1a\x1b\x64istserve/v1/logprobs.proto\"\x92\x04\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\r\n\x05top_k\x18\x04 \x01(\x05\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nignore_eos\x18\x06 \x01(\x08\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x15\n\x08logprobs\x18\x08 \x01(\x05H\x01\x88\x01\x01\x12\x18\n\x10presence_penalty\x18\t \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\n \x01(\x02\x12\x1f\n\x12repetition_penalty\x18\x0b \x01(\x02H\x02\x88\x01\x01\x12?\n\nlogit_bias\x18\x0c \x03(\x0b\x32+.distserve.v1.SamplingParams.LogitBiasEntry\x12\x12\n\nmin_tokens\x18\r \x01(\x05\x12\x1c\n\x0fprompt_logprobs\x18\x0e \x01(\x05H\x03\x88\x01\x01\x12\x0f\n\x07grammar\x18\x0f \x01(\t\x12\x16\n\x0eresumed_tokens\x18\x10 \x01(\x05\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x07\n\x05_seedB\x0b\n\t_logprobsB\x15\n\x13_repetition_penaltyB\x12\n\x10_prompt_logprobs\"\x9f\x01\n\x06Stamps\x12\x16\n\x0eprefill_queued\x18\x01 \x01(\x01\x12\x15\n\rprefill_start\x18\x02 \x01(\x01\x12\x13\n\x0bprefill_end\x18\x03 \x01(\x01\x12\x12\n\nxfer_start\x18\x04 \x01(\x01\x12\x10\n\x08xfer_end\x18\x05 \x01(\x01\x12\x15\n\rdecode_queued\x18\x06 \x01(\x01\x12\x14\n\x0c\x64\x65\x63ode_start\x18\x07 \x01(\x01\"\xbe\x01\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12.\n\x08sampling\x18\x03 \x01(\x0b\x32\x1c.distserve.v1.SamplingParams\x12\r\n\x05pulls\x18\x04 \x01(\x05\x12\x17\n\x0f\x63\x61\x63he_namespace\x18\x05 \x01(\t\x12&\n\x06prefix\x18\x06 \x01(\x0b\x32\x16.distserve.v1.KVHandle\"\x9a\x02\n\x0fPrefillResponse\x12\x13\n\x0b\x66irst_token\x18\x01 \x01(\x05\x12\x15\n\rfinish_reason\x18\x02 \x01(\t\x12\"\n\x02kv\x18\x03 \x01(\x0b\x32\x16.distserve.v1.KVHandle\x12$\n\x06stamps\x18\x04 \x01(\x0b\x32\x14.distserve.v1.Stamps\x12-\n\x08logprobs\x18\x05 \x03(\x0b\x32\x1b.distserve.v1.TokenLogprobs\x12\x34\n\x0fprompt_logprobs\x18\x06 \x03(\x0b\x32\x1b.distserve.v1.TokenLogprobs\x12\x15\n\rcached_tokens\x18\x07 \x01(\x05\x12\x15\n\rpulled_blocks\x18\x08 \x01(\x05\"\xef\x01\n\rDecodeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x18\n\x0b\x66irst_token\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12.\n\x08sampling\x18\x04 \x01(\x0b\x32\x1c.distserve.v1.SamplingParams\x12\"\n\x02kv\x18\x05 \x01(\x0b\x32\x16.distserve.v1.KVHandle\x12\x17\n\x0f\x63\x61\x63he_namespace\x18\x06 \x01(\t\x12\x19\n\x11local_prefill_cap\x18\x07 \x01(\x05\x42\x0e\n\x0c_first_token\"V\n\x12LeasePrefixRequest\x12\x18\n\x10prompt_token_ids\x18\x01 \x03(\x05\x12\x17\n\x0f\x63\x61\x63he_namespace\x18\x02 \x01(\t\x12\r\n\x05ttl_s\x18\x03 \x01(\x01\"9\n\x13LeasePrefixResponse\x12\"\n\x02kv\x18\x01 \x01(\x0b\x32\x16.distserve.v1.KVHandle\"\x9c\x02\n\nTokenChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x15\n\rfinish_reason\x18\x02 \x01(\t\x12$\n\x06stamps\x18\x03 \x01(\x0b\x32\x14.distserve.v1.Stamps\x12-\n\x08logprobs\x18\x04 \x03(\x0b\x32\x1b.distserve.v1.TokenLogprobs\x12\x34\n\x0fprompt_logprobs\x18\x05 \x03(\x0b\x32\x1b.distserve.v1.TokenLogprobs\x12\r\n\x05index\x18\x06 \x01(\x05\x12\x15\n\rcached_tokens\x18\x07 \x01(\x05\x12\x15\n\rpulled_blocks\x18\x08 \x01(\x05\x12\x1c\n\x14\x64\x65\x63ode_cached_tokens\x18\t \x01(\x05\"\x94\x01\n\x10\x43olocatedRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12.\n\x08sampling\x18\x03 \x01(\x0b\x32\x1c.distserve.v1.SamplingParams\x12\t\n\x01n\x18\x04 \x01(\x05\x12\x17\n\x0f\x63\x61\x63he_namespace\x18\x05 \x01(\t\"+\n\x14InstanceStatsRequest\x12\x13\n\x0bsteps_since\x18\x01 \x01(\x01\"w\n\x08StepStat\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x01(\x05\x12\x0e\n\x06tokens\x18\x03 \x01(\x05\x12\x0e\n\x06sum_sq\x18\x04 \x01(\x03\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\x03\x12\r\n\x05start\x18\x06 \x01(\x01\x12\x0f\n\x07seconds\x18\x07 \x01(\x01\"\xb6\x02\n\x15InstanceStatsResponse\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x14\n\x0c\x62locks_total\x18\x03 \x01(\x05\x12\x13\n\x0b\x62locks_used\x18\x04 \x01(\x05\x12\x0f\n\x07waiting\x18\x05 \x01(\x05\x12\x0f\n\x07running\x18\x06 \x01(\x05\x12\x0c\n\x04held\x18\x07 \x01(\x05\x12\r\n\x05steps\x18\x08 \x01(\x03\x12(\n\x08step_log\x18\t \x03(\x0b\x32\x16.distserve.v1.StepStat\x12\x15\n\rblocks_cached\x18\n \x01(\x05\x12\x17\n\x0f\x63omputed_tokens\x18\x0b \x01(\x03\x12\x1c\n\x14prefix_cache_queried\x18\x0c \x01(\x03\x12\x18\n\x10prefix_cache_hit\x18\r \x01(\x03\"5\n\x10\x45ndChoiceRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\"\"\n\x11\x45ndChoiceResponse\x12\r\n\x05\x65nded\x18\x01 \x01(\x08\x32\xa3\x01\n\x07Prefill\x12\x46\n\x07Prefill\x12\x1c.distserve.v1.PrefillRequest\x1a\x1d.distserve.v1.PrefillResponse\x12P\n\x05Stats\x12\".distserve.v1.InstanceStatsRequest\x1a#.distserve.v1.InstanceStatsResponse2\xf1\x01\n\x06\x44\x65\x63ode\x12\x41\n\x06\x44\x65\x63ode\x12\x1b.distserve.v1.DecodeRequest\x1a\x18.distserve.v1.TokenChunk0\x01\x12R\n\x0bLeasePrefix\x12 .distserve.v1.LeasePrefixRequest\x1a!.distserve.v1.LeasePrefixResponse\x12P\n\x05Stats\x12\".distserve.v1.InstanceStatsRequest\x1a#.distserve.v1.InstanceStatsResponse2\xf3\x01\n\tColocated\x12\x46\n\x08Generate\x12\x1e.distserve.v1.ColocatedRequest\x1a\x18.distserve.v1.TokenChunk0\x01\x12L\n\tEndChoice\x12\x1e.distserve.v1.EndChoiceRequest\x1a\x1f.distserve.v1.EndChoiceResponse\x12P\n\x05Stats\x12\".distserve.v1.InstanceStatsRequest\x1a#.distserve.v1.InstanceStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,39 +36,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._loaded_options = None
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_options = b'8\001'
   _globals['_SAMPLINGPARAMS']._serialized_start=96
-  _globals['_SAMPLINGPARAMS']._serialized_end=602
-  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=489
-  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=537
-  _globals['_STAMPS']._serialized_start=605
-  _globals['_STAMPS']._serialized_end=764
-  _globals['_PREFILLREQUEST']._serialized_start=767
-  _globals['_PREFILLREQUEST']._serialized_end=957
-  _globals['_PREFILLRESPONSE']._serialized_start=960
-  _globals['_PREFILLRESPONSE']._serialized_end=1242
-  _globals['_DECODEREQUEST']._serialized_start=1245
-  _globals['_DECODEREQUEST']._serialized_end=1484
-  _globals['_LEASEPREFIXREQUEST']._serialized_start=1486
-  _globals['_LEASEPREFIXREQUEST']._serialized_end=1572
-  _globals['_LEASEPREFIXRESPONSE']._serialized_start=1574
-  _globals['_LEASEPREFIXRESPONSE']._serialized_end=1631
-  _globals['_TOKENCHUNK']._serialized_start=1634
-  _globals['_TOKENCHUNK']._serialized_end=1918
-  _globals['_COLOCATEDREQUEST']._serialized_start=1921
-  _globals['_COLOCATEDREQUEST']._serialized_end=2069
-  _globals['_INSTANCESTATSREQUEST']._serialized_start=2071
-  _globals['_INSTANCESTATSREQUEST']._serialized_end=2114
-  _globals['_STEPSTAT']._serialized_start=2116
-  _globals['_STEPSTAT']._serialized_end=2235
-  _globals['_INSTANCESTATSRESPONSE']._serialized_start=2238
-  _globals['_INSTANCESTATSRESPONSE']._serialized_end=2548
-  _globals['_ENDCHOICEREQUEST']._serialized_start=2550
-  _globals['_ENDCHOICEREQUEST']._serialized_end=2603
-  _globals['_ENDCHOICERESPONSE']._serialized_start=2605
-  _globals['_ENDCHOICERESPONSE']._serialized_end=2639
-  _globals['_PREFILL']._serialized_start=2642
-  _globals['_PREFILL']._serialized_end=2805
-  _globals['_DECODE']._serialized_start=2808
-  _globals['_DECODE']._serialized_end=3049
-  _globals['_COLOCATED']._serialized_start=3052
-  _globals['_COLOCATED']._serialized_end=3295
+  _globals['_SAMPLINGPARAMS']._serialized_end=626
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=513
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=561
+  _globals['_STAMPS']._serialized_start=629
+  _globals['_STAMPS']._serialized_end=788
+  _globals['_PREFILLREQUEST']._serialized_start=791
+  _globals['_PREFILLREQUEST']._serialized_end=981
+  _globals['_PREFILLRESPONSE']._serialized_start=984
+  _globals['_PREFILLRESPONSE']._serialized_end=1266
+  _globals['_DECODEREQUEST']._serialized_start=1269
+  _globals['_DECODEREQUEST']._serialized_end=1508
+  _globals['_LEASEPREFIXREQUEST']._serialized_start=1510
+  _globals['_LEASEPREFIXREQUEST']._serialized_end=1596
+  _globals['_LEASEPREFIXRESPONSE']._serialized_start=1598
+  _globals['_LEASEPREFIXRESPONSE']._serialized_end=1655
+  _globals['_TOKENCHUNK']._serialized_start=1658
+  _globals['_TOKENCHUNK']._serialized_end=1942
+  _globals['_COLOCATEDREQUEST']._serialized_start=1945
+  _globals['_COLOCATEDREQUEST']._serialized_end=2093
+  _globals['_INSTANCESTATSREQUEST']._serialized_start=2095
+  _globals['_INSTANCESTATSREQUEST']._serialized_end=2138
+  _globals['_STEPSTAT']._serialized_start=2140
+  _globals['_STEPSTAT']._serialized_end=2259
+  _globals['_INSTANCESTATSRESPONSE']._serialized_start=2262
+  _globals['_INSTANCESTATSRESPONSE']._serialized_end=2572
+  _globals['_ENDCHOICEREQUEST']._serialized_start=2574
+  _globals['_ENDCHOICEREQUEST']._serialized_end=2627
+  _globals['_ENDCHOICERESPONSE']._serialized_start=2629
+  _globals['_ENDCHOICERESPONSE']._serialized_end=2663
+  _globals['_PREFILL']._serialized_start=2666
+  _globals['_PREFILL']._serialized_end=2829
+  _globals['_DECODE']._serialized_start=2832
+  _globals['_DECODE']._serialized_end=3073
+  _globals['_COLOCATED']._serialized_start=3076
+  _globals['_COLOCATED']._serialized_end=3319
 # @@protoc_insertion_point(module_scope)

@@ -35,6 +35,7 @@ PLAIN_TEMPLATE = (
     '{{ "\\n" }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}'
 )
 NAMED_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+RENDER_ARGUMENTS = frozenset({"messages", "tools", "documents", "add_generation_prompt", "continue_final_message"})
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' marker of where the final message ends
 
 
@@ -101,10 +102,14 @@ _ENV = _environment()
 
 def _loops_over_content(source: str) -> bool:
     """Whether the template iterates over a message's content (it takes a list of parts) or prints it (a string):
-    vLLM's content-format detection. A name set from `...content` counts as the content."""
+    vLLM's content-format detection. A name set from `...content` counts as the content, and so does the content
+    through a filter or a slice (`message['content'] | selectattr('type', 'equalto', 'text')`)."""
     tree = _ENV.parse(source)
 
     def is_content(node: nodes.Node, aliases: set[str]) -> bool:
+        if isinstance(node, nodes.Filter | nodes.Test) or (isinstance(node, nodes.Getitem)
+                                                           and isinstance(node.arg, nodes.Slice)):
+            return node.node is not None and is_content(node.node, aliases)
         if isinstance(node, nodes.Name):
             return node.name in aliases
         if isinstance(node, nodes.Getattr):
@@ -175,6 +180,14 @@ class ChatTemplate:
     def encode(self, tokenizer: Tokenizer, text: str) -> list[int]:
         """The prompt ids of rendered text: the template printed its special tokens (the plain one: BOS added)."""
         return tokenizer.encode(text, add_special_tokens=self.plain)
+
+
+def template_variables(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A request's chat_template_kwargs, refused (EngineInputError) where one names an argument of `render`."""
+    taken = sorted(kwargs.keys() & RENDER_ARGUMENTS)
+    if taken:
+        raise EngineInputError("chat_template_kwargs", f"{', '.join(taken)}: a request field, not a template variable")
+    return kwargs
 
 
 def _content(content: Any, takes_parts: bool) -> Any:

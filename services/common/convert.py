@@ -13,7 +13,7 @@ def sampling_from_proto(p: worker_pb2.SamplingParams) -> SamplingParams:
     return SamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k,
                           seed=p.seed if p.HasField("seed") else None, stop_token_ids=tuple(p.stop_token_ids),
                           ignore_eos=p.ignore_eos, logprobs=p.logprobs if p.HasField("logprobs") else None,
-                          grammar=p.grammar, **penalties_from_proto(p))
+                          grammar=p.grammar, resumed_tokens=p.resumed_tokens, **penalties_from_proto(p))
 
 
 def penalties_from_proto(p: worker_pb2.SamplingParams | router_pb2.GenerateRequest) -> dict:
@@ -37,7 +37,8 @@ def sampling_to_proto(p: SamplingParams) -> worker_pb2.SamplingParams:
                                      stop_token_ids=list(p.stop_token_ids), logprobs=p.logprobs,
                                      presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty,
                                      repetition_penalty=p.repetition_penalty, logit_bias=dict(p.logit_bias),
-                                     min_tokens=p.min_tokens, prompt_logprobs=p.prompt_logprobs, grammar=p.grammar)
+                                     min_tokens=p.min_tokens, prompt_logprobs=p.prompt_logprobs, grammar=p.grammar,
+                                     resumed_tokens=p.resumed_tokens)
 
 
 def logprobs_to_proto(items: Iterable[TokenLogprobs]) -> list[logprobs_pb2.TokenLogprobs]:

@@ -58,8 +58,8 @@ def structured_grammar(*, json: str | dict | None = None, json_object: bool = Fa
                        choice: list[str] | None = None, grammar: str | None = None,
                        field: str = "structured_outputs") -> str:
     """vLLM's `structured_outputs` (one kind at most) as a Lark grammar; "" when none is given."""
-    given = [k for k, v in (("json", json), ("json_object", json_object), ("regex", regex), ("choice", choice),
-                            ("grammar", grammar)) if v]
+    given = [k for k, v in (("json", json), ("json_object", json_object or None), ("regex", regex),
+                            ("choice", choice), ("grammar", grammar)) if v is not None]
     if len(given) > 1:
         raise EngineInputError(field, f"give one of json, json_object, regex, choice, grammar (got {', '.join(given)})")
     if json is not None:
@@ -70,7 +70,7 @@ def structured_grammar(*, json: str | dict | None = None, json_object: bool = Fa
         return from_regex(regex, f"{field}.regex")
     if choice is not None:
         return from_choice(choice, f"{field}.choice")
-    return from_lark(grammar, f"{field}.grammar") if grammar else ""
+    return "" if grammar is None else from_lark(grammar, f"{field}.grammar")
 
 
 def _schema(schema: str | dict, field: str) -> dict:

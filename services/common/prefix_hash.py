@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from collections.abc import Iterable
 
 HASH_BYTES = 32
 ROOT = 0
@@ -46,11 +47,11 @@ def extend_hashes(hashes: list[int], tokens: list[int], block_size: int, namespa
 
 
 
-def to_wire(hashes: list[int]) -> list[bytes]:
-    """Hashes as a KV handle carries them (`KVHandle.block_hashes`)."""
+def to_wire(hashes: Iterable[int]) -> list[bytes]:
+    """Hashes as a KV handle carries them (`KVHandle.block_hashes`) and the cache index stores them."""
     return [h.to_bytes(HASH_BYTES, "little") for h in hashes]
 
 
-def from_wire(raw: list[bytes]) -> list[int]:
-    """A KV handle's hashes; one of another width can equal no hash."""
+def from_wire(raw: Iterable[bytes]) -> list[int]:
+    """Hashes from a KV handle or the index; one of another width can equal no hash."""
     return [int.from_bytes(b, "little") if len(b) == HASH_BYTES else -1 for b in raw]

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-CACHE_KEY = "ds:cache:{}"  # instance id → set of block hashes (64 hex digits)
+from services.common.prefix_hash import HASH_BYTES, from_wire, to_wire
+
+CACHE_KEY = "ds:cache:{}"  # instance id → set of block hashes (32 bytes each, as KV handles carry them)
 CACHE_SEQ_KEY = "ds:cache:{}:seq"  # instance id → "incarnation:number" of the last batch applied
 EVENTS_KEY = "ds:cache:events"  # stream of batches: i = instance, n = "incarnation:number", f = "1" for a whole set,
-# a = hashes added (concatenated hex), r = removed
+# a = hashes added (concatenated, 32 bytes each), r = removed
 EVENTS_MAXLEN = 8192  # batches kept; a router further behind reads the sets it missed a batch of
-HEX = 64
 
 # KEYS = the set, its batch number, the stream; ARGV = incarnation, number, ttl ms, count of adds, instance id,
 # stream cap, adds..., removes... Returns 0: refused (resync); 1: applied; 2: nothing new, the keys renewed.
@@ -64,12 +65,8 @@ class HeldSet:
     hashes: list[int]
 
 
-def _hex(content_hash: int) -> str:
-    return f"{content_hash:064x}"
-
-
 def _hashes(joined: bytes) -> list[int]:
-    return [int(joined[i:i + HEX], 16) for i in range(0, len(joined), HEX)]
+    return from_wire([joined[i:i + HASH_BYTES] for i in range(0, len(joined), HASH_BYTES)])
 
 
 def _seq(raw: bytes | None) -> tuple[str, int]:
@@ -89,7 +86,7 @@ class CacheIndex:
                     removed: Iterable[int]) -> int:
         """Applies batch `number` (renewing the keys): 1; 2 when it is empty (the number stays unused); 0 when the
         index does not hold batch `number - 1` of this incarnation: the caller resyncs."""
-        adds, removes = [_hex(h) for h in stored], [_hex(h) for h in removed]
+        adds, removes = to_wire(stored), to_wire(removed)
         return int(await self._apply(
             keys=[CACHE_KEY.format(instance_id), CACHE_SEQ_KEY.format(instance_id), EVENTS_KEY],
             args=[incarnation, number, self.ttl_ms, len(adds), instance_id, EVENTS_MAXLEN, *adds, *removes]))
@@ -97,14 +94,14 @@ class CacheIndex:
     async def resync(self, instance_id: str, incarnation: str, number: int, hashes: list[int]) -> None:
         """Replaces the instance's set with `hashes`, as batch `number`."""
         key = CACHE_KEY.format(instance_id)
-        members = [_hex(h) for h in hashes]
+        members = to_wire(hashes)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(key)
             for i in range(0, len(members), 4096):
                 pipe.sadd(key, *members[i:i + 4096])
             pipe.pexpire(key, self.ttl_ms)
             pipe.set(CACHE_SEQ_KEY.format(instance_id), f"{incarnation}:{number}", px=self.ttl_ms)
-            pipe.xadd(EVENTS_KEY, {"i": instance_id, "n": f"{incarnation}:{number}", "f": "1", "a": "".join(members),
+            pipe.xadd(EVENTS_KEY, {"i": instance_id, "n": f"{incarnation}:{number}", "f": "1", "a": b"".join(members),
                                    "r": ""}, maxlen=EVENTS_MAXLEN, approximate=True)
             await pipe.execute()
 
@@ -137,9 +134,9 @@ class CacheIndex:
         sets = {}
         for k, instance_id in enumerate(instance_ids):
             incarnation, number = _seq(found[2 * k])
-            sets[instance_id] = HeldSet(incarnation, number, [int(m, 16) for m in found[2 * k + 1]])
+            sets[instance_id] = HeldSet(incarnation, number, from_wire(found[2 * k + 1]))
         return sets
 
     async def hashes(self, instance_id: str) -> set[int]:
         """The instance's whole set (tests, diagnostics)."""
-        return {int(m, 16) for m in await self.redis.smembers(CACHE_KEY.format(instance_id))}
+        return set(from_wire(await self.redis.smembers(CACHE_KEY.format(instance_id))))

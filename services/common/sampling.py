@@ -60,6 +60,7 @@ class SamplingParams:
     skip_special_tokens: bool = True  # the output text leaves special tokens out (the router's, as `stop`)
     spaces_between_special_tokens: bool = False  # kept special tokens get a space each side (the router's)
     grammar: str = ""  # structured output: a Lark grammar the tokens must follow (services/common/grammars.py)
+    resumed_tokens: int = 0  # a re-prefill: the prompt's last this many tokens are output (the grammar read them)
 
     @property
     def greedy(self) -> bool:

@@ -17,6 +17,8 @@ def validate_request(config: ModelConfig, prompt_ids: list[int], params: Samplin
         raise EngineInputError("prompt", f"{len(prompt_ids)} tokens leave no room to generate within the model's "
                                          f"max_model_len of {config.max_position}")
     params.validate()
+    if not 0 <= params.resumed_tokens < len(prompt_ids):
+        raise EngineInputError("resumed_tokens", f"must be in [0, {len(prompt_ids)}) (the prompt's length)")
     for name, ids in (("logit_bias", [t for t, _ in params.logit_bias]), ("stop_token_ids", params.stop_token_ids)):
         if any(t >= config.vocab_size for t in ids):
             raise EngineInputError(name, f"token ids must be < {config.vocab_size}")

@@ -59,9 +59,9 @@ class RouterSettings(BaseSettings):
                                      "every request, docs/admission.md)")
     model_refresh_s: float = Field(1.0, gt=0, description="how often the planner's fitted model (ds:model) is re-read")
     routing: Literal["model", "queue"] = Field(
-        "model", description="how the prefill instance is picked (disagg): model: the least predicted TTFT, its queue "
-                             "plus the prefill of the prompt's suffix it has not cached; queue: the fewest pending "
-                             "prefill tokens")
+        "model", description="how the prefill instance (colocated, chunked: the instance) is picked: model: the least "
+                             "predicted TTFT, its queue plus the prefill of the prompt's suffix it has not cached (in "
+                             "tokens without a fitted line, as colocated and chunked); queue: the least booked load")
     local_prefill_tokens: int = Field(
         64, ge=0, description="routing=model: the longest uncached suffix a decode instance holding the rest of the "
                               "prompt prefills itself, when the model predicts it sooner (0: never)")

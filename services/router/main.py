@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -24,13 +25,13 @@ from services.common.net import EXCLUSIVE_PORT, bind_port
 from services.common.redis_breaker import Breaker, background
 from services.common.registry import Registry
 from services.common.tokenizer import load_tokenizer
+from services.kvxfer.api import release_handle
 from services.router.chat_output import ChatParsers
 from services.router.config import RouterSettings
 from services.router.core import RouterCore
 from services.router.dispatch import Dispatcher
 from services.router.gate import SloGate
 from services.router.http import build_app
-from services.router.kv_release import lease_releaser
 from services.router.margin import ErrorWindow
 from services.router.paths import PathLimits
 from services.router.prefix_routing import PrefixRouter
@@ -69,12 +70,13 @@ async def serve_router(settings: RouterSettings) -> None:
         if settings.mode == "disagg" else None
     limits = PathLimits(settings.local_prefill_tokens, settings.reverse_pull_tokens, settings.reverse_lease_ms / 1e3,
                         settings.pull_gbps * 1e9)
-    prefix_router = PrefixRouter(registry, dispatcher, settings.prefill_batch_tokens, limits, lambda: gate.model,
-                                 gate.mix.mix, gate.candidates) if gate is not None and settings.routing == "model" else None
+    fitted = (lambda: gate.model, gate.mix.mix, gate.candidates) if gate is not None else ()  # colocated, chunked
+    prefix_router = PrefixRouter(registry, dispatcher, settings.prefill_batch_tokens, limits,
+                                 *fitted) if settings.routing == "model" else None
     if prefix_router is not None:
         await prefix_router.refresh_index()
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
-                      settings.retries, release_lease=lease_releaser(dispatcher), gate=gate, prefix_router=prefix_router,
+                      settings.retries, release_lease=partial(release_handle, channel=dispatcher.channel), gate=gate, prefix_router=prefix_router,
                       local_prefill_cap=settings.local_prefill_tokens)
     refresher = background(dispatcher.run())
     model_reader = background(gate.run(settings.model_refresh_s)) if gate is not None else None

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services.common.chat_template import template_variables
 from services.common.generation_config import SamplingDefaults
 
 # OpenAI fields refused with 400 "not supported" (the rest of the unknown fields get "unknown field").
@@ -198,10 +199,9 @@ class ChatOptions(BaseModel):
 
     def template_args(self, messages: list[ChatMessage]) -> dict[str, Any]:
         """The keyword arguments of `RequestBuilder.chat_prompt` for these messages."""
-        return {"messages": [m.template_dict() for m in messages],
+        return {**template_variables(self.chat_template_kwargs), "messages": [m.template_dict() for m in messages],
                 "add_generation_prompt": self.add_generation_prompt,
-                "continue_final_message": self.continue_final_message, "documents": self.documents,
-                **self.chat_template_kwargs}
+                "continue_final_message": self.continue_final_message, "documents": self.documents}
 
 
 class ChatBody(SamplingBody, ChatOptions):

@@ -63,8 +63,8 @@ def pick_prefill(candidates: list[Candidate], cached: dict[str, int], prompt: in
 class PrefixRouter:
     """Reads what the pick needs per request: the prefix-cache index, kept in memory (`index_feed.py`; one Redis
     round trip brings it up to date), and the loads admission reads (`loads`: every router's bookings at the
-    gate's last read and this router's own since; without it, this router's own), with the fitted model and
-    recent mix."""
+    gate's last read and this router's own since; without a gate, the load book read per request), with the
+    fitted model and recent mix."""
 
     def __init__(self, registry: Registry, dispatcher: Dispatcher, batch_tokens: int, limits: PathLimits,
                  model: Callable[[], FittedModel | None] = lambda: None, mix: Callable[[], Mix | None] = lambda: None,
@@ -75,23 +75,25 @@ class PrefixRouter:
         self.batch_tokens = batch_tokens
         self.model = model
         self.mix = mix
-        self.loads = loads or self._own_loads
+        self.loads = loads  # None: read the load book per request (colocated and chunked: no gate reads it)
         self.feed = IndexFeed()
 
-    async def route(self, prompt_ids: list[int], namespace: str, max_tokens: int,
-                    paths: bool = True) -> tuple[PrefillPick | None, Route]:
-        """The prefill pick and, with `paths`, the decode instance and the path (`router/paths.py`)."""
-        prefill, decode = self.dispatcher.live("prefill"), self.dispatcher.live("decode") if paths else []
+    async def route(self, prompt_ids: list[int], namespace: str, max_tokens: int, paths: bool = True,
+                    prefills_role: str = "prefill") -> tuple[PrefillPick | None, Route]:
+        """The prefill pick among the instances of `prefills_role` (colocated or chunked: the instance that serves the
+        whole request) and, with `paths` (disaggregated), the decode instance and the path (`router/paths.py`)."""
+        prefill, decode = self.dispatcher.live(prefills_role), self.dispatcher.live("decode") if paths else []
+        loads = self.loads or await self._book_loads((prefills_role, "decode") if paths else (prefills_role,))
         held = await self.cached_tokens(prefill + decode, prompt_ids, namespace)
         size = {i.id: i.block_size for i in prefill + decode}
         cached = {i: shareable(n, len(prompt_ids), size[i]) for i, n in held.items()}
         model, mix = self.model(), self.mix()
-        prefills = self.loads("prefill")
+        prefills = loads(prefills_role)
         pick = pick_prefill(prefills, cached, len(prompt_ids), self.batch_tokens, model, mix)
         if pick is None or not paths:
             return pick, Route("pull")
         chosen = next((c for c in prefills if c.id == pick.instance_id), min(prefills, key=lambda c: c.load))
-        d = pick_decode(self.loads("decode"), held, len(prompt_ids) + max_tokens)
+        d = pick_decode(loads("decode"), held, len(prompt_ids) + max_tokens)
         line = model.prefill.get(chosen.kind) if model else None
         info = next((i for i in decode if d and i.id == d.id), None)
         per_token = info.block_bytes / info.block_size / self.limits.pull_bytes_per_s \
@@ -133,6 +135,15 @@ class PrefixRouter:
         except (RedisError, OSError) as exc:
             log.debug("prefix-cache index not refreshed: %s", exc)
 
-    def _own_loads(self, role: str) -> list[Candidate]:
+    async def _book_loads(self, roles: tuple[str, ...]) -> Callable[[str], list[Candidate]]:
+        """The live instances of each role with the load book's loads (every router's bookings; this router's own
+        while Redis is away), read now."""
+        books = {}
+        for role in roles:
+            try:
+                books[role] = await self.registry.loads(role)
+            except (RedisError, OSError):
+                books[role] = {}
         local = self.dispatcher.local_load
-        return [Candidate(i.id, f"{role}@{i.device}", local.get(i.id, 0.0)) for i in self.dispatcher.live(role)]
+        return lambda role: [Candidate(i.id, f"{role}@{i.device}", max(books[role].get(i.id, 0.0), local.get(i.id, 0.0)))
+                             for i in self.dispatcher.live(role)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import aclosing
 from dataclasses import asdict
 
@@ -9,8 +10,9 @@ import grpc
 
 from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.api_keys import ApiKeys
+from services.common.chat_template import template_variables
 from services.common.convert import grammar_from_proto, logprobs_to_proto, penalties_from_proto
-from services.common.errors import abort_with
+from services.common.errors import EngineInputError, abort_with
 from services.common.generation_config import SamplingDefaults
 from services.common.sampling import SamplingParams
 from services.router.core import RouterCore
@@ -37,6 +39,22 @@ def params_from_request(request: router_pb2.GenerateRequest, default_max_tokens:
     )
 
 
+def chat_from_request(request: router_pb2.GenerateRequest) -> dict:
+    """The keyword arguments of `RequestBuilder.chat_prompt` for a request's messages. Raises EngineInputError."""
+    if request.prompt or request.prompt_token_ids:
+        raise EngineInputError("messages", "give prompt, prompt_token_ids or messages (one of them)")
+    try:
+        kwargs = json.loads(request.chat_template_kwargs) if request.chat_template_kwargs else {}
+    except json.JSONDecodeError as exc:
+        raise EngineInputError("chat_template_kwargs", f"not JSON: {exc}") from None
+    if not isinstance(kwargs, dict):
+        raise EngineInputError("chat_template_kwargs", "must be a JSON object")
+    messages = [{"role": m.role, "content": [{"type": "text", "text": t} for t in m.content_parts] if m.content_parts
+                 else m.content, "name": m.name or None} for m in request.messages]
+    return {**template_variables(kwargs), "messages": messages, "continue_final_message": request.continue_final_message,
+            "add_generation_prompt": request.add_generation_prompt if request.HasField("add_generation_prompt") else True}
+
+
 class RouterServicer(router_pb2_grpc.RouterServicer):
     def __init__(self, core: RouterCore, builder: RequestBuilder, default_max_tokens: int,
                  keys: ApiKeys | None = None) -> None:
@@ -48,7 +66,11 @@ class RouterServicer(router_pb2_grpc.RouterServicer):
     async def Generate(self, request: router_pb2.GenerateRequest, context: grpc.aio.ServicerContext):
         try:
             metadata = dict(context.invocation_metadata() or ())
-            req = self.builder.build(prompt=request.prompt, prompt_ids=list(request.prompt_token_ids),
+            prompt_ids = list(request.prompt_token_ids)
+            if request.messages:
+                self.builder.check_model(request.model)
+                prompt_ids = self.builder.chat_prompt(**chat_from_request(request))
+            req = self.builder.build(prompt=request.prompt, prompt_ids=prompt_ids,
                                      params=params_from_request(request, self.default_max_tokens, self.builder.sampling),
                                      model=request.model, request_id=request.request_id,
                                      timeout_s=context.time_remaining(), n=request.n if request.HasField("n") else 1,

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal
 
 from services.common.grammars import json_rule
-
-ParserName = Literal["hermes", "llama3_json", "mistral"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +53,20 @@ def _call_schema(function: Function, args_key: str) -> dict:
             "required": ["name", args_key], "additionalProperties": False}
 
 
-class ToolParser:
+def _calls_grammar(functions: list[Function], args_key: str, separator: str | None, before: str = "",
+                   after: str = "") -> str:
+    """Calls written `before` + a call's JSON + `after`: one, or with a `separator` one or more."""
+    alternatives = " | ".join(f"call_{i}" for i in range(len(functions)))
+    rules = "\n".join(f"call_{i}: {json_rule(_call_schema(f, args_key), 'tools')}" for i, f in enumerate(functions))
+    more = f" ({json.dumps(separator)} call)*" if separator is not None else ""
+    wrapped = " ".join(part for part in (before and json.dumps(before), f"({alternatives})", after and json.dumps(after)) if part)
+    return f"start: call{more}\ncall: {wrapped}\n{rules}"
+
+
+class ToolParser(ABC):
     """A family's format: where calls start in the text, how they read, and the grammar that writes them."""
 
-    name: ParserName
+    name: str  # as --tool-call-parser names it (services/router/config.py)
     marker: str  # the text that opens the calls
 
     def parse(self, text: str) -> Parsed:
@@ -77,18 +85,40 @@ class ToolParser:
         """How many characters at the end of `text` (no calls in it) may begin the calls: held back, streaming."""
         return partial_marker(text, self.marker)
 
+    def ready(self, text: str) -> tuple[tuple[ToolCall, ...], int]:
+        """Streaming: the calls complete at the start of `text` (from where the calls, or the calls not yet sent,
+        begin) and the characters they take; a family whose calls read only whole has none before the end."""
+        return (), 0
+
+    @abstractmethod
     def grammar(self, functions: list[Function], parallel: bool) -> str:
         """A Lark grammar of one call (or, `parallel`, one or more) to any of `functions`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _calls(self, text: str) -> tuple[ToolCall, ...]:
-        raise NotImplementedError
+        """The calls of text that begins with them; () when they do not parse."""
 
 
 class Hermes(ToolParser):
     name = "hermes"
     marker = "<tool_call>"
     _block = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+    _closed = re.compile(r"\s*<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+    def ready(self, text: str) -> tuple[tuple[ToolCall, ...], int]:
+        """Each block once it is closed."""
+        calls: list[ToolCall] = []
+        at = 0
+        while (block := self._closed.match(text, at)) is not None:
+            try:
+                call = _call(json.loads(block.group(1)), "arguments")
+            except ValueError:
+                break
+            if call is None:
+                break
+            calls.append(call)
+            at = block.end()
+        return tuple(calls), at
 
     def _calls(self, text: str) -> tuple[ToolCall, ...]:
         calls = []
@@ -103,10 +133,7 @@ class Hermes(ToolParser):
         return tuple(calls)
 
     def grammar(self, functions: list[Function], parallel: bool) -> str:
-        alternatives = " | ".join(f"call_{i}" for i in range(len(functions)))
-        rules = "\n".join(f"call_{i}: {json_rule(_call_schema(f, 'arguments'), 'tools')}" for i, f in enumerate(functions))
-        more = ' ("\\n" call)*' if parallel else ""
-        return f'start: call{more}\ncall: "<tool_call>\\n" ({alternatives}) "\\n</tool_call>"\n{rules}'
+        return _calls_grammar(functions, "arguments", "\n" if parallel else None, "<tool_call>\n", "\n</tool_call>")
 
 
 class Llama3Json(ToolParser):
@@ -125,6 +152,23 @@ class Llama3Json(ToolParser):
         """All of it while it may still open with the python tag."""
         return len(text) if self._tag.startswith(text.lstrip()) else 0
 
+    def ready(self, text: str) -> tuple[tuple[ToolCall, ...], int]:
+        """Each object once it is closed."""
+        decoder, calls = json.JSONDecoder(), []
+        at = end = len(text) - len(text.lstrip().removeprefix(self._tag))
+        while True:
+            while at < len(text) and text[at] in "; \n\t":
+                at += 1
+            try:
+                obj, at = decoder.raw_decode(text, at)
+            except ValueError:
+                return tuple(calls), end
+            call = _call(obj, "parameters")
+            if call is None:
+                return tuple(calls), end
+            calls.append(call)
+            end = at
+
     def _calls(self, text: str) -> tuple[ToolCall, ...]:
         text = text.removeprefix(self._tag)
         decoder, calls, at = json.JSONDecoder(), [], 0
@@ -142,10 +186,7 @@ class Llama3Json(ToolParser):
         return tuple(calls)
 
     def grammar(self, functions: list[Function], parallel: bool) -> str:
-        alternatives = " | ".join(f"call_{i}" for i in range(len(functions)))
-        rules = "\n".join(f"call_{i}: {json_rule(_call_schema(f, 'parameters'), 'tools')}" for i, f in enumerate(functions))
-        more = ' ("; " call)*' if parallel else ""
-        return f"start: call{more}\ncall: {alternatives}\n{rules}"
+        return _calls_grammar(functions, "parameters", "; " if parallel else None)
 
 
 class Mistral(ToolParser):

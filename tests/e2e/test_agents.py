@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+import grpc
 import jsonschema
 import openai
 import pytest
@@ -51,10 +52,13 @@ def client(stack) -> openai.OpenAI:
 @ALL_MODES
 async def test_parse_with_a_pydantic_model_returns_the_parsed_object(stack, client: openai.OpenAI) -> None:
     for seed in range(3):
-        result = client.chat.completions.parse(model="", messages=USER, response_format=Trip, max_tokens=80,
+        result = client.chat.completions.parse(model="", messages=USER, response_format=Trip, max_tokens=120,
                                                temperature=1.0, seed=seed)
         choice = result.choices[0]
         assert choice.finish_reason == "stop" and isinstance(choice.message.parsed, Trip)
+    # n > 1 shares one prefill: disaggregated, each decode samples its choice's first token under the grammar
+    pair = client.chat.completions.parse(model="", messages=USER, response_format=Trip, max_tokens=120, n=2, seed=5)
+    assert len(pair.choices) == 2 and all(isinstance(c.message.parsed, Trip) for c in pair.choices)
     stats = await wait_idle(stack)
     assert all(s.blocks_used == 0 for s in stats)
 
@@ -98,14 +102,14 @@ async def test_structured_outputs_of_every_kind_hold_on_both_apis(stack, client:
                                        extra_body={"structured_outputs": {"choice": ["yes", "no"]}}).choices[0]
     assert choice.text in ("yes", "no")
     schema = {**Trip.model_json_schema(), "additionalProperties": False}
-    responses = await generate(stack.router_address, "trip:", max_tokens=80, temperature=1.0, seed=3,
+    responses = await generate(stack.router_address, "trip:", max_tokens=120, temperature=1.0, seed=3,
                                structured_outputs={"json": json.dumps(schema)})
     text = "".join(r.text for r in responses)
     assert responses[-1].finish_reason == "stop"
     jsonschema.validate(json.loads(text), schema)
-    short = client.chat.completions.create(model="", messages=USER, max_tokens=3,
-                                           response_format={"type": "json_object"}).choices[0]
-    assert short.finish_reason == "length"  # cut before the object closes: never claimed complete
+    fmt = {"type": "json_schema", "json_schema": {"name": "trip", "schema": schema, "strict": True}}
+    short = client.chat.completions.create(model="", messages=USER, max_tokens=3, response_format=fmt).choices[0]
+    assert short.finish_reason == "length"  # no Trip fits in 3 tokens: cut, never claimed complete
 
 
 @DISAGG
@@ -124,6 +128,10 @@ async def test_bad_schemas_and_tool_choices_are_refused_naming_the_field(stack, 
         with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(model="", messages=USER, max_tokens=4, extra_body=extra)
         assert err.value.body["param"] == field, extra
+    with pytest.raises(grpc.aio.AioRpcError) as rpc:
+        await generate(stack.router_address, "x", structured_outputs={"json": '{"type": "array", "not": {}}'})
+    assert rpc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert rpc.value.details().startswith("structured_outputs.json:") and "not" in rpc.value.details()
     stats = await wait_idle(stack)
     assert all(s.blocks_used == 0 and s.waiting == 0 for s in stats)
 

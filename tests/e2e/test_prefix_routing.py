@@ -134,3 +134,19 @@ async def test_the_index_is_rebuilt_after_redis_restarts_empty_and_lapses_with_i
         assert time.monotonic() - killed < 5.0, "the dead instance's index entries outlived 5 s"
         await asyncio.sleep(0.1)
     await registry.close()
+
+
+async def test_a_router_set_not_to_report_cached_tokens_tells_clients_none(stack: Stack) -> None:
+    prompt = [1, *(11 + (i * 37) % 240 for i in range(80))]  # 81 tokens: 5 full blocks of 16 before the last
+    tokens, _ = await _ask(stack, prompt)
+    held_by = recorded_requests(stack.redis_url)[-1]["prefill_instance"]
+    assert await _indexed(stack, held_by, prompt)
+    # the module's last test: its router stays so
+    await asyncio.to_thread(stack.restart_router, {"DISTSERVE_ROUTER_REPORT_CACHED_TOKENS": "false"})
+    assert await _ask(stack, prompt) == (tokens, 0)
+    assert recorded_requests(stack.redis_url)[-1]["cached_tokens"] == str(5 * 16)  # the record keeps it
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{stack.config.http_port}") as client:
+        response = await client.post("/v1/completions", headers={"authorization": f"Bearer {KEYS['tests']}"},
+                                     json={"prompt": prompt, "max_tokens": 2, "temperature": 0})
+    assert response.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert recorded_requests(stack.redis_url)[-1]["cached_tokens"] == str(5 * 16)

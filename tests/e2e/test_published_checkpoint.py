@@ -1,6 +1,7 @@
 """A checkpoint as published, served in every mode: a bf16 model sharded with an index (written by transformers),
 its ChatML template, and a generation_config.json whose second eos id ends the answer and whose temperature 0
-makes requests that omit one greedy. Chat over HTTP and ids over gRPC give transformers' bf16 greedy tokens."""
+makes requests that omit one greedy. Chat over HTTP and gRPC, and ids over gRPC, give transformers' bf16 greedy
+tokens."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 import torch
 
+from distserve.v1 import router_pb2
 from services.launcher.stack import Stack
 from tests.chat_folders import publish
 from tests.e2e.helpers import generate, running_stack
@@ -63,8 +65,11 @@ def test_chat_over_http_gives_transformers_tokens_to_the_second_eos(stack: Stack
     assert body["token_ids"] == want and body["choices"][0]["finish_reason"] == "stop"
 
 
-async def test_ids_over_grpc_take_the_files_defaults_too(stack: Stack, published) -> None:
+async def test_chat_and_ids_over_grpc_take_the_files_defaults_too(stack: Stack, published) -> None:
     _, ids, want = published
-    responses = await generate(stack.router_address, prompt_ids=ids, max_tokens=MAX_TOKENS)
-    assert [t for r in responses for t in r.token_ids] == want
-    assert responses[-1].finish_reason == "stop"
+    messages = [router_pb2.ChatMessage(role="system", content="Be brief."),
+                router_pb2.ChatMessage(role="user", content_parts=["the sky", "is it blue?"])]
+    for prompt in ({"prompt_ids": ids}, {"messages": messages}):
+        responses = await generate(stack.router_address, max_tokens=MAX_TOKENS, **prompt)
+        assert [t for r in responses for t in r.token_ids] == want
+        assert responses[-1].finish_reason == "stop" and responses[-1].prompt_tokens == len(ids)

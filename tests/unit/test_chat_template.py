@@ -12,6 +12,7 @@ from services.common.chat_template import ChatTemplate, load_chat_template
 from services.common.errors import EngineInputError
 from services.common.tokenizer import load_tokenizer
 from services.engine.make_model import write_tokenizer
+from services.router.openai_models import ChatBody
 from tests.chat_folders import LLAMA3, STYLES, publish
 
 transformers = pytest.importorskip("transformers")
@@ -108,3 +109,19 @@ def test_a_folder_without_a_template_gets_the_plain_one_and_its_bos(tiny_llama_d
     override = tmp_path / "t.jinja"
     override.write_text("{{ bos_token }}<{{ messages[0].content }}>")
     assert load_chat_template(tiny_llama_dir, str(override)).render([{"role": "user", "content": "x"}]) == "<s><x>"
+
+
+def test_template_kwargs_cannot_stand_in_for_request_fields() -> None:
+    body = ChatBody(messages=[{"role": "user", "content": "x"}], chat_template_kwargs={"tools": [], "enable_thinking": 1})
+    with pytest.raises(EngineInputError, match="tools: a request field") as err:
+        body.template_args(body.messages)
+    assert err.value.field == "chat_template_kwargs"
+    body = ChatBody(messages=[{"role": "user", "content": "x"}], chat_template_kwargs={"enable_thinking": False})
+    assert body.template_args(body.messages)["enable_thinking"] is False
+
+
+@pytest.mark.parametrize("loop", ["message['content'] | selectattr('type', 'equalto', 'text')", "parts[:]", "parts"])
+def test_a_template_that_walks_the_parts_gets_them_however_it_reaches_them(loop: str) -> None:
+    source = ("{% for message in messages %}{% set parts = message.content %}"
+              f"{{% for p in {loop} %}}[{{{{ p.text }}}}]{{% endfor %}}{{% endfor %}}")
+    assert ChatTemplate({"default": source}).render([{"role": "user", "content": PARTS}]) == "[first part][second part ]"

@@ -120,7 +120,7 @@ async def test_a_follow_up_pulls_only_the_blocks_its_stages_lack(engine, start_k
     again = await a.create_lease("pf", [6, 7, 8], num_tokens=len(PROMPT))
     again.block_hashes.extend(_hashes())
     chunks = [c async for c in core.decode("r2", PROMPT, 7, SamplingParams(max_tokens=3), again)]
-    assert (chunks[0].cached_tokens, chunks[0].pulled_blocks) == (32, 1)  # 39 tokens: 2 full blocks of 16 cached
+    assert (chunks[0].decode_cached_tokens, chunks[0].pulled_blocks) == (32, 1)  # 39 tokens: 2 full blocks of 16 cached
     delta = [(await a.stats()).bytes_pulled - full[0], (await b.stats()).bytes_pulled - full[1]]
     assert delta == [full[0] // 3, full[1] // 3]
     assert (await a.stats()).live_leases == 0 and await _all_blocks_back(engine)

@@ -18,6 +18,7 @@ from services.common.auth import ROUTER
 from services.common.links import internal_channel
 from services.common.registry import Registry
 from services.common.sampling import SamplingParams
+from services.common.slo import SLO
 from services.common.tokenizer import load_tokenizer
 from services.mocker.config import MockSettings
 from services.mocker.fleet import MockFleet
@@ -27,7 +28,6 @@ from services.router.gate import SloGate
 from services.router.paths import PathLimits
 from services.router.prefix_routing import PrefixRouter
 from services.router.request import RouterRequest
-from services.router.slo import RequestSLO
 
 PROMPT = list(range(3, 67))  # 64 tokens: 4 blocks of 16
 
@@ -49,7 +49,7 @@ async def _router(redis_url: str, model: str, name: str) -> tuple[RouterCore, li
     dispatcher = Dispatcher(registry, refresh_s=0.1, router_id=name)
     await dispatcher.keep_book()
     await dispatcher.refresh()
-    gate = SloGate(registry, dispatcher, "off", RequestSLO(), 512)
+    gate = SloGate(registry, dispatcher, "off", SLO(), 512)
     prefix = PrefixRouter(registry, dispatcher, 512, PathLimits(64, 32), lambda: gate.model, gate.mix.mix,
                           gate.candidates)
     await prefix.refresh_index()

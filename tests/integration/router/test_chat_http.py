@@ -1,14 +1,17 @@
-"""The router's HTTP door renders chat messages with the checkpoint's template (or --chat-template FILE) as
+"""The router's HTTP and gRPC doors render chat messages with the checkpoint's template (or --chat-template FILE) as
 transformers does, and refuses, with the template's own message, what the template refuses; it serves the model
 under --served-model-name, with its max_model_len, and refuses a prompt past it naming the limit."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
+from distserve.v1 import router_pb2, router_pb2_grpc
 from services.engine.make_model import make_model
 from tests.chat_folders import GEMMA, publish
 from tests.integration.test_front_doors import start_router, wait_answering
@@ -25,6 +28,18 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return publish(folder, "chatml")
 
 
+def _wait_http(base: str, timeout_s: float = 30) -> None:
+    """Until the HTTP port answers (the router opens it after its gRPC port, whose health the caller waited for)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            httpx.get(f"{base}/health", timeout=5)
+            return
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "router HTTP port not answering"
+            time.sleep(0.1)
+
+
 def test_chat_messages_become_the_ids_transformers_makes_and_a_refusal_is_400(
         tmp_path: Path, published: Path, redis_url: str) -> None:
     gemma = tmp_path / "gemma.jinja"
@@ -35,6 +50,7 @@ def test_chat_messages_become_the_ids_transformers_makes_and_a_refusal_is_400(
         try:
             wait_answering(f"127.0.0.1:{grpc_port}", proc)
             base = f"http://127.0.0.1:{http_port}"
+            _wait_http(base)
             if not template:
                 (model,) = httpx.get(f"{base}/v1/models", timeout=10).json()["data"]
                 assert (model["id"], model["max_model_len"]) == ("chat-model", 2048)
@@ -55,6 +71,17 @@ def test_chat_messages_become_the_ids_transformers_makes_and_a_refusal_is_400(
                 assert error["param"] == "messages" and "roles must alternate" in error["message"]
             else:
                 assert error["param"] == "continue_final_message" and "add_generation_prompt" in error["message"]
+            with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:  # the same over gRPC
+                stub = router_pb2_grpc.RouterStub(channel)
+                messages = [router_pb2.ChatMessage(role="assistant", content="a")]
+                for request, why in ((router_pb2.GenerateRequest(messages=messages, prompt="x"), "messages: give"),
+                                     (router_pb2.GenerateRequest(messages=messages, chat_template_kwargs="[1]"),
+                                      "chat_template_kwargs: must be a JSON object"),
+                                     (router_pb2.GenerateRequest(messages=messages, continue_final_message=template is None),
+                                      "roles must alternate" if template else "cannot go with add_generation_prompt")):
+                    with pytest.raises(grpc.RpcError) as refused:
+                        list(stub.Generate(request, timeout=10))
+                    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT and why in refused.value.details()
         finally:
             proc.terminate()
             proc.wait(10)

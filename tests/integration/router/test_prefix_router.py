@@ -75,3 +75,22 @@ async def test_with_redis_unreachable_routing_falls_back_to_the_book_at_once(red
     finally:
         await dispatcher.close()
         await registry.close()
+
+
+async def test_a_colocated_instance_holding_the_prefix_is_picked(redis_url: str) -> None:
+    """Colocated and chunked instances publish their index too; the router picks among them by it."""
+    redis.Redis.from_url(redis_url).flushdb()
+    registry = Registry.from_url(redis_url, ttl_s=60)
+    for instance_id in ("colocated-a", "colocated-b"):
+        await registry.register(_info(instance_id, "colocated"))
+    dispatcher = Dispatcher(registry, refresh_s=60, router_id="router-test")
+    await dispatcher.refresh()
+    router = PrefixRouter(registry, dispatcher, 512, LIMITS)
+    try:
+        assert (await router.route(PROMPT, "", 8, paths=False, prefills_role="colocated"))[0].instance_id == ""
+        await _publish(registry, "colocated-b", PROMPT[:32])
+        pick, route = await router.route(PROMPT, "", 8, paths=False, prefills_role="colocated")
+        assert (pick.instance_id, pick.cached_tokens, route.path) == ("colocated-b", 32, "pull")
+    finally:
+        await dispatcher.close()
+        await registry.close()

@@ -13,6 +13,7 @@ from services.common.errors import EngineInputError
 from services.common.grammars import from_choice, from_json_schema
 from services.common.sampling import FinishReason, SamplingParams
 from services.common.tokenizer import load_tokenizer
+from services.engine.make_model import make_model
 from tests.unit.engine.test_policies import run_policy
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6},
@@ -73,3 +74,24 @@ def test_a_first_token_outside_the_grammar_is_refused_and_its_blocks_freed(make_
     assert engine.blocks.num_used == 0
     engine.add_prefilled("r", PROMPTS[0], None, SamplingParams(grammar=from_json_schema(SCHEMA, "f")),
                          engine.reserve_blocks(len(PROMPTS[0])))  # the id is free again
+
+
+def test_a_re_prefill_of_prompt_and_output_goes_on_where_the_output_stopped(make_engine) -> None:
+    params = SamplingParams(max_tokens=40, temperature=1.0, seed=5, grammar=from_json_schema(SCHEMA, "f"))
+    (whole,) = make_engine(num_blocks=64).generate([PROMPTS[0]], replace(params))
+    cut = 7
+    again = make_engine(num_blocks=64).generate([PROMPTS[0] + whole[:cut]],
+                                                replace(params, max_tokens=40 - cut, resumed_tokens=cut))[0]
+    assert whole[:cut] + again == whole
+    with pytest.raises(EngineInputError) as err:  # "a" cannot begin the JSON object: not output of this grammar
+        make_engine(num_blocks=64).add_request("r", PROMPTS[0] + [100], replace(params, resumed_tokens=1))
+    assert err.value.field == "resumed_tokens"
+
+
+def test_a_tokenizer_the_grammar_engine_cannot_take_serves_unconstrained_requests(make_engine, tmp_path) -> None:
+    folder = make_model("tiny-llama", tmp_path, overrides={"vocab_size": 200})  # its tokenizer has 259 tokens
+    engine = make_engine(model=str(folder), num_blocks=16)
+    with pytest.raises(EngineInputError) as err:
+        engine.add_request("r", PROMPTS[0], SamplingParams(grammar=from_choice(["a"], "f")))
+    assert err.value.field == "grammar" and "cannot constrain" in str(err.value)
+    assert len(engine.generate([PROMPTS[0]], SamplingParams(max_tokens=3, ignore_eos=True))[0]) == 3
