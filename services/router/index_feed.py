@@ -12,7 +12,9 @@ from services.common.registry_cache import CacheIndex
 from services.router.block_index import BlockIndex
 
 ENTRIES = Gauge("distserve_router_index_entries", "(instance, block) pairs in the router's prefix-cache index")
-PAGE = 1024  # batches read per round trip
+PAGE = 1024  # batches read per round trip in the background
+HOT_PAGE = 64  # ... and on a request's path: a burst of batches (every instance resyncing after a Redis restart)
+# costs the request that meets it no more than this; the background reads the rest
 
 
 class IndexFeed:
@@ -21,11 +23,11 @@ class IndexFeed:
         self.cursor = "0"  # stream id of the last batch read
         self._reading: asyncio.Future | None = None
 
-    async def catch_up(self, cache: CacheIndex) -> int:
-        """Applies the batches published since the last read, in one round trip (joining a read under way);
-        returns how many that read found."""
+    async def catch_up(self, cache: CacheIndex, page: int = HOT_PAGE) -> int:
+        """Applies up to `page` batches published since the last read, in one round trip (joining a read under
+        way); returns how many that read found."""
         if self._reading is None:
-            self._reading = asyncio.ensure_future(self._read(cache))
+            self._reading = asyncio.ensure_future(self._read(cache, page))
             self._reading.add_done_callback(self._read_done)
         return await asyncio.shield(self._reading)
 
@@ -39,12 +41,12 @@ class IndexFeed:
                 self.cursor = await cache.last_batch_id()
             for instance_id, held in (await cache.held_sets(stale)).items():
                 self.index.load(instance_id, held)
-        while await self.catch_up(cache) == PAGE:
+        while await self.catch_up(cache, PAGE) == PAGE:
             pass
         ENTRIES.set(self.index.entries)
 
-    async def _read(self, cache: CacheIndex) -> int:
-        self.cursor, batches = await cache.batches(self.cursor, PAGE)
+    async def _read(self, cache: CacheIndex, page: int) -> int:
+        self.cursor, batches = await cache.batches(self.cursor, page)
         for batch in batches:
             self.index.apply(batch)
         return len(batches)
