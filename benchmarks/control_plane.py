@@ -53,6 +53,7 @@ class Phase:
     router_net_cpu_ms_per_request: float  # the same less the routers' idle (background) rate over that window
     router_idle_cpu_ms_per_s: float  # per router
     request_path_round_trips_per_request: float  # the routers' own count (breaker connections)
+    request_path_sent_bytes_per_request: float  # ... and the bytes they sent on those
     index_kbytes_per_request: float  # prefix-cache batches published in the window × routers reading them / requests
     redis_commands_per_request: float  # all clients, load minus idle
     redis_kbytes_per_request: float  # all clients, in + out, load minus idle
@@ -109,6 +110,8 @@ def scrape(proc: Proc) -> dict[str, float]:
         for s in family.samples:
             if s.name == "distserve_redis_round_trips_total":
                 out[f"rt:{s.labels['path']}"] = s.value
+            elif s.name == "distserve_redis_sent_bytes_total":
+                out[f"sent:{s.labels['path']}"] = s.value
             elif s.name == "distserve_router_routing_seconds_bucket":
                 out[f"le:{s.labels['le']}"] = s.value
             elif s.name == "distserve_router_index_entries":
@@ -175,9 +178,10 @@ def phase(stack: Stack, routers: list[Proc], instances: int, batch: list[list[in
     idle_cmd_s, idle_byte_s = (cmd1 - cmd0 + cmd3 - cmd2) / (2 * idle_s), (byte1 - byte0 + byte3 - byte2) / (2 * idle_s)
     done = max(ok, 1)
     trips = sum(a.get("rt:request", 0) - b.get("rt:request", 0) for a, b in zip(after, before))
+    sent = sum(a.get("sent:request", 0) - b.get("sent:request", 0) for a, b in zip(after, before))
     return Phase(instances, len(routers), ok, failed, rate, (cpu2 - cpu1) / done * 1e3,
                  (cpu2 - cpu1 - idle_cpu_s * took) / done * 1e3, idle_cpu_s / len(routers) * 1e3,
-                 trips / done, stream_bytes(client, began_ms, ended_ms) * len(routers) / done / 1e3,
+                 trips / done, sent / done, stream_bytes(client, began_ms, ended_ms) * len(routers) / done / 1e3,
                  (cmd2 - cmd1 - idle_cmd_s * took) / done, (byte2 - byte1 - idle_byte_s * took) / done / 1e3,
                  idle_cmd_s, quantile(before, after, 0.5), quantile(before, after, 0.99),
                  int(max(a.get("entries", 0) for a in after)),
@@ -319,7 +323,7 @@ def _table(result: dict) -> None:
     ceiling = result["grpc_unary_calls_per_cpu_s"]
     print(f"gRPC unary ceiling: {ceiling:.0f} calls per CPU second (a health-check server); load "
           f"{result['uptime_load']} at the start, {result['uptime_load_end']} at the end")
-    print("inst rtrs  req fail  cpu ms/req  net ms/req  idle ms/s  RT/req  index kB/req  redis cmd/req  redis kB/req  "
+    print("inst rtrs  req fail  cpu ms/req  net ms/req  idle ms/s  RT/req  sent B/req  index kB/req  redis cmd/req  redis kB/req  "
           "redis idle cmd/s  p50 ms  p99 ms  index  rss MB  req/s/core  ×gRPC  replan s")
     for p in result["phases"]:
         per_core = 1e3 / p["router_net_cpu_ms_per_request"]
@@ -327,6 +331,7 @@ def _table(result: dict) -> None:
         print(f"{p['instances']:>4} {p['routers']:>4} {p['requests']:>4} {p['failed']:>4} "
               f"{p['router_cpu_ms_per_request']:>11.2f} {p['router_net_cpu_ms_per_request']:>11.2f} "
               f"{p['router_idle_cpu_ms_per_s']:>10.1f} {p['request_path_round_trips_per_request']:>7.2f} "
+              f"{p['request_path_sent_bytes_per_request']:>11.0f} "
               f"{p['index_kbytes_per_request']:>13.2f} {p['redis_commands_per_request']:>14.1f} "
               f"{p['redis_kbytes_per_request']:>13.1f} {p['redis_idle_commands_per_s']:>17.0f} "
               f"{p['routing_p50_ms']:>7.2f} {p['routing_p99_ms']:>7.2f} {p['index_entries']:>6} "

@@ -27,6 +27,7 @@ OPEN = Gauge("distserve_redis_breaker_open", "1 while Redis is taken as away: re
 TRIPS = Counter("distserve_redis_breaker_trips", "times Redis was found away (the breaker opened)")
 CALLS = Counter("distserve_redis_round_trips", "Redis round trips (a command or a pipeline) by where they were made: "
                 "on a request's path or in the background", ["path"])
+SENT = Counter("distserve_redis_sent_bytes", "bytes sent to Redis, by where the call was made", ["path"])
 REFUSED = Counter("distserve_redis_breaker_refused", "Redis calls on a request's path not made while it was away")
 _BACKGROUND = contextvars.ContextVar("redis_background", default=False)
 _FAILURES = (RedisConnectionError, RedisTimeoutError, TimeoutError, OSError)  # Redis away, not an error reply
@@ -86,11 +87,13 @@ class _Guarded:
             self.breaker.failed(exc)
             raise
 
-    async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+    async def send_packed_command(self, command: Any, *args: Any, **kwargs: Any) -> None:
         self.breaker.check()
-        CALLS.labels("background" if _BACKGROUND.get() else "request").inc()
+        path = "background" if _BACKGROUND.get() else "request"
+        CALLS.labels(path).inc()
+        SENT.labels(path).inc(len(command) if isinstance(command, (bytes, str, memoryview)) else sum(map(len, command)))
         try:
-            await super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+            await super().send_packed_command(command, *args, **kwargs)  # type: ignore[misc]
         except _FAILURES as exc:
             self.breaker.failed(exc)
             raise
