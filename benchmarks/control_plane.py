@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -242,9 +243,10 @@ asyncio.run(main())
 """
 
 
-def outage(stack: Stack, routers: list[Proc], batch: list[list[int]], rate: float, stop_s: float) -> dict:
-    """The load of `batch` with Redis stopped (killed) for `stop_s` from a third of the way in: failures, and the
-    routing p99 of the requests before, during and after the outage."""
+def outage(stack: Stack, routers: list[Proc], batch: list[list[int]], rate: float, stop_s: float, kind: str) -> dict:
+    """The load of `batch` with Redis away for `stop_s` from a third of the way in (`kind` kill: killed, then
+    restarted empty on its port; stop: SIGSTOP, then SIGCONT, a stalled Redis): failures, and the routing p99 of
+    the requests before, during and after the outage."""
     third = len(batch) / rate / 3
     scrapes: list[list[dict[str, float]]] = []
 
@@ -254,11 +256,17 @@ def outage(stack: Stack, routers: list[Proc], batch: list[list[int]], rate: floa
             await asyncio.sleep(third)
             scrapes.append([scrape(r) for r in routers])
             server = stack.embedded_redis
-            server.process.kill()
-            server.process.wait()
+            if kind == "stop":
+                server.process.send_signal(signal.SIGSTOP)
+            else:
+                server.process.kill()
+                server.process.wait()
             await asyncio.sleep(stop_s)
             scrapes.append([scrape(r) for r in routers])
-            stack.embedded_redis = EmbeddedRedis(host=server.host, port=server.port, password=server.password).start()
+            if kind == "stop":
+                server.process.send_signal(signal.SIGCONT)
+            else:
+                stack.embedded_redis = EmbeddedRedis(host=server.host, port=server.port, password=server.password).start()
 
         side = asyncio.create_task(outage_())
         result = await load([r.address for r in routers], batch, rate)
@@ -268,7 +276,7 @@ def outage(stack: Stack, routers: list[Proc], batch: list[list[int]], rate: floa
 
     ok, failed = asyncio.run(run())
     before, during, after = (quantile(a, b, 0.99) for a, b in zip(scrapes, scrapes[1:]))
-    return {"requests": ok + failed, "failed": failed, "stopped_s": stop_s, "routing_p99_ms_before": before,
+    return {"kind": kind, "requests": ok + failed, "failed": failed, "stopped_s": stop_s, "routing_p99_ms_before": before,
             "routing_p99_ms_during": during, "routing_p99_ms_after": after,
             "routing_p50_ms_during": quantile(scrapes[1], scrapes[2], 0.5)}
 
@@ -282,6 +290,8 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=3.0, help="idle window before each phase")
     parser.add_argument("--outage-s", type=float, default=10.0, help="Redis stopped this long (0: no outage run)")
     parser.add_argument("--outage-routers", type=int, default=2)
+    parser.add_argument("--outage-kind", choices=("kill", "stop"), default="kill",
+                        help="kill: Redis killed, restarted empty; stop: SIGSTOP then SIGCONT (stalled, data kept)")
     parser.add_argument("--model", default="tiny-llama")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -308,7 +318,7 @@ def main() -> None:
                 result["outage"] = {"instances": n, "routers": args.outage_routers,
                                     **outage(stack, routers[:args.outage_routers],
                                              prompts(vocab, int(args.rate * args.outage_s * 3), len(phases)),
-                                             args.rate, args.outage_s)}
+                                             args.rate, args.outage_s, args.outage_kind)}
         finally:
             stack.stop()
     result["phases"] = [asdict(p) for p in phases]

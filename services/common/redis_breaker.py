@@ -1,8 +1,9 @@
-"""A circuit breaker on a process's Redis connections: after a connection fails (refused, reset, timed out) the
-breaker opens, and a call made on a request's path fails at once (`RedisAway`, no socket wait, no retry) until a
-background call (`background`: the loops that read the registry, loads and index) gets through and closes it.
-So with Redis down or stalled, requests are routed from what the router holds without waiting on Redis, and it
-recovers by itself. Each opening and closing is a log line and the state a metric.
+"""A circuit breaker on a process's Redis connections: after a connection fails (refused, reset, timed out), or
+once a reply has been awaited longer than `slow_s` (a stalled Redis), the breaker opens, and a call made on a
+request's path fails at once (`RedisAway`, no socket wait, no retry) until a background call (`background`: the
+loops that read the registry, loads and index) gets an answer and closes it. So with Redis down or stalled,
+requests are routed from what the router holds without waiting on Redis, and it recovers by itself. Each opening
+and closing is a log line and the state a metric.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from prometheus_client import Counter, Gauge
-from redis.asyncio.connection import Connection, SSLConnection
+from redis.asyncio.connection import BlockingConnectionPool, Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -38,18 +40,34 @@ class RedisAway(RedisError):
 
 
 class Breaker:
-    def __init__(self, name: str = "redis") -> None:
+    def __init__(self, name: str = "redis", slow_s: float = 0.25, probe_s: float = 0.2) -> None:
         self.name = name
+        self.slow_s = slow_s  # a reply awaited this long means Redis is stalled: no later call waits for it too
+        self.probe_s = probe_s  # while open, one background call at most this often tries Redis
         self.opened_at: float | None = None  # monotonic; None: closed
+        self._probed_at = 0.0
+        self._awaited: dict[object, float] = {}  # replies awaited now → since when (monotonic)
 
     @property
     def open(self) -> bool:
         return self.opened_at is not None
 
     def check(self) -> None:
-        if self.opened_at is not None and not _BACKGROUND.get():
+        """Before a call takes a connection: RedisAway unless Redis is taken as there, or this is a background call
+        due to try it (those that wait on a stalled Redis hold connections a request would wait for)."""
+        now = time.monotonic()
+        if self.opened_at is None and self._awaited:
+            waited = now - min(self._awaited.values())
+            if waited > self.slow_s:
+                self.failed(TimeoutError(f"a reply awaited for {waited:.2f} s"))
+        if self.opened_at is None:
+            return
+        if _BACKGROUND.get() and now - self._probed_at >= self.probe_s:
+            self._probed_at = now
+            return
+        if not _BACKGROUND.get():
             REFUSED.inc()
-            raise RedisAway(f"{self.name} away for {time.monotonic() - self.opened_at:.1f} s")
+        raise RedisAway(f"{self.name} away for {now - self.opened_at:.1f} s")
 
     def failed(self, exc: BaseException) -> None:
         if self.opened_at is None:
@@ -57,6 +75,16 @@ class Breaker:
             OPEN.set(1)
             TRIPS.inc()
             log.warning("%s unreachable (%r): routing from what this process holds until it answers", self.name, exc)
+
+    @contextmanager
+    def awaiting(self) -> Iterator[None]:
+        """While a reply is awaited (a stall shows in `check` before the socket times out)."""
+        token = object()
+        self._awaited[token] = time.monotonic()
+        try:
+            yield
+        finally:
+            del self._awaited[token]
 
     def answered(self) -> None:
         if self.opened_at is not None:
@@ -72,15 +100,23 @@ def background(coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
     return asyncio.create_task(coro, context=context)
 
 
+class GuardedPool(BlockingConnectionPool):
+    """Asks the breaker before handing out a connection (its connections are `GuardedConnection`s)."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        self.connection_kwargs["breaker"].check()
+        return await super().get_connection(*args, **kwargs)
+
+
 class _Guarded:
-    """Mixed into redis-py's asyncio connection classes: every connect, send and read asks the breaker."""
+    """Mixed into redis-py's asyncio connection classes: a failed connect, send or read opens the breaker, a reply
+    closes it, and every call counts."""
 
     def __init__(self, *, breaker: Breaker, **kwargs: Any) -> None:
         self.breaker = breaker
         super().__init__(**kwargs, retry=Retry(NoBackoff(), 0))  # one failure opens the breaker; no backoff sleeps
 
     async def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
-        self.breaker.check()
         try:
             await super().connect_check_health(*args, **kwargs)  # type: ignore[misc]
         except _FAILURES as exc:
@@ -88,7 +124,6 @@ class _Guarded:
             raise
 
     async def send_packed_command(self, command: Any, *args: Any, **kwargs: Any) -> None:
-        self.breaker.check()
         path = "background" if _BACKGROUND.get() else "request"
         CALLS.labels(path).inc()
         SENT.labels(path).inc(len(command) if isinstance(command, (bytes, str, memoryview)) else sum(map(len, command)))
@@ -100,7 +135,8 @@ class _Guarded:
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            response = await super().read_response(*args, **kwargs)  # type: ignore[misc]
+            with self.breaker.awaiting():
+                response = await super().read_response(*args, **kwargs)  # type: ignore[misc]
         except _FAILURES as exc:
             self.breaker.failed(exc)
             raise

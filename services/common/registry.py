@@ -27,7 +27,7 @@ import redis
 import redis.asyncio as aioredis
 
 from services.common.redis_auth import resolve_url, tls_options
-from services.common.redis_breaker import Breaker, GuardedConnection, GuardedSSLConnection
+from services.common.redis_breaker import Breaker, GuardedConnection, GuardedPool, GuardedSSLConnection
 from services.common.registry_cache import CacheIndex
 
 INST_KEY = "ds:inst:{}"
@@ -139,7 +139,7 @@ class Registry:
         guard = {} if breaker is None else {
             "breaker": breaker,
             "connection_class": GuardedSSLConnection if url.startswith("rediss:") else GuardedConnection}
-        pool = aioredis.BlockingConnectionPool.from_url(
+        pool = (aioredis.BlockingConnectionPool if breaker is None else GuardedPool).from_url(
             resolve_url(url), **tls_options(url), max_connections=max_connections, timeout=pool_wait_s,
             socket_timeout=2.0, socket_connect_timeout=2.0, **guard)
         return cls(aioredis.Redis.from_pool(pool), ttl_s, breaker)

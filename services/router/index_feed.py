@@ -15,6 +15,7 @@ ENTRIES = Gauge("distserve_router_index_entries", "(instance, block) pairs in th
 PAGE = 1024  # batches read per round trip in the background
 HOT_PAGE = 64  # ... and on a request's path: a burst of batches (every instance resyncing after a Redis restart)
 # costs the request that meets it no more than this; the background reads the rest
+HOT_WAIT_S = 0.25  # the longest a request waits for the index to be brought up to date (else: routed by load)
 
 
 class IndexFeed:
@@ -23,13 +24,13 @@ class IndexFeed:
         self.cursor = "0"  # stream id of the last batch read
         self._reading: asyncio.Future | None = None
 
-    async def catch_up(self, cache: CacheIndex, page: int = HOT_PAGE) -> int:
+    async def catch_up(self, cache: CacheIndex, page: int = HOT_PAGE, wait_s: float | None = HOT_WAIT_S) -> int:
         """Applies up to `page` batches published since the last read, in one round trip (joining a read under
-        way); returns how many that read found."""
+        way); returns how many that read found. TimeoutError after `wait_s` (a stalled Redis): the read goes on."""
         if self._reading is None:
             self._reading = asyncio.ensure_future(self._read(cache, page))
             self._reading.add_done_callback(self._read_done)
-        return await asyncio.shield(self._reading)
+        return await asyncio.wait_for(asyncio.shield(self._reading), wait_s)
 
     async def refresh(self, cache: CacheIndex, live: list[str]) -> None:
         """Forgets the instances not in `live`, reads the sets of those it lacks or missed a batch of, and reads
@@ -41,7 +42,7 @@ class IndexFeed:
                 self.cursor = await cache.last_batch_id()
             for instance_id, held in (await cache.held_sets(stale)).items():
                 self.index.load(instance_id, held)
-        while await self.catch_up(cache, PAGE) == PAGE:
+        while await self.catch_up(cache, PAGE, None) == PAGE:
             pass
         ENTRIES.set(self.index.entries)
 

@@ -106,6 +106,8 @@ class PrefixRouter:
                             namespace: str) -> dict[str, int]:
         """Per instance, the prompt tokens its pool holds in full blocks as the index says; {} while Redis is away
         (the load book picks: an index that cannot be brought up to date may send a request after blocks gone)."""
+        if self.registry.away:  # not even a join of a read under way: that one may wait on a stalled Redis
+            return {}
         try:
             await self.feed.catch_up(self.registry.cache)
         except (RedisError, OSError) as exc:

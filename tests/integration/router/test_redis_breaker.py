@@ -1,9 +1,11 @@
-"""Redis stopped under a router: after the first refused call, requests are routed and booked from what the router
-holds without calling Redis (no timeouts), the outage is one metric and log line, and once Redis is back the
-router's background reads close the breaker by themselves."""
+"""Redis stopped or stalled under a router: after the first refused call (or a reply awaited too long), requests are
+routed and booked from what the router holds without calling Redis (no timeouts), the outage is one metric and log
+line, and once Redis is back the router's background reads close the breaker by themselves."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import time
 
 from prometheus_client import REGISTRY
@@ -64,5 +66,32 @@ async def test_with_redis_stopped_requests_route_at_once_and_the_router_recovers
         assert not breaker.open and _metric("distserve_redis_breaker_open") == 0
         assert (await dispatcher.acquire("prefill", 40)).in_redis
     finally:
+        await registry.close()
+        server.stop()
+
+
+async def test_with_redis_stalled_only_the_calls_already_waiting_wait() -> None:
+    server = EmbeddedRedis().start()
+    breaker = Breaker(slow_s=0.2)
+    registry = Registry.from_url(server.url, ttl_s=60, breaker=breaker)
+    try:
+        for i in range(2):
+            await registry.register(InstanceInfo(f"prefill-{i}", "prefill", "127.0.0.1:1", "h", "cpu:0"))
+        dispatcher = Dispatcher(registry, router_id="router-stall")
+        await dispatcher.refresh()
+        assert (await dispatcher.acquire("prefill", 40)).in_redis  # the booking's script is loaded in Redis
+        server.process.send_signal(signal.SIGSTOP)  # stalled: connections stay open, nothing answers
+        first = asyncio.create_task(dispatcher.acquire("prefill", 40))  # waits for a reply that does not come
+        await asyncio.sleep(0.3)
+        began = time.monotonic()
+        later = [await dispatcher.acquire("prefill", 40) for _ in range(50)]
+        assert time.monotonic() - began < 0.5 and not any(a.in_redis for a in later)  # none waited on Redis
+        assert breaker.open
+        server.process.send_signal(signal.SIGCONT)
+        assert (await asyncio.wait_for(first, 5)).in_redis  # the reply it awaited came
+        await background(dispatcher.refresh())
+        assert not breaker.open
+    finally:
+        server.process.send_signal(signal.SIGCONT)
         await registry.close()
         server.stop()
