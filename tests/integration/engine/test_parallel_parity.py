@@ -92,6 +92,7 @@ def _rank_processes() -> list[int]:
     return found
 
 
+@pytest.mark.long  # 6 to 10 s: a rank process starts
 def test_a_parallel_instance_samples_under_a_grammar_as_one_rank_does(tiny_llama_dir: str) -> None:
     import json
 
