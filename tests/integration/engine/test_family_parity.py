@@ -15,7 +15,7 @@ from services.common.sampling import TokenLogprobs
 from services.engine.engine import EngineConfig, LLMEngine, StepOutput
 from services.engine.make_model import make_model, write_tokenizer
 from services.engine.preset_configs import FAMILY_PRESETS
-from tests.integration.engine.family_reference import LONG, PARAMS, PROMPTS, assert_equal, reference
+from tests.family_reference import LONG, PARAMS, PROMPTS, assert_equal, reference
 
 transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)
