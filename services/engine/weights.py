@@ -81,6 +81,16 @@ def _parts(name: str, whole: Any, fused: dict[str, list[tuple[str, int]]]) -> It
         start += rows
 
 
+def _served(f: Any, fused: dict[str, list[tuple[str, int]]]) -> Iterator[tuple[str, str, Any]]:
+    """(checkpoint key, canonical name, lazy slice) of each tensor, or tensor part, of an open safetensors file that
+    a text-only model holds."""
+    for key in f.keys():
+        name = _canonical(key)
+        if name is not None:
+            for part_name, part in _parts(name, f.get_slice(key), fused):
+                yield key, part_name, part
+
+
 # (canonical name, the checkpoint's lazy slice: index it to read a part) → (this model's name, tensor), or None
 Transform = Callable[[str, Any], "tuple[str, torch.Tensor] | None"]
 
@@ -96,8 +106,7 @@ def load_weights(model: nn.Module, folder: str | Path, transform: Transform | No
     fused = fused_parts(ModelConfig.from_folder(folder))
     for path in checkpoint_files(Path(folder)):
         with safe_open(str(path), framework="pt") as f:
-            served = ((key, name) for key in f.keys() if (name := _canonical(key)) is not None)
-            for key, name, part in ((k, *p) for k, n in served for p in _parts(n, f.get_slice(k), fused)):
+            for key, name, part in _served(f, fused):
                 tensor = None
                 if transform is not None:
                     kept = transform(name, part)

@@ -85,4 +85,3 @@ def load_shape(model: str) -> ModelShape:
 
 
 PRESETS: dict[str, ModelShape] = {name: shape_from_config(config, name) for name, config in ENGINE_PRESETS.items()}
-
