@@ -32,6 +32,7 @@ CALLS = Counter("distserve_redis_round_trips", "Redis round trips (a command or 
 SENT = Counter("distserve_redis_sent_bytes", "bytes sent to Redis, by where the call was made", ["path"])
 REFUSED = Counter("distserve_redis_breaker_refused", "Redis calls on a request's path not made while it was away")
 _BACKGROUND = contextvars.ContextVar("redis_background", default=False)
+TICK_S = 0.05
 _FAILURES = (RedisConnectionError, RedisTimeoutError, TimeoutError, OSError)  # Redis away, not an error reply
 
 
@@ -46,7 +47,11 @@ class Breaker:
         self.probe_s = probe_s  # while open, one background call at most this often tries Redis
         self.opened_at: float | None = None  # monotonic; None: closed
         self._probed_at = 0.0
-        self._awaited: dict[object, float] = {}  # replies awaited now → since when (monotonic)
+        # Time that counts toward a stall is the event loop's running time: `_ticks` advance every TICK_S only while
+        # the loop runs, so a loop that was itself stalled (the reply may be waiting unread) opens nothing.
+        self._ticks = 0
+        self._ticker: asyncio.Task | None = None
+        self._awaited: dict[object, int] = {}  # replies awaited now → `_ticks` when each was sent
 
     @property
     def open(self) -> bool:
@@ -57,7 +62,7 @@ class Breaker:
         due to try it (those that wait on a stalled Redis hold connections a request would wait for)."""
         now = time.monotonic()
         if self.opened_at is None and self._awaited:
-            waited = now - min(self._awaited.values())
+            waited = (self._ticks - min(self._awaited.values())) * TICK_S
             if waited > self.slow_s:
                 self.failed(TimeoutError(f"a reply awaited for {waited:.2f} s"))
         if self.opened_at is None:
@@ -79,12 +84,19 @@ class Breaker:
     @contextmanager
     def awaiting(self) -> Iterator[None]:
         """While a reply is awaited (a stall shows in `check` before the socket times out)."""
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.ensure_future(self._tick())
         token = object()
-        self._awaited[token] = time.monotonic()
+        self._awaited[token] = self._ticks
         try:
             yield
         finally:
             del self._awaited[token]
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            self._ticks += 1
 
     def answered(self) -> None:
         if self.opened_at is not None:
