@@ -14,8 +14,8 @@ from itertools import count
 from typing import Protocol
 
 from services.deploy.compose import spec_of
+from services.deploy.k8s.base import redis_url
 from services.deploy.k8s.instances import COMPONENT, INSTANCE, LWS_API, SPEC, TERMINATION_GRACE_S, instance_object
-from services.deploy.k8s.stack import redis_url
 from services.planner.actuation import InstanceSpec, RunningInstance
 
 FIELD_MANAGER = "distserve-planner"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from services.deploy.k8s.base import ACTUATOR_RULES
 from services.deploy.k8s.kube_actuator import ClusterApi, KubeActuator, RecordingApi, Step
-from services.deploy.k8s.stack import ACTUATOR_RULES
 from services.planner.actuation import apply_placement, specs_of
 from services.planner.placement import Cluster, Parallel, Placement, pack, pack_units
 from tests.unit.deploy.fake_kube import fake_kube
