@@ -15,6 +15,7 @@ from services.common.sampling import SamplingParams
 from services.common.tokenizer import ByteTokenizer
 from services.router.core import Chunk, RouterCore
 from services.router.paths import Route
+from services.router.prefix_routing import PrefillPick
 from services.router.request import RouterRequest
 from tests.unit.router.fake_ports import Dispatcher, Instance, Leases, Registry, token_at
 
@@ -187,3 +188,32 @@ async def test_a_prefix_the_prefill_took_is_not_released_again() -> None:
     assert await tokens(router, reverse()) == EXPECTED
     await cleaned_up(router)
     assert not leases.released  # the prefill's pull ended the prefix lease; the decode's pull the prefill's
+
+
+class CountingRoutes:
+    """A prefix router that picks no instance and counts its calls per request."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    async def route(self, prompt_ids: list[int], namespace: str, max_tokens: int, paths: bool = True,
+                    prefills_role: str = "prefill"):
+        self.calls.append(len(prompt_ids))
+        return PrefillPick("", 0), Route("pull")
+
+
+async def test_a_request_that_waited_for_a_slot_is_routed_again_when_it_gets_one() -> None:
+    prefill, decode = Instance("p0", "prefill"), Instance("d0", "decode")
+    decode.step.clear()  # the first request holds the only slot
+    routes = CountingRoutes()
+    router = RouterCore("disagg", ByteTokenizer(), Dispatcher(prefill, decode), Registry(), max_inflight=1,  # type: ignore[arg-type]
+                        max_queued=4, retries=0, prefix_router=routes)  # type: ignore[arg-type]
+    first = asyncio.create_task(tokens(router, request("a")))
+    while not decode.decodes:
+        await asyncio.sleep(0)
+    second = asyncio.create_task(tokens(router, RouterRequest("b", [*PROMPT, 9], SamplingParams(max_tokens=2))))
+    while len(routes.calls) < 2:
+        await asyncio.sleep(0)
+    decode.step.set()
+    await asyncio.gather(first, second)
+    assert routes.calls == [len(PROMPT), len(PROMPT) + 1, len(PROMPT) + 1]  # the second: at arrival, after its wait
