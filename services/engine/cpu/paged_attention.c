@@ -41,50 +41,57 @@ static void softmax(float *s, long len) {
 }
 
 /* q, out: [B, H, D]; table: [B, max_blocks] block ids; lens: [B] context tokens (the new one included).
+ * window > 0: the query sees its last `window` keys only (a sliding-window layer: the blocks before them are not
+ * read); softcap > 0: scores → softcap · tanh(scores / softcap) (Gemma 2).
  * Returns 0, or -1 when the score buffer cannot be allocated. */
 int paged_decode_attention(const float *restrict q, const float *restrict cache, const long *restrict table,
                            const long *restrict lens, float *restrict out, long B, long H, long KVH, long D,
-                           long bs, long max_blocks, long block_stride, float scale) {
+                           long bs, long max_blocks, long block_stride, float scale, long window, float softcap) {
     const long group = H / KVH, head_stride = bs * D, v_offset = KVH * bs * D;
     long max_len = 1;
     for (long b = 0; b < B; b++)
         if (lens[b] > max_len)
             max_len = lens[b];
-    float *scores = malloc(sizeof(float) * H * max_len); /* [H, len] of the sequence at hand */
+    float *scores = malloc(sizeof(float) * H * max_len); /* [H, span] of the sequence at hand */
     if (!scores)
         return -1;
     for (long b = 0; b < B; b++) {
         const long len = lens[b];
+        const long first = window > 0 && len > window ? len - window : 0; /* the first key it sees */
+        const long span = len - first, from = first - first % bs;
         const long *blocks = table + b * max_blocks;
         const float *qb = q + b * H * D;
         float *ob = out + b * H * D;
-        for (long start = 0; start < len; start += bs) {
+        for (long start = from; start < len; start += bs) {
             const float *k = cache + blocks[start / bs] * block_stride;
             /* after the last K block: the first V block, which the second pass reads first */
-            const float *next = start + bs < len ? cache + blocks[start / bs + 1] * block_stride : cache + blocks[0] * block_stride + v_offset;
-            const long n = start + bs < len ? bs : len - start;
+            const float *next = start + bs < len ? cache + blocks[start / bs + 1] * block_stride
+                                                 : cache + blocks[from / bs] * block_stride + v_offset;
+            const long n = start + bs < len ? bs : len - start, skip = start < first ? first - start : 0;
             for (long kh = 0; kh < KVH; kh++)
-                for (long i = 0; i < n; i++) {
+                for (long i = skip; i < n; i++) {
                     const float *row = k + kh * head_stride + i * D;
                     prefetch_row(next + kh * head_stride + i * D, D);
-                    for (long h = kh * group; h < (kh + 1) * group; h++)
-                        scores[h * len + start + i] = dot(qb + h * D, row, D) * scale;
+                    for (long h = kh * group; h < (kh + 1) * group; h++) {
+                        const float s = dot(qb + h * D, row, D) * scale;
+                        scores[h * span + start + i - first] = softcap > 0.f ? softcap * tanhf(s / softcap) : s;
+                    }
                 }
         }
         for (long h = 0; h < H; h++)
-            softmax(scores + h * len, len);
+            softmax(scores + h * span, span);
         for (long i = 0; i < H * D; i++)
             ob[i] = 0.f;
-        for (long start = 0; start < len; start += bs) {
+        for (long start = from; start < len; start += bs) {
             const float *v = cache + blocks[start / bs] * block_stride + v_offset;
             const float *next = start + bs < len ? cache + blocks[start / bs + 1] * block_stride + v_offset : v;
-            const long n = start + bs < len ? bs : len - start;
+            const long n = start + bs < len ? bs : len - start, skip = start < first ? first - start : 0;
             for (long kh = 0; kh < KVH; kh++)
-                for (long i = 0; i < n; i++) {
+                for (long i = skip; i < n; i++) {
                     const float *vh = v + kh * head_stride + i * D;
                     prefetch_row(next + kh * head_stride + i * D, D);
                     for (long h = kh * group; h < (kh + 1) * group; h++) {
-                        const float w = scores[h * len + start + i];
+                        const float w = scores[h * span + start + i - first];
                         float *o = ob + h * D;
                         for (long j = 0; j < D; j++)
                             o[j] += w * vh[j];
