@@ -71,6 +71,21 @@ FAMILY_PRESETS: dict[str, dict] = {
     },
 }
 
+_MOE_TINY = {**_FAMILY_BASE, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "max_position_embeddings": 2048, "num_experts_per_tok": 2}
+# Mixture-of-experts models at test size, written by transformers' own classes: 8 experts, 2 per token
+MOE_PRESETS: dict[str, dict] = {
+    "tiny-mixtral": {**_MOE_TINY, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                     "intermediate_size": 96, "num_local_experts": 8},
+    "tiny-qwen2-moe": {  # a dense first layer (mlp_only_layers), a shared expert behind its sigmoid gate
+        **_MOE_TINY, "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "intermediate_size": 128,
+        "num_experts": 8, "moe_intermediate_size": 48, "shared_expert_intermediate_size": 96, "mlp_only_layers": [0],
+        "norm_topk_prob": False, "qkv_bias": True},
+    "tiny-qwen3-moe": {**_MOE_TINY, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                       "intermediate_size": 128, "head_dim": 32, "num_experts": 8, "moe_intermediate_size": 48,
+                       "norm_topk_prob": True},
+}
+
 PRESETS: dict[str, dict] = {
     "tiny-llama": _llama(64, 128, 2, 4, 2, BYTE_VOCAB, 2048, torch_dtype="float32"),
     "small-llama": _llama(512, 1408, 13, 8, 4, BYTE_VOCAB, 4096, torch_dtype="float32"),
@@ -84,6 +99,7 @@ PRESETS: dict[str, dict] = {
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
     ),
     **FAMILY_PRESETS,
+    **MOE_PRESETS,
 }
 
 DEFAULT_PRESET = "small-llama"

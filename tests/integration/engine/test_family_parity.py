@@ -14,7 +14,7 @@ import torch
 from services.common.sampling import TokenLogprobs
 from services.engine.engine import EngineConfig, LLMEngine, StepOutput
 from services.engine.make_model import make_model
-from services.engine.preset_configs import FAMILY_PRESETS
+from services.engine.preset_configs import FAMILY_PRESETS, MOE_PRESETS
 from tests.integration.engine.family_reference import PARAMS, PROMPTS, assert_equal, reference
 
 transformers = pytest.importorskip("transformers")
@@ -31,7 +31,7 @@ class Generated:
     cached: int  # prompt tokens its K/V came from the prefix cache for
 
 
-@pytest.fixture(scope="module", params=list(FAMILY_PRESETS))
+@pytest.fixture(scope="module", params=[*FAMILY_PRESETS, *MOE_PRESETS])
 def family(request, tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(make_model(request.param, tmp_path_factory.mktemp(request.param)))
 

@@ -1,0 +1,91 @@
+"""Mixture-of-experts models of the Llama family (Mixtral, Qwen2-MoE, Qwen3-MoE): the MLP of a sparse layer is a
+router and experts, each token's output the weighted sum of its top-k experts' (Qwen2-MoE adds a shared expert
+behind a sigmoid gate). Tokens are grouped by expert, so each active expert runs one product over its tokens and
+its weights are read once per step, decode steps included. Parameters are named as the checkpoint names them."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from services.common.model_config import ModelConfig
+from services.engine.attention import AttentionMetadata
+from services.engine.models.linear import Linear
+from services.engine.models.llama import LlamaAttention, LlamaForCausalLM, LlamaMLP, LlamaModel, RMSNorm
+from services.engine.models.packed import PackedLinear
+from services.engine.models.routing import softmax_top_k
+
+
+class Expert(nn.Module):
+    """One SwiGLU expert; `parts` names its gate, up and down projections as the checkpoint does."""
+
+    def __init__(self, hidden: int, size: int, parts: tuple[str, str, str]) -> None:
+        super().__init__()
+        gate, up, self.down = parts
+        self.gate_up = PackedLinear(hidden, {gate: size, up: size}, bias=False)
+        setattr(self, self.down, Linear(size, hidden, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up.split(self.gate_up(x))
+        return getattr(self, self.down)(F.silu(gate) * up)
+
+
+class SparseMoE(nn.Module):
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        moe = c.moe
+        assert moe is not None
+        self.top_k, self.renormalize = moe.top_k, moe.renormalize
+        self.gate = Linear(c.hidden_size, moe.num_experts, bias=False)  # the router
+        self.experts = nn.ModuleList(Expert(c.hidden_size, moe.expert_size, moe.expert_parts) for _ in range(moe.num_experts))
+        if moe.shared_size:
+            self.shared_expert = Expert(c.hidden_size, moe.shared_size, moe.expert_parts)
+        if moe.shared_gate:
+            self.shared_expert_gate = Linear(c.hidden_size, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, ids = softmax_top_k(self.gate(x), self.top_k, self.renormalize)  # [T, k] each
+        out = self.routed(x, weights.to(x.dtype), ids)
+        if hasattr(self, "shared_expert"):
+            shared = self.shared_expert(x)
+            if hasattr(self, "shared_expert_gate"):
+                shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
+            out = out + shared
+        return out
+
+    def routed(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """x: [T, hidden], weights and ids: [T, k] → Σ_k weight · expert(x) [T, hidden], one product per active expert."""
+        flat = ids.flatten()
+        order = flat.argsort(stable=True)  # the (token, slot) pairs grouped by expert
+        counts = torch.bincount(flat, minlength=len(self.experts)).tolist()
+        tokens, scale = order // ids.shape[1], weights.flatten()[order, None]
+        out = torch.zeros_like(x)
+        start = 0
+        for expert, n in zip(self.experts, counts):
+            if n:
+                rows = tokens[start : start + n]
+                out.index_add_(0, rows, expert(x[rows]) * scale[start : start + n])
+            start += n
+        return out
+
+
+class MoEDecoderLayer(nn.Module):
+    def __init__(self, c: ModelConfig, layer: int) -> None:
+        super().__init__()
+        assert c.moe is not None
+        self.input_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
+        self.self_attn = LlamaAttention(c, layer)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
+        sparse = c.moe.sparse[layer]
+        self.ffn = c.moe.block if sparse else "mlp"  # the checkpoint's name of the feed-forward module
+        setattr(self, self.ffn, SparseMoE(c) if sparse else LlamaMLP(c))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, meta)
+        return x + getattr(self, self.ffn)(self.post_attention_layernorm(x))
+
+
+class MoEForCausalLM(LlamaForCausalLM):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config, LlamaModel(config, MoEDecoderLayer))
