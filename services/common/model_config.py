@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from services.common.generation_config import eos_ids, read_generation_config
+from services.common.mla_config import MLA_TYPES, MLAConfig, mla_config
 from services.common.moe_config import MOE_TYPES, MoEConfig, moe_config
 
 Arch = Literal["llama", "gemma", "opt"]
@@ -51,7 +52,10 @@ class ModelConfig:
     query_scale: float | None = None  # attention score scale when not head_dim ** -0.5 (Gemma)
     attn_softcap: float | None = None  # Gemma 2: scores → cap · tanh(scores / cap)
     final_softcap: float | None = None  # Gemma 2: the same on the logits
-    moe: MoEConfig | None = None  # experts in place of the MLP (Mixtral, Qwen2/3-MoE)
+    moe: MoEConfig | None = None  # experts in place of the MLP (Mixtral, Qwen2/3-MoE, DeepSeek-V3)
+    # DeepSeek-V3's latent attention; the pool then holds one "KV head" whose K and V planes are the two halves of
+    # a token's latent and rotary key (num_kv_heads 1, head_dim their half), so its layout and transfers are as ever
+    mla: MLAConfig | None = None
     dtype: str = "float32"  # the checkpoint's (torch_dtype; transformers 5 writes dtype): what --dtype auto serves
 
     @property
@@ -83,7 +87,7 @@ class ModelConfig:
             window = None
         types = tuple(raw.get("layer_types") or _default_layer_types(raw, model_type, layers, window))
         bias = raw.get("attention_bias", raw.get("qkv_bias", model_type in ("qwen2", "qwen2_moe")))
-        return cls(
+        config = cls(
             arch="gemma" if gemma else "llama", vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
             intermediate_size=raw["intermediate_size"], num_layers=layers, num_heads=raw["num_attention_heads"],
             num_kv_heads=raw.get("num_key_value_heads") or raw["num_attention_heads"],
@@ -98,6 +102,10 @@ class ModelConfig:
             attn_softcap=raw.get("attn_logit_softcapping"), final_softcap=raw.get("final_logit_softcapping"),
             moe=moe_config(raw) if model_type in MOE_TYPES else None, dtype=dtype,
         )
+        if model_type in MLA_TYPES:
+            mla = mla_config(raw)
+            config = replace(config, num_kv_heads=1, head_dim_override=mla.entry // 2, mla=mla)
+        return config
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> ModelConfig:

@@ -1,5 +1,5 @@
 """A mixture-of-experts model's routing and expert layout, read from its Hugging Face `config.json` (Mixtral,
-Qwen2-MoE, Qwen3-MoE). A key or value the engine would serve differently from transformers is refused here,
+Qwen2-MoE, Qwen3-MoE, DeepSeek-V3). A key or value the engine would serve differently from transformers is refused here,
 at load time, naming the key."""
 
 from __future__ import annotations
@@ -7,12 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
 _DEFAULTS = {  # what transformers' config classes assume where a config.json leaves a key out
     "mixtral": {"num_local_experts": 8, "num_experts_per_tok": 2},
     "qwen2_moe": {"num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
                   "shared_expert_intermediate_size": 5632},
     "qwen3_moe": {"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768},
+    "deepseek_v3": {"n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
+                    "n_shared_experts": 1, "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5,
+                    "norm_topk_prob": True, "first_k_dense_replace": 3},
 }
 Scoring = Literal["softmax", "sigmoid"]
 
@@ -25,8 +28,12 @@ class MoEConfig:
     sparse: tuple[bool, ...]  # per layer: experts (True) or the dense MLP of `intermediate_size`
     scoring: Scoring = "softmax"  # softmax over all experts' logits, or each logit's sigmoid (DeepSeek-V3)
     renormalize: bool = True  # the top-k weights divided by their sum
+    groups: int = 1  # DeepSeek-V3: experts in `groups` groups, a token's top-k taken from its best `top_groups`
+    top_groups: int = 1
+    scaling: float = 1.0  # the routed experts' weights times this (routed_scaling_factor)
     shared_size: int = 0  # the shared expert's intermediate width (0: none)
     shared_gate: bool = False  # Qwen2-MoE: the shared expert's output scaled by sigmoid(x · w)
+    shared_name: str = "shared_expert"  # DeepSeek-V3: shared_experts
     block: str = "mlp"  # the checkpoint's name of the feed-forward module (Mixtral: block_sparse_moe)
     expert_parts: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")  # Mixtral: w1, w3, w2
 
@@ -55,7 +62,10 @@ def moe_config(raw: dict) -> MoEConfig:
         raw = {"num_experts": raw["num_local_experts"], **raw}
     raw = {**_DEFAULTS[model_type], "decoder_sparse_step": 1, **raw}
     _refuse(raw, "hidden_act", ("silu",), "silu")
-    if model_type == "mixtral":
+    if model_type == "deepseek_v3":
+        config = _deepseek_v3(raw, layers)
+        experts, top_k = config.num_experts, config.top_k
+    elif model_type == "mixtral":
         experts, top_k = _positive(raw, "num_local_experts"), _positive(raw, "num_experts_per_tok")
         config = MoEConfig(experts, top_k, _positive(raw, "intermediate_size"), (True,) * layers,
                            block="block_sparse_moe", expert_parts=("w1", "w3", "w2"))
@@ -72,3 +82,24 @@ def moe_config(raw: dict) -> MoEConfig:
     if top_k > experts:
         raise ValueError(f"config.json num_experts_per_tok: {top_k} exceeds the {experts} experts")
     return config
+
+
+def _deepseek_v3(raw: dict, layers: int) -> MoEConfig:
+    """Sigmoid scores plus the correction bias choose the experts among the best groups; weights without the bias."""
+    _refuse(raw, "scoring_func", ("sigmoid",), "sigmoid")
+    _refuse(raw, "topk_method", ("noaux_tc",), "noaux_tc")
+    _refuse(raw, "moe_layer_freq", (1,), 1)
+    _refuse(raw, "norm_topk_prob", (True, False), True)
+    experts, groups = _positive(raw, "n_routed_experts"), _positive(raw, "n_group")
+    top_groups, top_k = _positive(raw, "topk_group"), _positive(raw, "num_experts_per_tok")
+    if experts % groups or experts // groups < 2:
+        raise ValueError(f"config.json n_group: {groups} groups of the {experts} experts are not groups of 2 or more")
+    if top_groups > groups:
+        raise ValueError(f"config.json topk_group: {top_groups} exceeds n_group {groups}")
+    if top_k > top_groups * experts // groups:
+        raise ValueError(f"config.json num_experts_per_tok: {top_k} exceeds the experts of {top_groups} groups")
+    dense = raw.get("first_k_dense_replace", 0)
+    shared = _positive(raw, "n_shared_experts") * _positive(raw, "moe_intermediate_size")
+    return MoEConfig(experts, top_k, raw["moe_intermediate_size"], tuple(i >= dense for i in range(layers)),
+                     scoring="sigmoid", renormalize=raw["norm_topk_prob"], groups=groups, top_groups=top_groups,
+                     scaling=float(raw["routed_scaling_factor"]), shared_size=shared, shared_name="shared_experts")

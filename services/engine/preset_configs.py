@@ -84,6 +84,12 @@ MOE_PRESETS: dict[str, dict] = {
     "tiny-qwen3-moe": {**_MOE_TINY, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
                        "intermediate_size": 128, "head_dim": 32, "num_experts": 8, "moe_intermediate_size": 48,
                        "norm_topk_prob": True},
+    "tiny-deepseek-v3": {  # latent attention; a dense first layer, then 8 experts in 4 groups (2 groups kept)
+        **_MOE_TINY, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "intermediate_size": 128,
+        "n_routed_experts": 8, "moe_intermediate_size": 48, "n_shared_experts": 1, "first_k_dense_replace": 1,
+        "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5, "norm_topk_prob": True, "kv_lora_rank": 32,
+        "q_lora_rank": 48, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 24, "head_dim": 8,
+        "num_key_value_heads": 4, "rope_interleave": True},
 }
 
 PRESETS: dict[str, dict] = {

@@ -1,6 +1,7 @@
 """Mixture-of-experts models of the Llama family (Mixtral, Qwen2-MoE, Qwen3-MoE): the MLP of a sparse layer is a
 router and experts, each token's output the weighted sum of its top-k experts' (Qwen2-MoE adds a shared expert
-behind a sigmoid gate). Tokens are grouped by expert, so each active expert runs one product over its tokens and
+behind a sigmoid gate; DeepSeek-V3 routes by grouped sigmoid scores, adds its shared experts, keeps its first
+layers dense and attends by latent attention, models/mla.py). Tokens are grouped by expert, so each active expert runs one product over its tokens and
 its weights are read once per step, decode steps included. Parameters are named as the checkpoint names them."""
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from services.common.model_config import ModelConfig
 from services.engine.attention import AttentionMetadata
 from services.engine.models.linear import Linear
 from services.engine.models.llama import LlamaAttention, LlamaForCausalLM, LlamaMLP, LlamaModel, RMSNorm
+from services.engine.models.mla import MLAttention
 from services.engine.models.packed import PackedLinear
-from services.engine.models.routing import softmax_top_k
+from services.engine.models.routing import grouped_sigmoid_top_k, softmax_top_k
 
 
 class Expert(nn.Module):
@@ -36,20 +38,27 @@ class SparseMoE(nn.Module):
         super().__init__()
         moe = c.moe
         assert moe is not None
-        self.top_k, self.renormalize = moe.top_k, moe.renormalize
+        self.moe = moe
         self.gate = Linear(c.hidden_size, moe.num_experts, bias=False)  # the router
+        if moe.scoring == "sigmoid":  # DeepSeek-V3's per-expert bias on the scores that choose (not on the weights)
+            self.gate.e_score_correction_bias = nn.Parameter(torch.zeros(moe.num_experts), requires_grad=False)
         self.experts = nn.ModuleList(Expert(c.hidden_size, moe.expert_size, moe.expert_parts) for _ in range(moe.num_experts))
         if moe.shared_size:
-            self.shared_expert = Expert(c.hidden_size, moe.shared_size, moe.expert_parts)
+            setattr(self, moe.shared_name, Expert(c.hidden_size, moe.shared_size, moe.expert_parts))
         if moe.shared_gate:
             self.shared_expert_gate = Linear(c.hidden_size, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weights, ids = softmax_top_k(self.gate(x), self.top_k, self.renormalize)  # [T, k] each
+        moe, logits = self.moe, self.gate(x)
+        if moe.scoring == "sigmoid":
+            weights, ids = grouped_sigmoid_top_k(logits, self.gate.e_score_correction_bias, moe.top_k, moe.groups,
+                                                 moe.top_groups, moe.renormalize, moe.scaling)
+        else:
+            weights, ids = softmax_top_k(logits, moe.top_k, moe.renormalize)  # [T, k] each
         out = self.routed(x, weights.to(x.dtype), ids)
-        if hasattr(self, "shared_expert"):
-            shared = self.shared_expert(x)
-            if hasattr(self, "shared_expert_gate"):
+        if moe.shared_size:
+            shared = getattr(self, moe.shared_name)(x)
+            if moe.shared_gate:
                 shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
             out = out + shared
         return out
@@ -75,7 +84,7 @@ class MoEDecoderLayer(nn.Module):
         super().__init__()
         assert c.moe is not None
         self.input_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
-        self.self_attn = LlamaAttention(c, layer)
+        self.self_attn = MLAttention(c, layer) if c.mla is not None else LlamaAttention(c, layer)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
         sparse = c.moe.sparse[layer]
         self.ffn = c.moe.block if sparse else "mlp"  # the checkpoint's name of the feed-forward module

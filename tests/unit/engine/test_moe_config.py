@@ -13,6 +13,10 @@ SIZE = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "
 MIXTRAL = {"model_type": "mixtral", **SIZE, "num_local_experts": 8, "num_experts_per_tok": 2}
 QWEN2_MOE = {"model_type": "qwen2_moe", **SIZE, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
              "shared_expert_intermediate_size": 48, "decoder_sparse_step": 2, "mlp_only_layers": [3]}
+DEEPSEEK_V3 = {"model_type": "deepseek_v3", **SIZE, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4,
+               "topk_group": 2, "first_k_dense_replace": 1, "moe_intermediate_size": 32, "kv_lora_rank": 32,
+               "q_lora_rank": None, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+               "scoring_func": "sigmoid", "topk_method": "noaux_tc"}
 
 
 def test_mixtral_routes_every_layer_with_renormalised_weights_over_its_w1_w3_w2_experts() -> None:
@@ -36,7 +40,22 @@ def test_qwen3_moe_as_transformers_5_writes_it_has_its_experts_under_mixtrals_ke
     assert config.moe is not None and config.moe.num_experts == 6 and config.moe.renormalize and config.qk_norm
 
 
+def test_deepseek_v3_pool_holds_one_latent_and_rotary_key_per_token_and_layer() -> None:
+    config = ModelConfig.from_dict(DEEPSEEK_V3)
+    assert config.mla is not None and config.moe is not None
+    assert config.num_kv_heads * 2 * config.head_dim == 32 + 8  # the pool's K and V planes of its one head
+    assert config.moe.sparse == (False, True, True, True) and config.moe.scaling == 2.5 and config.moe.renormalize
+    assert (config.moe.groups, config.moe.top_groups, config.moe.shared_size) == (4, 2, 32)
+
+
 @pytest.mark.parametrize(("raw", "key"), [
+    ({**DEEPSEEK_V3, "scoring_func": "softmax"}, "scoring_func"),
+    ({**DEEPSEEK_V3, "topk_method": "group_limited_greedy"}, "topk_method"),
+    ({**DEEPSEEK_V3, "moe_layer_freq": 2}, "moe_layer_freq"),
+    ({**DEEPSEEK_V3, "n_group": 3}, "n_group"),
+    ({**DEEPSEEK_V3, "topk_group": 5}, "topk_group"),
+    ({**DEEPSEEK_V3, "num_experts_per_tok": 5}, "num_experts_per_tok"),
+    ({**DEEPSEEK_V3, "kv_lora_rank": 31}, "kv_lora_rank"),
     ({**MIXTRAL, "hidden_act": "gelu"}, "hidden_act"),
     ({**MIXTRAL, "num_experts_per_tok": 9}, "num_experts_per_tok"),
     ({**MIXTRAL, "num_local_experts": 0}, "num_local_experts"),
