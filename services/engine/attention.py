@@ -101,7 +101,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     if gqa:
         group = q.shape[-3] // k.shape[-3]
         k, v = k.repeat_interleave(group, -3), v.repeat_interleave(group, -3)
-    scores = torch.tanh(q @ k.transpose(-1, -2) * (spec.scale / spec.softcap)) * spec.softcap
+    scores = torch.tanh(q @ k.transpose(-1, -2) * spec.scale / spec.softcap) * spec.softcap  # transformers' order
     if mask is None:
         mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
     scores = scores.masked_fill(~mask, float("-inf"))

@@ -66,7 +66,7 @@ FAMILY_PRESETS: dict[str, dict] = {
         "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
         # LongRoPE: sequences past 64 tokens switch to the long factors; 3/4 of each head rotates (as Phi-4-mini)
         "max_position_embeddings": 1024, "original_max_position_embeddings": 64, "partial_rotary_factor": 0.75,
-        "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.3, 1.5, 1.8],
+        "rope_scaling": {"type": "longrope", "factor": 16.0, "short_factor": [1.0, 1.1, 1.2, 1.3, 1.5, 1.8],
                          "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0]},
     },
 }

@@ -18,7 +18,8 @@ ACTIVATIONS = {"silu": F.silu, "gelu_pytorch_tanh": lambda x: F.gelu(x, approxim
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm; with `offset` 1 the scale is (1 + weight), as Gemma stores it."""
+    """RMSNorm; with `offset` 1 the scale is (1 + weight), as Gemma stores it. In bf16/fp16 it rounds where
+    transformers rounds: Gemma scales in float32 and casts, Llama normalises in float32, casts, then scales."""
 
     def __init__(self, dim: int, eps: float, offset: float = 0.0) -> None:
         super().__init__()
@@ -26,8 +27,12 @@ class RMSNorm(nn.Module):
         self.eps, self.offset = eps, offset
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self.weight + self.offset if self.offset else self.weight
-        return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+        shape = (x.shape[-1],)
+        if self.offset:
+            return F.rms_norm(x.float(), shape, self.weight.float() + self.offset, self.eps).type_as(x)
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, shape, self.weight, self.eps)
+        return self.weight * F.rms_norm(x.float(), shape, None, self.eps).to(x.dtype)
 
 
 def norm_offset(c: ModelConfig) -> float:
@@ -116,8 +121,7 @@ class LlamaForCausalLM(nn.Module):
 
     def run_layers(self, x: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """The decoder layers this model holds (a pipeline stage holds some): x [T, hidden] → [T, hidden]."""
-        reach = meta.token_reach(positions.device)
-        rotary = {kind: tuple(t.to(x.dtype) for t in table.cos_sin(positions, reach))  # as transformers casts
+        rotary = {kind: tuple(t.to(x.dtype) for t in table.cos_sin(positions, meta))  # as transformers casts
                   for kind, table in self.rope.items()}
         for i, layer in enumerate(self.model.layers):
             x = layer(x, *rotary[self.config.layer_type(i)], kv_pool[:, i], meta)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from services.common.model_config import ModelConfig
+from services.engine.attention import AttentionMetadata
 
 
 @dataclass(slots=True)
@@ -20,13 +21,16 @@ class RopeTable:
     original_max: int = 0
     scale: float = 1.0  # LongRoPE's attention factor, applied to cos and sin
 
-    def cos_sin(self, positions: torch.Tensor, reach: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions: [T]; reach: [T] the length each token's sequence reaches → cos, sin: [T, 1, rotary_dim]."""
+    def cos_sin(self, positions: torch.Tensor, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: [T] → cos, sin: [T, 1, rotary_dim]."""
         inv_freq = self.inv_freq[None, :]
-        if self.long_inv_freq is not None:
-            inv_freq = torch.where((reach > self.original_max)[:, None], self.long_inv_freq[None, :], inv_freq)
+        if self.long_inv_freq is not None:  # by the length each token's sequence reaches
+            long = meta.token_reach(positions.device) > self.original_max
+            inv_freq = torch.where(long[:, None], self.long_inv_freq[None, :], inv_freq)
         freqs = positions[:, None].float() * inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
+        if self.scale == 1.0:
+            return emb.cos(), emb.sin()
         return emb.cos() * self.scale, emb.sin() * self.scale
 
 

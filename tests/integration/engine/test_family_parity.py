@@ -15,7 +15,7 @@ from services.common.sampling import TokenLogprobs
 from services.engine.engine import EngineConfig, LLMEngine, StepOutput
 from services.engine.make_model import make_model
 from services.engine.preset_configs import FAMILY_PRESETS, MOE_PRESETS
-from tests.integration.engine.family_reference import PARAMS, PROMPTS, assert_equal, reference
+from tests.integration.engine.family_reference import LONG, PARAMS, PROMPTS, assert_equal, reference
 
 transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)
@@ -114,3 +114,20 @@ def test_gemma2_with_tp2_equals_transformers(tmp_path_factory: pytest.TempPathFa
         engine.close()
     for g, expected in zip(got, reference(folder)):
         _assert_equal(g, expected)
+
+
+@pytest.mark.parametrize("preset", list(FAMILY_PRESETS))
+def test_bf16_logits_equal_transformers_in_bf16(preset: str, tmp_path) -> None:
+    """In bf16 the norms round where transformers rounds (Gemma scales in float32; Llama casts, then scales):
+    the prompt's logits equal transformers' in bf16 (measured: bit for bit), well inside bf16's usual 1e-2."""
+    folder = str(make_model(preset, tmp_path, overrides={"torch_dtype": "bfloat16"}))
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    engine = LLMEngine(EngineConfig(folder, num_blocks=32, block_size=4))
+    try:
+        assert engine.layout.dtype == "bfloat16"
+        ours = engine.runner.full_logits(LONG, list(range(engine.blocks.blocks_for(len(LONG))))).float()
+    finally:
+        engine.close()
+    with torch.no_grad():
+        theirs = model(torch.tensor([LONG])).logits[0].float()
+    assert (ours - theirs).abs().max().item() <= 1e-2
