@@ -92,6 +92,17 @@ MOE_PRESETS: dict[str, dict] = {
         "num_key_value_heads": 4, "rope_interleave": True},
 }
 
+_QWEN3_SMALL = {**_FAMILY_BASE, "hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8,
+                "num_key_value_heads": 4, "head_dim": 64, "max_position_embeddings": 4096}
+# CPU benchmarks: a Qwen3-MoE of 32 experts (4 per token) and the dense Qwen3 of the same active parameters
+MOE_BENCH_PRESETS: dict[str, dict] = {
+    "small-qwen3-moe": {**_QWEN3_SMALL, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                        "intermediate_size": 1024, "num_experts": 32, "num_experts_per_tok": 4,
+                        "moe_intermediate_size": 256, "norm_topk_prob": True},
+    "small-qwen3-dense": {**_QWEN3_SMALL, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+                          "intermediate_size": 1024},  # 4 experts × 256: the MoE's active MLP width
+}
+
 PRESETS: dict[str, dict] = {
     "tiny-llama": _llama(64, 128, 2, 4, 2, BYTE_VOCAB, 2048, torch_dtype="float32"),
     "small-llama": _llama(512, 1408, 13, 8, 4, BYTE_VOCAB, 4096, torch_dtype="float32"),
@@ -106,6 +117,7 @@ PRESETS: dict[str, dict] = {
     ),
     **FAMILY_PRESETS,
     **MOE_PRESETS,
+    **MOE_BENCH_PRESETS,
 }
 
 DEFAULT_PRESET = "small-llama"

@@ -65,18 +65,18 @@ class SparseMoE(nn.Module):
 
     def routed(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """x: [T, hidden], weights and ids: [T, k] → Σ_k weight · expert(x) [T, hidden], one product per active expert."""
-        flat = ids.flatten()
-        order = flat.argsort(stable=True)  # the (token, slot) pairs grouped by expert
-        counts = torch.bincount(flat, minlength=len(self.experts)).tolist()
-        tokens, scale = order // ids.shape[1], weights.flatten()[order, None]
-        out = torch.zeros_like(x)
-        start = 0
+        tokens, k = ids.shape
+        order = ids.flatten().argsort(stable=True)  # the (token, slot) pairs grouped by expert
+        counts = torch.bincount(ids.flatten(), minlength=len(self.experts)).tolist()
+        grouped = x[order // k]  # [T·k, hidden]
+        outs, start = [], 0
         for expert, n in zip(self.experts, counts):
             if n:
-                rows = tokens[start : start + n]
-                out.index_add_(0, rows, expert(x[rows]) * scale[start : start + n])
+                outs.append(expert(grouped[start : start + n]))
             start += n
-        return out
+        # back to (token, slot) order by the inverse permutation (a gather: index_add_ is slow on CPU), then Σ_k
+        ys = torch.cat(outs).index_select(0, order.argsort()) * weights.flatten()[:, None]
+        return ys.view(tokens, k, -1).sum(dim=1)
 
 
 class MoEDecoderLayer(nn.Module):
