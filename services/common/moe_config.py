@@ -34,12 +34,23 @@ class MoEConfig:
     shared_size: int = 0  # the shared expert's intermediate width (0: none)
     shared_gate: bool = False  # Qwen2-MoE: the shared expert's output scaled by sigmoid(x · w)
     shared_name: str = "shared_expert"  # DeepSeek-V3: shared_experts
+    held: tuple[int, int] | None = None  # expert parallelism: the experts [start, stop) this rank holds; None: all
+    shared_here: bool = True  # expert parallelism: whether this rank runs the shared expert (one rank does)
     block: str = "mlp"  # the checkpoint's name of the feed-forward module (Mixtral: block_sparse_moe)
     expert_parts: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")  # Mixtral: w1, w3, w2
 
     def layers(self, start: int, stop: int) -> MoEConfig:
         """This config for the layers [start, stop) (a pipeline stage's)."""
         return replace(self, sparse=self.sparse[start:stop])
+
+    def expert_shard(self, ranks: int, rank: int) -> MoEConfig:
+        """This config for one of `ranks` expert-parallel ranks: its contiguous share of the experts."""
+        per = self.num_experts // ranks
+        return replace(self, held=(rank * per, (rank + 1) * per), shared_here=rank == 0)
+
+    @property
+    def held_experts(self) -> range:
+        return range(*self.held) if self.held is not None else range(self.num_experts)
 
 
 def _positive(raw: dict, key: str) -> int:

@@ -1,6 +1,7 @@
-"""DeepSeek-V3 (latent attention, grouped sigmoid routing, shared experts) served disaggregated by the whole stack:
-greedy tokens and logprobs as transformers gives them, and kvxfer moves per token and layer only the latent and
-the rotary key: its pulled bytes are layers × pulled tokens × (kv_lora_rank + qk_rope_head_dim) × 4 (fp32)."""
+"""Mixture-of-experts models served disaggregated by the whole stack, greedy tokens and logprobs as transformers
+gives them: DeepSeek-V3 (latent attention, grouped sigmoid routing, shared experts), where kvxfer moves per token
+and layer only the latent and the rotary key (its pulled bytes are layers × pulled tokens × (kv_lora_rank +
+qk_rope_head_dim) × 4, fp32); and Qwen2-MoE with its experts split over 2 ranks on each side (EP 2 = TP 2)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,23 @@ def stack(deepseek: str, redis_url: str) -> Iterator[Stack]:
         yield stack
 
 
+@pytest.fixture(scope="module")
+def ep2_stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
+    folder = str(make_model("tiny-qwen2-moe", tmp_path_factory.mktemp("tiny-qwen2-moe")))
+    with running_stack(folder, f"{redis_url.rsplit('/', 1)[0]}/{DB}", mode="disagg", prefill_tp=2, decode_tp=2,
+                       devices=("cpu:0", "cpu:1", "cpu:0", "cpu:1")) as stack:
+        yield stack, folder
+
+
+async def _assert_served_as_transformers(stack: Stack, folder: str) -> None:
+    results = await asyncio.gather(*(
+        generate(stack.router_address, prompt_ids=prompt, max_tokens=PARAMS.max_tokens, temperature=0.0,
+                 ignore_eos=True, logprobs=1) for prompt in PROMPTS))
+    for responses, expected in zip(results, reference(folder)):
+        assert_equal([t for r in responses for t in r.token_ids],
+                     [lp.logprob for r in responses for lp in r.logprobs], expected)
+
+
 async def _bytes_pulled(address: str) -> int:
     client = KVXferClient(address)
     try:
@@ -44,15 +62,17 @@ async def _bytes_pulled(address: str) -> int:
 
 async def test_tokens_equal_transformers_and_kvxfer_moves_only_the_latent(stack: Stack, deepseek: str) -> None:
     before = await _bytes_pulled(stack.kvxfer_address)
-    results = await asyncio.gather(*(
-        generate(stack.router_address, prompt_ids=prompt, max_tokens=PARAMS.max_tokens, temperature=0.0,
-                 ignore_eos=True, logprobs=1) for prompt in PROMPTS))
-    for responses, expected in zip(results, reference(deepseek)):
-        assert_equal([t for r in responses for t in r.token_ids],
-                     [lp.logprob for r in responses for lp in r.logprobs], expected)
+    await _assert_served_as_transformers(stack, deepseek)
     await wait_idle(stack)
     config = ModelConfig.from_folder(deepseek)
     assert config.mla is not None
     tokens = sum(-(-len(p) // defaults.BLOCK_SIZE) * defaults.BLOCK_SIZE for p in PROMPTS)  # whole blocks move
     moved = await _bytes_pulled(stack.kvxfer_address) - before
     assert moved == config.num_layers * tokens * (config.mla.kv_lora_rank + config.mla.rope_dim) * 4
+
+
+async def test_experts_split_over_two_ranks_on_each_side_equal_transformers(ep2_stack: tuple[Stack, str]) -> None:
+    stack, folder = ep2_stack
+    await _assert_served_as_transformers(stack, folder)
+    stats = await wait_idle(stack)
+    assert [s.blocks_used for s in stats] == [0] * len(stats)

@@ -42,10 +42,12 @@ class SparseMoE(nn.Module):
         self.gate = Linear(c.hidden_size, moe.num_experts, bias=False)  # the router
         if moe.scoring == "sigmoid":  # DeepSeek-V3's per-expert bias on the scores that choose (not on the weights)
             self.gate.e_score_correction_bias = nn.Parameter(torch.zeros(moe.num_experts), requires_grad=False)
-        self.experts = nn.ModuleList(Expert(c.hidden_size, moe.expert_size, moe.expert_parts) for _ in range(moe.num_experts))
-        if moe.shared_size:
+        # keyed by the global expert id, so parameter names are the checkpoint's under expert parallelism too
+        self.experts = nn.ModuleDict({str(e): Expert(c.hidden_size, moe.expert_size, moe.expert_parts)
+                                      for e in moe.held_experts})
+        if moe.shared_size and moe.shared_here:
             setattr(self, moe.shared_name, Expert(c.hidden_size, moe.shared_size, moe.expert_parts))
-        if moe.shared_gate:
+        if moe.shared_gate and moe.shared_here:
             self.shared_expert_gate = Linear(c.hidden_size, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -56,7 +58,7 @@ class SparseMoE(nn.Module):
         else:
             weights, ids = softmax_top_k(logits, moe.top_k, moe.renormalize)  # [T, k] each
         out = self.routed(x, weights.to(x.dtype), ids)
-        if moe.shared_size:
+        if moe.shared_size and moe.shared_here:
             shared = getattr(self, moe.shared_name)(x)
             if moe.shared_gate:
                 shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
@@ -64,18 +66,20 @@ class SparseMoE(nn.Module):
         return out
 
     def routed(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """x: [T, hidden], weights and ids: [T, k] → Σ_k weight · expert(x) [T, hidden], one product per active expert."""
+        """x: [T, hidden], weights and ids: [T, k] → Σ_k weight · expert(x) [T, hidden] over the experts this rank
+        holds (all but under expert parallelism), one product per active expert."""
         tokens, k = ids.shape
         order = ids.flatten().argsort(stable=True)  # the (token, slot) pairs grouped by expert
-        counts = torch.bincount(ids.flatten(), minlength=len(self.experts)).tolist()
+        ends = torch.bincount(ids.flatten(), minlength=self.moe.num_experts).cumsum(0).tolist()
         grouped = x[order // k]  # [T·k, hidden]
-        outs, start = [], 0
-        for expert, n in zip(self.experts, counts):
-            if n:
-                outs.append(expert(grouped[start : start + n]))
-            start += n
+        ys = torch.zeros_like(grouped)  # pairs routed to another rank's experts add nothing here
+        for name, expert in self.experts.items():
+            e = int(name)
+            start = ends[e - 1] if e else 0
+            if ends[e] > start:
+                ys[start : ends[e]] = expert(grouped[start : ends[e]])
         # back to (token, slot) order by the inverse permutation (a gather: index_add_ is slow on CPU), then Σ_k
-        ys = torch.cat(outs).index_select(0, order.argsort()) * weights.flatten()[:, None]
+        ys = ys.index_select(0, order.argsort()) * weights.flatten()[:, None]
         return ys.view(tokens, k, -1).sum(dim=1)
 
 

@@ -2,7 +2,9 @@
 
 Column-split projections (Q, K, V, gate, up, fc1) keep their rows of the heads or columns the rank holds;
 row-split ones (o/out, down/fc2) keep the matching input columns, their bias on TP rank 0 only, and sum the
-ranks' partial outputs with one all-reduce.
+ranks' partial outputs with one all-reduce. A mixture-of-experts layer is expert-parallel over the same ranks:
+each holds whole experts (a contiguous share) and the shared expert runs on TP rank 0, so the layer's outputs
+are partial sums too and one all-reduce per layer adds them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import nn
 from services.common.model_config import ModelConfig
 from services.engine.models import materialize
 from services.engine.models.linear import use_small_gemm
+from services.engine.models.moe import SparseMoE
 from services.engine.parallel.comm import Group
 from services.engine.parallel.shard import Shard
 from services.engine.weights import load_weights
@@ -28,6 +31,8 @@ HEAD_ROWS = {"q_proj": "heads", "k_proj": "kv_heads", "v_proj": "kv_heads"}
 COLUMN_ROWS = ("gate_proj", "up_proj", "fc1")
 ROW_SPLIT = {"o_proj": "heads", "out_proj": "heads", "down_proj": "columns", "fc2": "columns"}
 _LAYER = re.compile(r"^(.*\.layers\.)(\d+)\.(.*)$")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+_SHARED = re.compile(r"\.shared_experts?(_gate)?\.")
 
 
 class AllReduced(nn.Module):
@@ -50,8 +55,8 @@ def _span(shard: Shard, kind: str, head_dim: int) -> tuple[int, int]:
     return span.start * head_dim, span.stop * head_dim
 
 
-def shard_transform(shard: Shard, head_dim: int):
-    """The `load_weights` transform that keeps this rank's layers and slices."""
+def shard_transform(shard: Shard, head_dim: int, experts: range = range(0)):
+    """The `load_weights` transform that keeps this rank's layers and slices, and its whole `experts`."""
 
     def transform(name: str, part: Any) -> tuple[str, torch.Tensor] | None:
         m = _LAYER.match(name)
@@ -60,6 +65,10 @@ def shard_transform(shard: Shard, head_dim: int):
             if not shard.layers.start <= index < shard.layers.stop:
                 return None
             name = f"{m.group(1)}{index - shard.layers.start}.{m.group(3)}"
+        expert, shared = _EXPERT.search(name), _SHARED.search(name)
+        if expert is not None or shared is not None:  # whole, on the rank that holds it
+            keep = int(expert.group(1)) in experts if expert is not None else shard.tp_rank == 0
+            return (name, part[:]) if keep else None
         owner, _, leaf = name.rpartition(".")
         module = owner.rpartition(".")[2]
         if module in HEAD_ROWS or module in COLUMN_ROWS:
@@ -79,12 +88,14 @@ def shard_transform(shard: Shard, head_dim: int):
 def build_rank_model(model_dir: str | Path, config: ModelConfig, shard: Shard, device: torch.device,
                      dtype: torch.dtype, tp_group: Group) -> CausalLM:
     """This rank's model (its layers and heads; embedding and head on every stage), loaded and ready to run."""
-    model = materialize(shard.local_config(config), device, dtype)
-    load_weights(model, model_dir, shard_transform(shard, config.head_dim))
+    local = shard.local_config(config)
+    model = materialize(local, device, dtype)
+    load_weights(model, model_dir, shard_transform(shard, config.head_dim, local.moe.held_experts if local.moe else range(0)))
     if shard.tp > 1:
+        moe_blocks = tuple(f"{path}." for path, module in model.named_modules() if isinstance(module, SparseMoE))
         for path, module in list(model.named_modules()):
             leaf = path.rpartition(".")[2]
-            if leaf in ROW_SPLIT:
+            if isinstance(module, SparseMoE) or (leaf in ROW_SPLIT and not path.startswith(moe_blocks)):
                 parent = model.get_submodule(path.rpartition(".")[0])
                 setattr(parent, leaf, AllReduced(module, tp_group))
     if device.type == "cpu":

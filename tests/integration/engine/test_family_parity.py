@@ -102,18 +102,32 @@ def test_tokens_and_logprobs_equal_transformers(engines, want, mode: str) -> Non
     assert [g.cached for g in again] == [(len(p) - 1) // 4 * 4 for p in PROMPTS]
 
 
-@pytest.mark.long  # some 30 s: rank processes start
-@pytest.mark.timeout(240)
-def test_gemma2_with_tp2_equals_transformers(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """TP 2 (gloo rank processes, one KV head each), chunked, of the sliding-window family with the most parts."""
-    folder = str(make_model("tiny-gemma2", tmp_path_factory.mktemp("tp2")))
-    engine = LLMEngine(EngineConfig(folder, policy="chunked", num_blocks=96, block_size=4, max_batch_tokens=8, tp=2))
+def _assert_tp2_equals_transformers(folder: str, policy: str, budget: int) -> None:
+    """The prompts on an instance of 2 rank processes: transformers' tokens and logprobs."""
+    engine = LLMEngine(EngineConfig(folder, policy=policy, num_blocks=96, block_size=4, max_batch_tokens=budget, tp=2))
     try:
         got = _run(engine, None, PROMPTS)
     finally:
         engine.close()
     for g, expected in zip(got, reference(folder)):
         _assert_equal(g, expected)
+
+
+@pytest.mark.long  # some 30 s: rank processes start
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("policy", ["colocated", "chunked"])
+def test_qwen2_moe_with_ep2_equals_transformers(policy: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Experts split over 2 rank processes (EP = TP 2: 4 experts each, the shared expert on rank 0, the dense first
+    layer's MLP split by columns), one all-reduce per MoE layer."""
+    _assert_tp2_equals_transformers(str(make_model("tiny-qwen2-moe", tmp_path_factory.mktemp("ep2"))), policy,
+                                    MODES[policy][1])
+
+
+@pytest.mark.long  # some 30 s: rank processes start
+@pytest.mark.timeout(240)
+def test_gemma2_with_tp2_equals_transformers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """TP 2 (gloo rank processes, one KV head each), chunked, of the sliding-window family with the most parts."""
+    _assert_tp2_equals_transformers(str(make_model("tiny-gemma2", tmp_path_factory.mktemp("tp2"))), "chunked", 8)
 
 
 @pytest.mark.parametrize("preset", list(FAMILY_PRESETS))

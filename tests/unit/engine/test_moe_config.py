@@ -75,6 +75,16 @@ def test_a_pipeline_stage_keeps_the_sparse_flags_of_its_own_layers() -> None:
     assert [s.sparse for s in stages if s is not None] == [(False, True), (False, False)]
 
 
-def test_tensor_parallel_moe_is_refused_naming_the_flag() -> None:
-    with pytest.raises(ParallelConfigError, match="--tp"):
-        check_layout(ModelConfig.from_dict(MIXTRAL), 2, 1)
+def test_expert_parallel_ranks_hold_contiguous_whole_experts_and_one_runs_the_shared_expert() -> None:
+    config = ModelConfig.from_dict({**QWEN2_MOE, "num_experts": 8})
+    ranks = [shard_for(config, 2, 1, rank).local_config(config).moe for rank in (0, 1)]
+    assert [(m.held_experts, m.shared_here) for m in ranks if m is not None] == [(range(0, 4), True), (range(4, 8), False)]
+
+
+@pytest.mark.parametrize(("raw", "words"), [
+    ({**MIXTRAL, "num_local_experts": 6}, "6 experts"),
+    (DEEPSEEK_V3, "latent attention"),
+])
+def test_a_tp_the_experts_or_latent_attention_cannot_take_is_refused_naming_the_flag(raw: dict, words: str) -> None:
+    with pytest.raises(ParallelConfigError, match=f"--tp: .*{words}"):
+        check_layout(ModelConfig.from_dict(raw), 4 if "num_local_experts" in raw else 2, 1)
