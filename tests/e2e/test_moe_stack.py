@@ -21,7 +21,7 @@ from tests.integration.engine.family_reference import PARAMS, PROMPTS, assert_eq
 pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(600)]  # some 30 s: a stack starts
 pytest.importorskip("transformers")
 
-DB = 10
+DB, EP2_DB = 10, 12  # one each: the two module-scoped stacks live at once
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def stack(deepseek: str, redis_url: str) -> Iterator[Stack]:
 @pytest.fixture(scope="module")
 def ep2_stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
     folder = str(make_model("tiny-qwen2-moe", tmp_path_factory.mktemp("tiny-qwen2-moe")))
-    with running_stack(folder, f"{redis_url.rsplit('/', 1)[0]}/{DB}", mode="disagg", prefill_tp=2, decode_tp=2,
+    with running_stack(folder, f"{redis_url.rsplit('/', 1)[0]}/{EP2_DB}", mode="disagg", prefill_tp=2, decode_tp=2,
                        devices=("cpu:0", "cpu:1", "cpu:0", "cpu:1")) as stack:
         yield stack, folder
 
