@@ -9,6 +9,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from services.common.mla_config import MLA_TYPES, MLAConfig, mla_config
+from services.common.moe_config import MOE_TYPES, moe_config
 from services.engine.presets import PRESETS as ENGINE_PRESETS
 
 
@@ -24,6 +26,11 @@ class ModelShape:
     max_context: int
     ffn_matrices: int = 2  # 3 for a gated (SwiGLU, GeGLU) FFN
     head_size: int = 0  # a head's width where the config sets one apart from hidden / heads (Qwen3, Gemma)
+    # mixture of experts: `ffn` is the width a token passes through (its top-k experts and the shared one);
+    # `idle_ffn` the experts' width it does not (held in memory, not computed for that token)
+    idle_ffn: int = 0
+    kv_entry: int = 0  # latent attention: values per token and layer (latent + rotary key); 0: K and V heads
+    attn_size: int = 0  # latent attention: parameters of one layer's attention where the GQA count does not hold
 
     @property
     def head_dim(self) -> int:
@@ -31,13 +38,19 @@ class ModelShape:
 
     @property
     def params(self) -> int:
-        """Parameter count: attention (q, o per query head; k, v per kv head), the FFN matrices, embeddings."""
-        attn = 2 * self.hidden * (self.heads + self.kv_heads) * self.head_dim
+        """Parameter count (what memory holds): attention (q, o per query head; k, v per kv head), the FFN matrices
+        (every expert), embeddings."""
+        return self.active_params + self.layers * self.ffn_matrices * self.hidden * self.idle_ffn
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token passes through (all of them for a dense model)."""
+        attn = self.attn_size or 2 * self.hidden * (self.heads + self.kv_heads) * self.head_dim
         return self.layers * (attn + self.ffn_matrices * self.hidden * self.ffn) + self.vocab * self.hidden
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """Bytes of K and V one token occupies across all layers."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+        """Bytes of KV one token occupies across all layers (K and V heads, or latent attention's entry)."""
+        return self.layers * (self.kv_entry or 2 * self.kv_heads * self.head_dim) * dtype_bytes
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -52,13 +65,32 @@ def shape_from_config(config: dict, name: str) -> ModelShape:
     ffn = config["intermediate_size"] if gated else config.get("ffn_dim")
     if ffn is None:
         raise ValueError("model: config.json has neither intermediate_size nor ffn_dim")
+    experts = _experts(config) if config.get("model_type") in MOE_TYPES else {}
+    mla = mla_config(config) if config.get("model_type") in MLA_TYPES else None
     return ModelShape(
         name=name, hidden=hidden, layers=int(config["num_hidden_layers"]), heads=heads,
-        kv_heads=int(config.get("num_key_value_heads") or heads), ffn=int(ffn),
+        kv_heads=int(config.get("num_key_value_heads") or heads), ffn=int(experts.get("ffn", ffn)),
+        idle_ffn=experts.get("idle_ffn", 0), kv_entry=mla.entry if mla else 0,
+        attn_size=_mla_params(mla, hidden, heads) if mla else 0,
         vocab=int(config.get("vocab_size", 32000)),
         max_context=int(config.get("max_position_embeddings", 2048)), ffn_matrices=3 if gated else 2,
         head_size=0 if head_dim == hidden // heads else head_dim,  # 0 where it says what hidden / heads says
     )
+
+
+def _experts(config: dict) -> dict[str, int]:
+    """A mixture-of-experts config's FFN widths per layer: the active one of its sparse layers, and the idle experts'
+    averaged over all layers (dense layers hold none)."""
+    moe = moe_config(config)
+    idle = (moe.num_experts - moe.top_k) * moe.expert_size
+    return {"ffn": moe.top_k * moe.expert_size + moe.shared_size, "idle_ffn": idle * sum(moe.sparse) // len(moe.sparse)}
+
+
+def _mla_params(m: MLAConfig, hidden: int, heads: int) -> int:
+    """One latent attention layer: the query (low-rank or not), kv_a, kv_b and o projections."""
+    qk = m.nope_dim + m.rope_dim
+    query = hidden * m.q_lora_rank + m.q_lora_rank * heads * qk if m.q_lora_rank else hidden * heads * qk
+    return query + hidden * m.entry + m.kv_lora_rank * heads * (m.nope_dim + m.v_dim) + heads * m.v_dim * hidden
 
 
 def load_shape(model: str) -> ModelShape:
