@@ -9,8 +9,12 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+<<<<<<< HEAD
 from services.common.mla_config import MLA_TYPES, MLAConfig, mla_config
 from services.common.moe_config import MOE_TYPES, moe_config
+=======
+from services.common.model_config import ModelConfig
+>>>>>>> main
 from services.engine.presets import PRESETS as ENGINE_PRESETS
 
 
@@ -57,7 +61,10 @@ class ModelShape:
 
 
 def shape_from_config(config: dict, name: str) -> ModelShape:
-    """Read a Hugging Face `config.json` (Llama-family, Gemma or OPT keys)."""
+    """Read a Hugging Face `config.json`: as the engine reads it where it names its model_type (every family, a
+    multimodal checkpoint's language model, the defaults transformers assumes), else by its Llama or OPT keys."""
+    if "model_type" in config:
+        return _shape_of(ModelConfig.from_dict(config), name)
     hidden = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     head_dim = int(config.get("head_dim") or hidden // heads)
@@ -78,6 +85,7 @@ def shape_from_config(config: dict, name: str) -> ModelShape:
     )
 
 
+<<<<<<< HEAD
 def _experts(config: dict) -> dict[str, int]:
     """A mixture-of-experts config's FFN widths per layer: the active one of its sparse layers, and the idle experts'
     averaged over all layers (dense layers hold none)."""
@@ -91,6 +99,14 @@ def _mla_params(m: MLAConfig, hidden: int, heads: int) -> int:
     qk = m.nope_dim + m.rope_dim
     query = hidden * m.q_lora_rank + m.q_lora_rank * heads * qk if m.q_lora_rank else hidden * heads * qk
     return query + hidden * m.entry + m.kv_lora_rank * heads * (m.nope_dim + m.v_dim) + heads * m.v_dim * hidden
+=======
+def _shape_of(c: ModelConfig, name: str) -> ModelShape:
+    return ModelShape(
+        name=name, hidden=c.hidden_size, layers=c.num_layers, heads=c.num_heads, kv_heads=c.num_kv_heads,
+        ffn=c.intermediate_size, vocab=c.vocab_size, max_context=c.max_position, ffn_matrices=2 if c.arch == "opt" else 3,
+        head_size=0 if c.head_dim == c.hidden_size // c.num_heads else c.head_dim,
+    )
+>>>>>>> main
 
 
 def load_shape(model: str) -> ModelShape:

@@ -16,7 +16,7 @@ from services.engine.make_model import make_model
 from services.kvxfer.client import KVXferClient
 from services.launcher.stack import Stack
 from tests.e2e.helpers import generate, running_stack, wait_idle
-from tests.integration.engine.family_reference import PARAMS, PROMPTS, assert_equal, reference
+from tests.family_reference import PARAMS, PROMPTS, assert_equal, reference
 
 pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(600)]  # some 30 s: a stack starts
 pytest.importorskip("transformers")
