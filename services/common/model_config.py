@@ -16,10 +16,6 @@ from services.common.moe_config import MOE_TYPES, MoEConfig, moe_config
 Arch = Literal["llama", "gemma", "opt"]
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
-<<<<<<< HEAD
-SUPPORTED_TYPES = ("opt", *LLAMA_TYPES, *GEMMA_TYPES, *MOE_TYPES)
-=======
->>>>>>> main
 FULL, SLIDING = "full_attention", "sliding_attention"  # layer types, named as transformers names them
 SERVED_DTYPES = ("float32", "bfloat16", "float16")
 _DEFAULTS = {  # what transformers' config classes assume where a config.json leaves a key out
@@ -33,7 +29,7 @@ _DEFAULTS = {  # what transformers' config classes assume where a config.json le
                     "eos_token_id": 1},
 }
 MULTIMODAL = {"gemma3": "gemma3_text"}  # served as its language model alone: model type of its text_config
-SUPPORTED_TYPES = ("opt", *LLAMA_TYPES, *GEMMA_TYPES, *MULTIMODAL)
+SUPPORTED_TYPES = ("opt", *LLAMA_TYPES, *GEMMA_TYPES, *MULTIMODAL, *MOE_TYPES)
 _TOP_KEYS = ("eos_token_id", "bos_token_id", "tie_word_embeddings", "dtype", "torch_dtype")  # kept from the top
 
 

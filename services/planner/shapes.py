@@ -6,15 +6,11 @@ The engine team will later point `PRESETS` at the engine's own presets; the plan
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-<<<<<<< HEAD
-from services.common.mla_config import MLA_TYPES, MLAConfig, mla_config
-from services.common.moe_config import MOE_TYPES, moe_config
-=======
+from services.common.mla_config import MLAConfig
 from services.common.model_config import ModelConfig
->>>>>>> main
 from services.engine.presets import PRESETS as ENGINE_PRESETS
 
 
@@ -72,26 +68,29 @@ def shape_from_config(config: dict, name: str) -> ModelShape:
     ffn = config["intermediate_size"] if gated else config.get("ffn_dim")
     if ffn is None:
         raise ValueError("model: config.json has neither intermediate_size nor ffn_dim")
-    experts = _experts(config) if config.get("model_type") in MOE_TYPES else {}
-    mla = mla_config(config) if config.get("model_type") in MLA_TYPES else None
     return ModelShape(
         name=name, hidden=hidden, layers=int(config["num_hidden_layers"]), heads=heads,
-        kv_heads=int(config.get("num_key_value_heads") or heads), ffn=int(experts.get("ffn", ffn)),
-        idle_ffn=experts.get("idle_ffn", 0), kv_entry=mla.entry if mla else 0,
-        attn_size=_mla_params(mla, hidden, heads) if mla else 0,
+        kv_heads=int(config.get("num_key_value_heads") or heads), ffn=int(ffn),
         vocab=int(config.get("vocab_size", 32000)),
         max_context=int(config.get("max_position_embeddings", 2048)), ffn_matrices=3 if gated else 2,
         head_size=0 if head_dim == hidden // heads else head_dim,  # 0 where it says what hidden / heads says
     )
 
 
-<<<<<<< HEAD
-def _experts(config: dict) -> dict[str, int]:
-    """A mixture-of-experts config's FFN widths per layer: the active one of its sparse layers, and the idle experts'
-    averaged over all layers (dense layers hold none)."""
-    moe = moe_config(config)
-    idle = (moe.num_experts - moe.top_k) * moe.expert_size
-    return {"ffn": moe.top_k * moe.expert_size + moe.shared_size, "idle_ffn": idle * sum(moe.sparse) // len(moe.sparse)}
+def _shape_of(c: ModelConfig, name: str) -> ModelShape:
+    shape = ModelShape(
+        name=name, hidden=c.hidden_size, layers=c.num_layers, heads=c.num_heads, kv_heads=c.num_kv_heads,
+        ffn=c.intermediate_size, vocab=c.vocab_size, max_context=c.max_position, ffn_matrices=2 if c.arch == "opt" else 3,
+        head_size=0 if c.head_dim == c.hidden_size // c.num_heads else c.head_dim,
+    )
+    if c.moe is not None:  # the sparse layers' active width; the idle experts averaged over all layers
+        moe = c.moe
+        idle = (moe.num_experts - moe.top_k) * moe.expert_size * sum(moe.sparse) // len(moe.sparse)
+        shape = replace(shape, ffn=moe.top_k * moe.expert_size + moe.shared_size, idle_ffn=idle)
+    if c.mla is not None:  # the pool's one "head" of half an entry is the engine's view; the planner counts the entry
+        shape = replace(shape, kv_heads=c.num_heads, head_size=0, kv_entry=c.mla.entry,
+                        attn_size=_mla_params(c.mla, c.hidden_size, c.num_heads))
+    return shape
 
 
 def _mla_params(m: MLAConfig, hidden: int, heads: int) -> int:
@@ -99,14 +98,6 @@ def _mla_params(m: MLAConfig, hidden: int, heads: int) -> int:
     qk = m.nope_dim + m.rope_dim
     query = hidden * m.q_lora_rank + m.q_lora_rank * heads * qk if m.q_lora_rank else hidden * heads * qk
     return query + hidden * m.entry + m.kv_lora_rank * heads * (m.nope_dim + m.v_dim) + heads * m.v_dim * hidden
-=======
-def _shape_of(c: ModelConfig, name: str) -> ModelShape:
-    return ModelShape(
-        name=name, hidden=c.hidden_size, layers=c.num_layers, heads=c.num_heads, kv_heads=c.num_kv_heads,
-        ffn=c.intermediate_size, vocab=c.vocab_size, max_context=c.max_position, ffn_matrices=2 if c.arch == "opt" else 3,
-        head_size=0 if c.head_dim == c.hidden_size // c.num_heads else c.head_dim,
-    )
->>>>>>> main
 
 
 def load_shape(model: str) -> ModelShape:

@@ -10,7 +10,7 @@ from services.planner.shapes import shape_from_config
 
 MIXTRAL_8X7B = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
                 "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
-                "num_local_experts": 8, "num_experts_per_tok": 2}
+                "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 32768}
 DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
                "num_attention_heads": 128, "num_key_value_heads": 128, "vocab_size": 129280,
                "moe_intermediate_size": 2048, "n_routed_experts": 256, "num_experts_per_tok": 8, "n_group": 8,
