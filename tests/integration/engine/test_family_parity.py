@@ -102,9 +102,10 @@ def test_tokens_and_logprobs_equal_transformers(engines, want, mode: str) -> Non
     assert [g.cached for g in again] == [(len(p) - 1) // 4 * 4 for p in PROMPTS]
 
 
-def _assert_tp2_equals_transformers(folder: str, policy: str, budget: int) -> None:
-    """The prompts on an instance of 2 rank processes: transformers' tokens and logprobs."""
-    engine = LLMEngine(EngineConfig(folder, policy=policy, num_blocks=96, block_size=4, max_batch_tokens=budget, tp=2))
+def _assert_ranks_equal_transformers(folder: str, policy: str, budget: int, tp: int = 2, pp: int = 1) -> None:
+    """The prompts on an instance of TP x PP rank processes: transformers' tokens and logprobs."""
+    engine = LLMEngine(EngineConfig(folder, policy=policy, num_blocks=96, block_size=4, max_batch_tokens=budget,
+                                    tp=tp, pp=pp))
     try:
         got = _run(engine, None, PROMPTS)
     finally:
@@ -115,19 +116,21 @@ def _assert_tp2_equals_transformers(folder: str, policy: str, budget: int) -> No
 
 @pytest.mark.long  # some 30 s: rank processes start
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("policy", ["colocated", "chunked"])
-def test_qwen2_moe_with_ep2_equals_transformers(policy: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Experts split over 2 rank processes (EP = TP 2: 4 experts each, the shared expert on rank 0, the dense first
-    layer's MLP split by columns), one all-reduce per MoE layer."""
-    _assert_tp2_equals_transformers(str(make_model("tiny-qwen2-moe", tmp_path_factory.mktemp("ep2"))), policy,
-                                    MODES[policy][1])
+@pytest.mark.parametrize(("policy", "tp", "pp"), [("colocated", 2, 1), ("chunked", 2, 1), ("chunked", 1, 2)])
+def test_qwen2_moe_on_ranks_equals_transformers(policy: str, tp: int, pp: int,
+                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    """EP 2: the experts split over 2 rank processes (EP = TP 2: 4 experts each, the shared expert on rank 0, the
+    dense first layer's MLP split by columns), one all-reduce per MoE layer; PP 2: the dense layer on one stage,
+    the sparse one on the other."""
+    _assert_ranks_equal_transformers(str(make_model("tiny-qwen2-moe", tmp_path_factory.mktemp("ranks"))), policy,
+                                     MODES[policy][1], tp, pp)
 
 
 @pytest.mark.long  # some 30 s: rank processes start
 @pytest.mark.timeout(240)
 def test_gemma2_with_tp2_equals_transformers(tmp_path_factory: pytest.TempPathFactory) -> None:
     """TP 2 (gloo rank processes, one KV head each), chunked, of the sliding-window family with the most parts."""
-    _assert_tp2_equals_transformers(str(make_model("tiny-gemma2", tmp_path_factory.mktemp("tp2"))), "chunked", 8)
+    _assert_ranks_equal_transformers(str(make_model("tiny-gemma2", tmp_path_factory.mktemp("tp2"))), "chunked", 8)
 
 
 @pytest.mark.parametrize("preset", list(FAMILY_PRESETS))
