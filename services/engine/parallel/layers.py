@@ -69,6 +69,8 @@ def shard_transform(shard: Shard, head_dim: int, experts: range = range(0)):
         if expert is not None or shared is not None:  # whole, on the rank that holds it
             keep = int(expert.group(1)) in experts if expert is not None else shard.tp_rank == 0
             return (name, part[:]) if keep else None
+        if shard.tp == 1:  # whole (latent attention's projections have no per-head rows to cut by head_dim)
+            return name, part[:]
         owner, _, leaf = name.rpartition(".")
         module = owner.rpartition(".")[2]
         if module in HEAD_ROWS or module in COLUMN_ROWS:

@@ -116,13 +116,15 @@ def _assert_ranks_equal_transformers(folder: str, policy: str, budget: int, tp: 
 
 @pytest.mark.long  # some 30 s: rank processes start
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("policy", "tp", "pp"), [("colocated", 2, 1), ("chunked", 2, 1), ("chunked", 1, 2)])
-def test_qwen2_moe_on_ranks_equals_transformers(policy: str, tp: int, pp: int,
-                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.mark.parametrize(("preset", "policy", "tp", "pp"), [
+    ("tiny-qwen2-moe", "colocated", 2, 1), ("tiny-qwen2-moe", "chunked", 2, 1), ("tiny-qwen2-moe", "chunked", 1, 2),
+    ("tiny-deepseek-v3", "chunked", 1, 2)])
+def test_moe_on_ranks_equals_transformers(preset: str, policy: str, tp: int, pp: int,
+                                          tmp_path_factory: pytest.TempPathFactory) -> None:
     """EP 2: the experts split over 2 rank processes (EP = TP 2: 4 experts each, the shared expert on rank 0, the
     dense first layer's MLP split by columns), one all-reduce per MoE layer; PP 2: the dense layer on one stage,
-    the sparse one on the other."""
-    _assert_ranks_equal_transformers(str(make_model("tiny-qwen2-moe", tmp_path_factory.mktemp("ranks"))), policy,
+    the sparse one on the other (DeepSeek-V3's latent attention in both)."""
+    _assert_ranks_equal_transformers(str(make_model(preset, tmp_path_factory.mktemp(preset))), policy,
                                      MODES[policy][1], tp, pp)
 
 
