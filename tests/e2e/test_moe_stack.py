@@ -1,7 +1,8 @@
 """Mixture-of-experts models served disaggregated by the whole stack, greedy tokens and logprobs as transformers
 gives them: DeepSeek-V3 (latent attention, grouped sigmoid routing, shared experts), where kvxfer moves per token
 and layer only the latent and the rotary key (its pulled bytes are layers × pulled tokens × (kv_lora_rank +
-qk_rope_head_dim) × 4, fp32); and Qwen2-MoE with its experts split over 2 ranks on each side (EP 2 = TP 2)."""
+qk_rope_head_dim) × 4, fp32); and Qwen2-MoE and DeepSeek-V3 with their experts split over 2 ranks on each side
+(EP 2 = TP 2; DeepSeek-V3's heads split, its latent on every rank, so a decode rank pulls whole blocks)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ def stack(deepseek: str, redis_url: str) -> Iterator[Stack]:
         yield stack
 
 
-@pytest.fixture(scope="module")
-def ep2_stack(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
-    folder = str(make_model("tiny-qwen2-moe", tmp_path_factory.mktemp("tiny-qwen2-moe")))
+@pytest.fixture(scope="module", params=["tiny-qwen2-moe", "tiny-deepseek-v3"])
+def ep2_stack(request, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
+    folder = str(make_model(request.param, tmp_path_factory.mktemp(request.param)))
     with running_stack(folder, f"{redis_url.rsplit('/', 1)[0]}/{EP2_DB}", mode="disagg", prefill_tp=2, decode_tp=2,
                        devices=("cpu:0", "cpu:1", "cpu:0", "cpu:1")) as stack:
         yield stack, folder

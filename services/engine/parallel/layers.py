@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from services.common.mla_config import MLAConfig
 from services.common.model_config import ModelConfig
 from services.engine.models import materialize
 from services.engine.models.linear import use_small_gemm
@@ -27,7 +28,7 @@ from services.engine.weights import load_weights
 if TYPE_CHECKING:
     from services.engine.models import CausalLM
 
-HEAD_ROWS = {"q_proj": "heads", "k_proj": "kv_heads", "v_proj": "kv_heads"}
+HEAD_ROWS = {"q_proj": "heads", "k_proj": "kv_heads", "v_proj": "kv_heads", "q_b_proj": "heads", "kv_b_proj": "heads"}
 COLUMN_ROWS = ("gate_proj", "up_proj", "fc1")
 ROW_SPLIT = {"o_proj": "heads", "out_proj": "heads", "down_proj": "columns", "fc2": "columns"}
 _LAYER = re.compile(r"^(.*\.layers\.)(\d+)\.(.*)$")
@@ -55,8 +56,11 @@ def _span(shard: Shard, kind: str, head_dim: int) -> tuple[int, int]:
     return span.start * head_dim, span.stop * head_dim
 
 
-def shard_transform(shard: Shard, head_dim: int, experts: range = range(0)):
-    """The `load_weights` transform that keeps this rank's layers and slices, and its whole `experts`."""
+def shard_transform(shard: Shard, head_dim: int, experts: range = range(0), mla: MLAConfig | None = None):
+    """The `load_weights` transform that keeps this rank's layers and slices, and its whole `experts`. Latent
+    attention splits its heads (q, kv_b rows; o columns) and keeps the latent's projections whole on every rank."""
+    widths = {} if mla is None else {"q_proj": mla.nope_dim + mla.rope_dim, "q_b_proj": mla.nope_dim + mla.rope_dim,
+                                     "kv_b_proj": mla.nope_dim + mla.v_dim, "o_proj": mla.v_dim}  # per head
 
     def transform(name: str, part: Any) -> tuple[str, torch.Tensor] | None:
         m = _LAYER.match(name)
@@ -74,13 +78,13 @@ def shard_transform(shard: Shard, head_dim: int, experts: range = range(0)):
         owner, _, leaf = name.rpartition(".")
         module = owner.rpartition(".")[2]
         if module in HEAD_ROWS or module in COLUMN_ROWS:
-            lo, hi = _span(shard, HEAD_ROWS.get(module, "columns"), head_dim)
+            lo, hi = _span(shard, HEAD_ROWS.get(module, "columns"), widths.get(module, head_dim))
             return name, part[lo:hi]
         if module in ROW_SPLIT:
             if leaf == "bias":
                 bias = part[:]
                 return name, bias if shard.tp_rank == 0 else torch.zeros_like(bias)
-            lo, hi = _span(shard, ROW_SPLIT[module], head_dim)
+            lo, hi = _span(shard, ROW_SPLIT[module], widths.get(module, head_dim))
             return name, part[:, lo:hi]
         return name, part[:]
 
@@ -92,7 +96,8 @@ def build_rank_model(model_dir: str | Path, config: ModelConfig, shard: Shard, d
     """This rank's model (its layers and heads; embedding and head on every stage), loaded and ready to run."""
     local = shard.local_config(config)
     model = materialize(local, device, dtype)
-    load_weights(model, model_dir, shard_transform(shard, config.head_dim, local.moe.held_experts if local.moe else range(0)))
+    experts = local.moe.held_experts if local.moe else range(0)
+    load_weights(model, model_dir, shard_transform(shard, config.head_dim, experts, config.mla))
     if shard.tp > 1:
         moe_blocks = tuple(f"{path}." for path, module in model.named_modules() if isinstance(module, SparseMoE))
         for path, module in list(model.named_modules()):

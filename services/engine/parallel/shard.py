@@ -80,8 +80,6 @@ def check_layout(config: ModelConfig, tp: int, pp: int, devices: int | None = No
     kv = config.num_kv_heads
     if kv % tp and tp % kv:
         raise ParallelConfigError("--tp", f"{tp} neither divides nor is a multiple of the model's {kv} KV heads")
-    if config.mla is not None and tp > 1:
-        raise ParallelConfigError("--tp", "latent attention (DeepSeek-V3) runs at --tp 1 (its heads are not split yet)")
     if config.moe is not None and config.moe.num_experts % tp:
         raise ParallelConfigError("--tp", f"{tp} does not divide the model's {config.moe.num_experts} experts (EP = TP)")
     if config.intermediate_size % tp:

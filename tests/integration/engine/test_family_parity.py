@@ -118,7 +118,7 @@ def _assert_ranks_equal_transformers(folder: str, policy: str, budget: int, tp: 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("preset", "policy", "tp", "pp"), [
     ("tiny-qwen2-moe", "colocated", 2, 1), ("tiny-qwen2-moe", "chunked", 2, 1), ("tiny-qwen2-moe", "chunked", 1, 2),
-    ("tiny-deepseek-v3", "chunked", 1, 2)])
+    ("tiny-deepseek-v3", "chunked", 1, 2), ("tiny-deepseek-v3", "chunked", 2, 1)])
 def test_moe_on_ranks_equals_transformers(preset: str, policy: str, tp: int, pp: int,
                                           tmp_path_factory: pytest.TempPathFactory) -> None:
     """EP 2: the experts split over 2 rank processes (EP = TP 2: 4 experts each, the shared expert on rank 0, the
