@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
-_DEFAULTS = {  # what transformers' config classes assume where a config.json leaves a key out
+_DEFAULTS: dict[str, dict[str, object]] = {  # what transformers' config classes assume where a key is left out
     "mixtral": {"num_local_experts": 8, "num_experts_per_tok": 2},
     "qwen2_moe": {"num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
                   "shared_expert_intermediate_size": 5632},

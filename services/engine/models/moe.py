@@ -53,8 +53,9 @@ class SparseMoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         moe, logits = self.moe, self.gate(x)
         if moe.scoring == "sigmoid":
-            weights, ids = grouped_sigmoid_top_k(logits, self.gate.e_score_correction_bias, moe.top_k, moe.groups,
-                                                 moe.top_groups, moe.renormalize, moe.scaling)
+            bias = self.gate.get_parameter("e_score_correction_bias")
+            weights, ids = grouped_sigmoid_top_k(logits, bias, moe.top_k, moe.groups, moe.top_groups, moe.renormalize,
+                                                 moe.scaling)
         else:
             weights, ids = softmax_top_k(logits, moe.top_k, moe.renormalize)  # [T, k] each
         out = self.routed(x, weights.to(x.dtype), ids)
