@@ -35,6 +35,8 @@ def mla_config(raw: dict) -> MLAConfig:
     for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
         if not isinstance(raw[key], int) or raw[key] < 1:
             raise ValueError(f"config.json {key}: {raw[key]!r} is not a positive integer")
+    if raw["q_lora_rank"] is not None and (not isinstance(raw["q_lora_rank"], int) or raw["q_lora_rank"] < 1):
+        raise ValueError(f"config.json q_lora_rank: {raw['q_lora_rank']!r} is neither null nor a positive integer")
     if (raw["kv_lora_rank"] + raw["qk_rope_head_dim"]) % 2:  # the pool holds the entry as two halves (engine.md)
         raise ValueError(f"config.json kv_lora_rank: {raw['kv_lora_rank']} + qk_rope_head_dim is odd")
     return MLAConfig(raw["kv_lora_rank"], raw["q_lora_rank"], raw["qk_rope_head_dim"], raw["qk_nope_head_dim"],

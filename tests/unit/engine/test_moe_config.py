@@ -56,6 +56,7 @@ def test_deepseek_v3_pool_holds_one_latent_and_rotary_key_per_token_and_layer() 
     ({**DEEPSEEK_V3, "topk_group": 5}, "topk_group"),
     ({**DEEPSEEK_V3, "num_experts_per_tok": 5}, "num_experts_per_tok"),
     ({**DEEPSEEK_V3, "kv_lora_rank": 31}, "kv_lora_rank"),
+    ({**DEEPSEEK_V3, "q_lora_rank": 0}, "q_lora_rank"),
     ({**MIXTRAL, "hidden_act": "gelu"}, "hidden_act"),
     ({**MIXTRAL, "num_experts_per_tok": 9}, "num_experts_per_tok"),
     ({**MIXTRAL, "num_local_experts": 0}, "num_local_experts"),
