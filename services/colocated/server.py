@@ -11,8 +11,8 @@ from services.common.convert import logprobs_to_proto, sampling_from_proto
 from services.common.errors import abort_with
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine, fork_id
-from services.instance.admission import Admission
 from services.instance.config import InstanceSettings
+from services.instance.request_bound import RequestBound
 from services.instance.servicer import InstanceServicer
 from services.kvxfer.api import KVXferClient
 
@@ -22,7 +22,7 @@ class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):
         self.engine = engine
         self.instance_id = instance_id
         self.role = role
-        self.admission = Admission(max_pending, role)
+        self.bound = RequestBound(max_pending, role)
 
     async def Generate(self, request: worker_pb2.ColocatedRequest, context: grpc.aio.ServicerContext):
         try:
@@ -31,7 +31,7 @@ class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):
             n = max(1, request.n)
             self.engine.validate(prompt, params)
             index = {fork_id(request.request_id, i): i for i in range(1, n)}
-            with self.admission.slot():
+            with self.bound.slot():
                 stamps = Lifetime(prefill_queued=time.time())
                 first = True
                 async for out in self.engine.generate(request.request_id, prompt, params, n, request.cache_namespace):

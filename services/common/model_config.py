@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Literal
 
 from services.common.generation_config import eos_ids, read_generation_config
+from services.common.mla_config import MLA_TYPES, MLAConfig, mla_config
+from services.common.moe_config import MOE_TYPES, MoEConfig, moe_config
 
 Arch = Literal["llama", "gemma", "opt"]
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
@@ -27,7 +29,7 @@ _DEFAULTS = {  # what transformers' config classes assume where a config.json le
                     "eos_token_id": 1},
 }
 MULTIMODAL = {"gemma3": "gemma3_text"}  # served as its language model alone: model type of its text_config
-SUPPORTED_TYPES = ("opt", *LLAMA_TYPES, *GEMMA_TYPES, *MULTIMODAL)
+SUPPORTED_TYPES = ("opt", *LLAMA_TYPES, *GEMMA_TYPES, *MULTIMODAL, *MOE_TYPES)
 _TOP_KEYS = ("eos_token_id", "bos_token_id", "tie_word_embeddings", "dtype", "torch_dtype")  # kept from the top
 
 
@@ -57,6 +59,10 @@ class ModelConfig:
     query_scale: float | None = None  # attention score scale when not head_dim ** -0.5 (Gemma)
     attn_softcap: float | None = None  # Gemma 2: scores → cap · tanh(scores / cap)
     final_softcap: float | None = None  # Gemma 2: the same on the logits
+    moe: MoEConfig | None = None  # experts in place of the MLP (Mixtral, Qwen2/3-MoE, DeepSeek-V3)
+    # DeepSeek-V3's latent attention; the pool then holds one "KV head" whose K and V planes are the two halves of
+    # a token's latent and rotary key (num_kv_heads 1, head_dim their half), so its layout and transfers are as ever
+    mla: MLAConfig | None = None
     dtype: str = "float32"  # the checkpoint's (torch_dtype; transformers 5 writes dtype): what --dtype auto serves
 
     @property
@@ -81,17 +87,17 @@ class ModelConfig:
             raise ValueError(f"config.json dtype {dtype!r} is not served; --dtype takes {', '.join(SERVED_DTYPES)}")
         if model_type == "opt":
             return _opt(raw, dtype)
-        if model_type not in LLAMA_TYPES + GEMMA_TYPES:
+        if model_type not in LLAMA_TYPES + GEMMA_TYPES + MOE_TYPES:
             raise ValueError(f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)}")
         gemma = model_type in GEMMA_TYPES
         raw = {**_DEFAULTS.get(model_type, {}), **raw}
         layers = raw["num_hidden_layers"]
         window = raw.get("sliding_window")
-        if model_type in ("qwen2", "qwen3") and not raw.get("use_sliding_window", False):
+        if model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and not raw.get("use_sliding_window", False):
             window = None
         types = tuple(raw.get("layer_types") or _default_layer_types(raw, model_type, layers, window))
-        bias = raw.get("attention_bias", model_type == "qwen2")
-        return cls(
+        bias = raw.get("attention_bias", raw.get("qkv_bias", model_type in ("qwen2", "qwen2_moe")))
+        config = cls(
             arch="gemma" if gemma else "llama", vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
             intermediate_size=raw["intermediate_size"], num_layers=layers, num_heads=raw["num_attention_heads"],
             num_kv_heads=raw.get("num_key_value_heads") or raw["num_attention_heads"],
@@ -100,12 +106,16 @@ class ModelConfig:
             rope=_rope(raw, model_type), tie_embeddings=raw.get("tie_word_embeddings", gemma),
             qkv_bias=bias, o_bias=raw.get("attention_bias", False), head_dim_override=raw.get("head_dim"),
             layer_types=types if window is not None else (FULL,) * layers,
-            sliding_window=window, qk_norm=model_type in ("qwen3", "gemma3_text"),
+            sliding_window=window, qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3_text"),
             hidden_act=raw.get("hidden_activation") or raw.get("hidden_act") or "silu",
             query_scale=raw["query_pre_attn_scalar"] ** -0.5 if gemma else None,
             attn_softcap=raw.get("attn_logit_softcapping"), final_softcap=raw.get("final_logit_softcapping"),
-            dtype=dtype,
+            moe=moe_config(raw) if model_type in MOE_TYPES else None, dtype=dtype,
         )
+        if model_type in MLA_TYPES:
+            mla = mla_config(raw)
+            config = replace(config, num_kv_heads=1, head_dim_override=mla.entry // 2, mla=mla)
+        return config
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> ModelConfig:

@@ -35,3 +35,30 @@ class DecodeCoeffs:
 
     def seconds(self, context: float, batch: float) -> float:
         return self.c0 + self.per_ctx * context + self.per_req * batch
+
+
+@dataclass(frozen=True, slots=True)
+class KindFit:
+    """One kind of instance's step lines as the planner fits them online (`ds:model`), each with the steps it
+    rests on; None where that phase is not fitted."""
+
+    role: str
+    device: str
+    prefill: PrefillCoeffs | None
+    decode: DecodeCoeffs | None
+    prefill_steps: int = 0
+    decode_steps: int = 0
+
+
+def stored_kinds(stored: dict) -> dict[str, KindFit]:
+    """The kinds of a stored online fit (`ds:model`, which planner/online_fit.py writes), by `role@device`: the one
+    reading of that record, for the router's predictions and the planner's replanning."""
+    kinds = {}
+    for key, kind in stored.get("kinds", {}).items():
+        role, _, device = key.partition("@")
+        window = kind.get("window", {})
+        kinds[key] = KindFit(kind.get("role", role), kind.get("device", device),
+                             PrefillCoeffs(**kind["prefill"]) if kind.get("prefill") else None,
+                             DecodeCoeffs(**kind["decode"]) if kind.get("decode") else None,
+                             int(window.get("prefill_steps", 0)), int(window.get("decode_steps", 0)))
+    return kinds

@@ -21,8 +21,8 @@ from services.decode.reshard import reshard_copies
 from services.engine.async_engine import AsyncEngine, StepOutput
 from services.engine.parallel.shard import Span
 from services.instance.abandoned import free_after_copy
-from services.instance.admission import Admission
 from services.instance.kv_shards import PoolShard, SitePull, shards_from_handle, site_pulls
+from services.instance.request_bound import RequestBound
 from services.kvxfer.api import KVXferClient, LeaseKeeper
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class DecodeCore:
         self.kv_of = dict(kv_of or {})  # per rank pool on another host than rank 0's: that host's kvxfer
         self.instance_id = instance_id
         self.pull_timeout_s = pull_timeout_s
-        self.admission = Admission(max_pending, "decode")
+        self.bound = RequestBound(max_pending, "decode")
         self.pacer = LocalPacer(local_prefill_share)
         self._unread: set[asyncio.Future] = set()  # empty pulls ending unread source leases, in flight
         # leased prefixes (reverse pulls): a pull in flight holds its lease past expiry, so free by our clock later
@@ -93,7 +93,7 @@ class DecodeCore:
                                                   "here and its first token sampled here")
         if handle is not None and handle.num_tokens != len(prompt_ids):
             raise EngineInputError("kv.num_tokens", f"{handle.num_tokens} != prompt length {len(prompt_ids)}")
-        with self.admission.slot():
+        with self.bound.slot():
             held: list[int] = []  # a local prefill's cached prefix, kept from eviction until the engine takes it
             blocks, cached = [], 0
             if handle is None:

@@ -2,7 +2,7 @@
 engine's interface to the instance roles (prefill, decode, colocated): they import nothing else of the engine
 (an import contract in pyproject.toml) and reach the LLMEngine only through it.
 
-The engine itself runs on an EngineWorker thread; outputs come back through `call_soon_threadsafe`.
+The engine itself runs on an EngineThread thread; outputs come back through `call_soon_threadsafe`.
 A stream that ends early (client gone, deadline, error) aborts its request, which frees its blocks.
 """
 
@@ -18,8 +18,8 @@ from services.common.errors import EngineFailed, RequestFailed
 from services.common.kv_layout import KVLayout
 from services.common.sampling import FinishReason, SamplingParams
 from services.engine.engine import LLMEngine, StepOutput, fork_id
+from services.engine.engine_thread import EngineThread
 from services.engine.step_log import EngineStats
-from services.engine.worker import EngineWorker
 
 __all__ = ["AsyncEngine", "StepOutput", "fork_id"]
 
@@ -33,13 +33,13 @@ class AsyncEngine:
         self._loop = asyncio.get_running_loop()
         self._streams: dict[str, asyncio.Queue[StepOutput | BaseException]] = {}
         self._block_waiters: deque[tuple[int, asyncio.Future[list[int]]]] = deque()
-        self.worker = EngineWorker(engine, lambda outs: self._loop.call_soon_threadsafe(self._dispatch, outs),
+        self.thread = EngineThread(engine, lambda outs: self._loop.call_soon_threadsafe(self._dispatch, outs),
                                    lambda exc: self._loop.call_soon_threadsafe(self._fail_streams, exc))
-        self.worker.start()
+        self.thread.start()
 
     async def call(self, fn: Callable[[LLMEngine], T]) -> T:
         """Runs `fn(engine)` on the engine thread between steps."""
-        return await asyncio.wrap_future(self.worker.call(fn))
+        return await asyncio.wrap_future(self.thread.call(fn))
 
     def _dispatch(self, outputs: list[StepOutput]) -> None:
         for out in outputs:
@@ -55,7 +55,7 @@ class AsyncEngine:
 
     @property
     def failed(self) -> bool:
-        return self.worker.error is not None
+        return self.thread.error is not None
 
     async def _stream(self, request_ids: list[str], admit: Callable[[LLMEngine], object]) -> AsyncIterator[StepOutput]:
         """The outputs of `request_ids` (a request's choices) until each one ended."""
@@ -81,7 +81,7 @@ class AsyncEngine:
                 # Fire and forget: the abort is queued to the engine thread even if this task is cancelled; the
                 # blocks it frees then go to the requests waiting for some.
                 left = sorted(running)
-                self.worker.call(lambda e: [e.abort(r) for r in left]).add_done_callback(
+                self.thread.call(lambda e: [e.abort(r) for r in left]).add_done_callback(
                     lambda _: self._loop.call_soon_threadsafe(self._grant_blocks))
 
     async def end(self, request_id: str) -> bool:
@@ -96,7 +96,7 @@ class AsyncEngine:
     @property
     def steps(self) -> int:
         """Steps run since the start."""
-        return self.worker.steps
+        return self.thread.steps
 
     def busy(self) -> bool:
         """Whether sequences are waiting or running (read off the engine thread: a hint, not a snapshot)."""
@@ -130,7 +130,7 @@ class AsyncEngine:
 
     async def stats(self, steps_since: float | None = None) -> EngineStats:
         """A snapshot of the engine between steps (see LLMEngine.stats)."""
-        return await self.call(lambda e: e.stats(self.worker.steps, steps_since))
+        return await self.call(lambda e: e.stats(self.thread.steps, steps_since))
 
     def generate(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
                  n: int = 1, cache_namespace: str = "") -> AsyncIterator[StepOutput]:
@@ -182,7 +182,7 @@ class AsyncEngine:
 
     def release(self, request_id: str) -> None:
         """Prefill: the held K/V of `request_id` was pulled or its lease ended; its blocks go back (queued)."""
-        self.worker.call(lambda e: e.release_prefilled(request_id))
+        self.thread.call(lambda e: e.release_prefilled(request_id))
 
     def free_blocks(self, block_ids: list[int]) -> None:
         """Returns reserved blocks to the pool at once and grants what waits for them."""
@@ -190,4 +190,4 @@ class AsyncEngine:
         self._grant_blocks()
 
     def stop(self) -> None:
-        self.worker.stop()
+        self.thread.stop()

@@ -1,6 +1,6 @@
 """The engine: admission checks, the step loop `schedule → execute → update`, and finish rules.
 
-Single-threaded by design; services drive it from one worker thread (services/engine/worker.py).
+Single-threaded by design; services drive it from one thread (services/engine/engine_thread.py).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class LLMEngine:
         self.prefilled: dict[str, Prefilled] = {}
         self._ids: set[str] = set()
         self.last_step: StepRecord | None = None  # the shape of the latest step (seconds: its forward pass)
-        self.step_log = StepLog()  # served steps, with their periods (EngineWorker writes it)
+        self.step_log = StepLog()  # served steps, with their periods (EngineThread writes it)
         self.guard = StepGuard()
         self.finish_rule = FinishRule(frozenset(mc.eos_token_ids), mc.max_position)
         self.journal: StepJournal | None = None  # set by an instance whose supervisor reads it after a crash

@@ -97,6 +97,10 @@ def _write_with_transformers(raw: dict, out: Path, seed: int) -> None:
         for i, (name, param) in enumerate(model.named_parameters()):
             gen = torch.Generator().manual_seed(seed * 100_003 + i)
             param.copy_(_init(name, param.shape, gen, config.tie_word_embeddings))
+        params = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+        for i, name in enumerate(sorted(set(model.state_dict()) - params)):
+            buffer = model.get_buffer(name)  # a buffer the checkpoint holds (DeepSeek-V3's routing bias)
+            buffer.copy_(_init(name, buffer.shape, torch.Generator().manual_seed(seed * 100_003 - 1 - i), False))
     model.to(getattr(torch, raw.get("torch_dtype", "float32"))).save_pretrained(out)
     ModelConfig.from_folder(out)  # a preset the engine cannot read fails here, not when served
 

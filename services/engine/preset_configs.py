@@ -71,6 +71,38 @@ FAMILY_PRESETS: dict[str, dict] = {
     },
 }
 
+_MOE_TINY = {**_FAMILY_BASE, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "max_position_embeddings": 2048, "num_experts_per_tok": 2}
+# Mixture-of-experts models at test size, written by transformers' own classes: 8 experts, 2 per token
+MOE_PRESETS: dict[str, dict] = {
+    "tiny-mixtral": {**_MOE_TINY, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                     "intermediate_size": 96, "num_local_experts": 8},
+    "tiny-qwen2-moe": {  # a dense first layer (mlp_only_layers), a shared expert behind its sigmoid gate
+        **_MOE_TINY, "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "intermediate_size": 128,
+        "num_experts": 8, "moe_intermediate_size": 48, "shared_expert_intermediate_size": 96, "mlp_only_layers": [0],
+        "norm_topk_prob": False, "qkv_bias": True},
+    "tiny-qwen3-moe": {**_MOE_TINY, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                       "intermediate_size": 128, "head_dim": 32, "num_experts": 8, "moe_intermediate_size": 48,
+                       "norm_topk_prob": True},
+    "tiny-deepseek-v3": {  # latent attention; a dense first layer, then 8 experts in 4 groups (2 groups kept)
+        **_MOE_TINY, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "intermediate_size": 128,
+        "n_routed_experts": 8, "moe_intermediate_size": 48, "n_shared_experts": 1, "first_k_dense_replace": 1,
+        "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5, "norm_topk_prob": True, "kv_lora_rank": 32,
+        "q_lora_rank": 48, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 24, "head_dim": 8,
+        "num_key_value_heads": 4, "rope_interleave": True},
+}
+
+_QWEN3_SMALL = {**_FAMILY_BASE, "hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8,
+                "num_key_value_heads": 4, "head_dim": 64, "max_position_embeddings": 4096}
+# CPU benchmarks: a Qwen3-MoE of 32 experts (4 per token) and the dense Qwen3 of the same active parameters
+MOE_BENCH_PRESETS: dict[str, dict] = {
+    "small-qwen3-moe": {**_QWEN3_SMALL, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                        "intermediate_size": 1024, "num_experts": 32, "num_experts_per_tok": 4,
+                        "moe_intermediate_size": 256, "norm_topk_prob": True},
+    "small-qwen3-dense": {**_QWEN3_SMALL, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+                          "intermediate_size": 1024},  # 4 experts × 256: the MoE's active MLP width
+}
+
 PRESETS: dict[str, dict] = {
     "tiny-llama": _llama(64, 128, 2, 4, 2, BYTE_VOCAB, 2048, torch_dtype="float32"),
     "small-llama": _llama(512, 1408, 13, 8, 4, BYTE_VOCAB, 4096, torch_dtype="float32"),
@@ -84,6 +116,8 @@ PRESETS: dict[str, dict] = {
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
     ),
     **FAMILY_PRESETS,
+    **MOE_PRESETS,
+    **MOE_BENCH_PRESETS,
 }
 
 DEFAULT_PRESET = "small-llama"

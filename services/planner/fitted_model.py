@@ -10,31 +10,26 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs
-
-
-def _best(kinds: dict, phase: str) -> dict | None:
-    """The kind with the most steps of `phase` among those fitted for it."""
-    fitted = [k for k in kinds.values() if k.get(phase)]
-    return max(fitted, key=lambda k: k["window"][f"{phase}_steps"], default=None)
+from services.common.step_model import stored_kinds
+from services.planner.latency import LatencyModel
 
 
 def with_fit(seed: LatencyModel, stored: dict) -> LatencyModel:
-    """`seed` with the fitted phases in place of its own at the served degree (the seed's smallest); unchanged
-    where nothing is fitted."""
-    kinds = stored.get("kinds", {})
-    pre, dec = _best(kinds, "prefill"), _best(kinds, "decode")
+    """`seed` with the fitted phases in place of its own at the served degree (the seed's smallest), each from the
+    kind with the most steps of it; unchanged where nothing is fitted."""
+    kinds = stored_kinds(stored).values()
+    pre = max((k for k in kinds if k.prefill), key=lambda k: k.prefill_steps, default=None)
+    dec = max((k for k in kinds if k.decode), key=lambda k: k.decode_steps, default=None)
     if pre is None and dec is None:
         return seed
     tp = min(seed.by_tp)
     coeffs = seed.at(tp)
     if pre is not None:
-        coeffs = replace(coeffs, prefill=PrefillCoeffs(**pre["prefill"]))
+        coeffs = replace(coeffs, prefill=pre.prefill)
     if dec is not None:  # one decode set for every batch size: the fit has no second one
-        decode = DecodeCoeffs(**dec["decode"])
-        coeffs = replace(coeffs, decode_small=decode, decode_large=decode)
-    fitted = [f"{phase} from {k['role']}@{k['device']} ({k['window'][f'{phase}_steps']} steps)"
-              for phase, k in (("prefill", pre), ("decode", dec)) if k]
+        coeffs = replace(coeffs, decode_small=dec.decode, decode_large=dec.decode)
+    fitted = [f"{phase} from {k.role}@{k.device} ({steps} steps)" for phase, k, steps in (
+        ("prefill", pre, pre.prefill_steps if pre else 0), ("decode", dec, dec.decode_steps if dec else 0)) if k]
     source = f"fitted at {stored.get('fitted_at', 0):.0f}: {', '.join(fitted)}; seed {seed.source}"
     return replace(seed, by_tp={tp: coeffs}, source=source)
 

@@ -164,33 +164,3 @@ def low_affinity(scn: Scenario, rate: float | None = None, workers: int | None =
                 ranked.append(PlanResult(pack_units(cluster, seg_p, seg_d, cross, count), g_p, g_d, count * g,
                                          "low-affinity", evaluated=goodput))
     return _choose(scn, ranked, rate, began)
-
-
-def high_affinity_layouts(scn: Scenario) -> list[Placement]:
-    """Every placement of Alg. 1's space (config pair × replica counts) that fits the cluster."""
-    configs, budget = candidates(scn, scn.cluster.num_gpus), scn.cluster.num_gpus
-    out = []
-    for p, d in product(configs, configs):
-        for n_p, n_d in product(range(1, budget // p.gpus + 1), range(1, budget // d.gpus + 1)):
-            if n_p * p.gpus + n_d * d.gpus <= budget:
-                try:
-                    out.append(pack(scn.cluster, p, n_p, d, n_d))
-                except ValueError:  # the GPUs add up but the stages do not fit the nodes
-                    continue
-    return out
-
-
-def low_affinity_layouts(scn: Scenario) -> list[Placement]:
-    """Every placement of Alg. 2's space (unit layout × unit count) that fits the cluster."""
-    cluster = scn.cluster
-    return [pack_units(cluster, seg_p, seg_d, cross, count)
-            for cross, seg_p, seg_d in unit_configs(scn)
-            for count in range(1, (cluster.nodes // cross) * (cluster.gpus_per_node // (seg_p.gpus + seg_d.gpus)) + 1)]
-
-
-def brute_force(scn: Scenario, rate: float, layouts: list[Placement]) -> Placement | None:
-    """The fewest-GPU layout whose whole-system simulation (transfers included) meets the SLO at `rate`."""
-    for placement in sorted(layouts, key=lambda p: (p.num_gpus, p.prefill.gpus, p.decode.gpus)):
-        if scn.attainment(placement, rate) >= scn.slo.attainment:
-            return placement
-    return None

@@ -19,8 +19,8 @@ from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine
 from services.instance.abandoned import free_after_copy
-from services.instance.admission import Admission
 from services.instance.kv_shards import with_site_leases
+from services.instance.request_bound import RequestBound
 from services.kvxfer.api import KVXferClient, LeaseKeeper, PullFailed, RangeCopy
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class PrefillCore:
             for client, anchor in sites]
         self.instance_id = instance_id
         self.lease_ttl_s = lease_ttl_s
-        self.admission = Admission(max_pending, "prefill")
+        self.bound = RequestBound(max_pending, "prefill")
         # held blocks → their request (a lease names its blocks; prefix-cached requests share leading blocks, but
         # each holds the block of its last prompt token alone)
         self._holder: dict[tuple[int, ...], _Held] = {}
@@ -110,7 +110,7 @@ class PrefillCore:
         cached prefix, pulled where this pool's cache lacks it (a failed pull costs a recompute)."""
         self.engine.validate(prompt_ids, params)
         stamps = Lifetime(prefill_queued=time.time())
-        with self.admission.slot():
+        with self.bound.slot():
             held, pulled = await self._take_prefix(prefix, prompt_ids, params, cache_namespace) if prefix else ([], 0)
             try:
                 async for out in self.engine.generate(request_id, prompt_ids, params, cache_namespace=cache_namespace):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from services.common.slo import SLO
-from services.common.step_model import DecodeCoeffs, PrefillCoeffs, prompt_sq
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs, prompt_sq, stored_kinds
 
 Policy = Literal["off", "refuse", "best-effort"]  # off: predict only (for the error metrics), never refuse
 
@@ -30,9 +30,8 @@ class FittedModel:
 
     @classmethod
     def from_json(cls, model: dict) -> FittedModel:
-        kinds = model.get("kinds", {})
-        return cls({k: PrefillCoeffs(**v["prefill"]) for k, v in kinds.items() if v.get("prefill")},
-                   {k: DecodeCoeffs(**v["decode"]) for k, v in kinds.items() if v.get("decode")},
+        kinds = stored_kinds(model)
+        return cls({k: f.prefill for k, f in kinds.items() if f.prefill}, {k: f.decode for k, f in kinds.items() if f.decode},
                    float(model.get("fitted_at", 0.0)), float(model.get("ttft_hops_s") or 0.0),
                    float(model.get("handoff_s") or 0.0))
 

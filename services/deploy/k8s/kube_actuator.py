@@ -14,10 +14,9 @@ from itertools import count
 from typing import Protocol
 
 from services.deploy.compose import spec_of
+from services.deploy.k8s.base import redis_url
 from services.deploy.k8s.instances import COMPONENT, INSTANCE, LWS_API, SPEC, TERMINATION_GRACE_S, instance_object
-from services.deploy.k8s.stack import redis_url
-from services.planner.actuation import InstanceSpec, RunningInstance, apply_placement
-from services.planner.placement import Placement
+from services.planner.actuation import InstanceSpec, RunningInstance
 
 FIELD_MANAGER = "distserve-planner"
 KINDS = {"Deployment": "apps/v1", "LeaderWorkerSet": LWS_API}
@@ -153,13 +152,3 @@ class KubeActuator:
     def stop(self, instance_id: str) -> None:
         self.api.delete(self.kinds.pop(instance_id), instance_id)
         del self.instances[instance_id]
-
-
-def plan_diff(before: Placement, after: Placement) -> list[Step]:
-    """The steps that turn `before`'s deployment into `after`'s: new instances applied first, then each surplus
-    one drained and deleted (apply_placement's order)."""
-    api = RecordingApi()
-    apply_placement(KubeActuator(api), before)
-    api.steps.clear()
-    apply_placement(KubeActuator(api), after)  # the running instances read back from the objects
-    return api.steps

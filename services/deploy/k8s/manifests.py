@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from services.deploy.k8s.base import base_objects, redis_url
 from services.deploy.k8s.instances import SECRETS, instance_object
-from services.deploy.k8s.stack import redis_url, stack_objects
 from services.planner.actuation import InstanceSpec
 
 NAMESPACE = "distserve"
@@ -42,7 +42,7 @@ def instance_objects(instances: Mapping[str, InstanceSpec], external_redis: str 
 
 def all_objects(instances: Mapping[str, InstanceSpec], external_redis: str = "") -> list[dict]:
     """Every object of the deployment: the stack's, then the instances'."""
-    return [*stack_objects(external_redis), *instance_objects(instances, external_redis)]
+    return [*base_objects(external_redis), *instance_objects(instances, external_redis)]
 
 
 def file_name(obj: dict) -> str:

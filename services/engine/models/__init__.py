@@ -27,6 +27,10 @@ def build_model(config: ModelConfig) -> CausalLM:
         from services.engine.models.gemma import GemmaForCausalLM
 
         return GemmaForCausalLM(config)
+    if config.moe is not None:
+        from services.engine.models.moe import MoEForCausalLM
+
+        return MoEForCausalLM(config)
     from services.engine.models.llama import LlamaForCausalLM
 
     return LlamaForCausalLM(config)

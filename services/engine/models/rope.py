@@ -59,7 +59,8 @@ def rope_table(params: dict, head_dim: int) -> RopeTable:
 def rope_tables(config: ModelConfig) -> dict[str, RopeTable]:
     """Layer type → its table, for the layer types the model has."""
     kinds = set(config.layer_types) or set(config.rope)
-    return {kind: rope_table(config.rope[kind], config.head_dim) for kind in kinds}
+    dim = config.mla.rope_dim if config.mla is not None else config.head_dim  # MLA rotates a part of each head
+    return {kind: rope_table(config.rope[kind], dim) for kind in kinds}
 
 
 def _llama3(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:

@@ -2,7 +2,9 @@
 
 Column-split projections (Q, K, V, gate, up, fc1) keep their rows of the heads or columns the rank holds;
 row-split ones (o/out, down/fc2) keep the matching input columns, their bias on TP rank 0 only, and sum the
-ranks' partial outputs with one all-reduce.
+ranks' partial outputs with one all-reduce. A mixture-of-experts layer is expert-parallel over the same ranks:
+each holds whole experts (a contiguous share) and the shared expert runs on TP rank 0, so the layer's outputs
+are partial sums too and one all-reduce per layer adds them.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from services.common.mla_config import MLAConfig
 from services.common.model_config import ModelConfig
 from services.engine.models import materialize
 from services.engine.models.linear import use_small_gemm
+from services.engine.models.moe import SparseMoE
 from services.engine.parallel.comm import Group
 from services.engine.parallel.shard import Shard
 from services.engine.weights import load_weights
@@ -24,10 +28,12 @@ from services.engine.weights import load_weights
 if TYPE_CHECKING:
     from services.engine.models import CausalLM
 
-HEAD_ROWS = {"q_proj": "heads", "k_proj": "kv_heads", "v_proj": "kv_heads"}
+HEAD_ROWS = {"q_proj": "heads", "k_proj": "kv_heads", "v_proj": "kv_heads", "q_b_proj": "heads", "kv_b_proj": "heads"}
 COLUMN_ROWS = ("gate_proj", "up_proj", "fc1")
 ROW_SPLIT = {"o_proj": "heads", "out_proj": "heads", "down_proj": "columns", "fc2": "columns"}
 _LAYER = re.compile(r"^(.*\.layers\.)(\d+)\.(.*)$")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+_SHARED = re.compile(r"\.shared_experts?(_gate)?\.")
 
 
 class AllReduced(nn.Module):
@@ -50,8 +56,11 @@ def _span(shard: Shard, kind: str, head_dim: int) -> tuple[int, int]:
     return span.start * head_dim, span.stop * head_dim
 
 
-def shard_transform(shard: Shard, head_dim: int):
-    """The `load_weights` transform that keeps this rank's layers and slices."""
+def shard_transform(shard: Shard, head_dim: int, experts: range = range(0), mla: MLAConfig | None = None):
+    """The `load_weights` transform that keeps this rank's layers and slices, and its whole `experts`. Latent
+    attention splits its heads (q, kv_b rows; o columns) and keeps the latent's projections whole on every rank."""
+    widths = {} if mla is None else {"q_proj": mla.nope_dim + mla.rope_dim, "q_b_proj": mla.nope_dim + mla.rope_dim,
+                                     "kv_b_proj": mla.nope_dim + mla.v_dim, "o_proj": mla.v_dim}  # per head
 
     def transform(name: str, part: Any) -> tuple[str, torch.Tensor] | None:
         m = _LAYER.match(name)
@@ -60,16 +69,22 @@ def shard_transform(shard: Shard, head_dim: int):
             if not shard.layers.start <= index < shard.layers.stop:
                 return None
             name = f"{m.group(1)}{index - shard.layers.start}.{m.group(3)}"
+        expert, shared = _EXPERT.search(name), _SHARED.search(name)
+        if expert is not None or shared is not None:  # whole, on the rank that holds it
+            keep = int(expert.group(1)) in experts if expert is not None else shard.tp_rank == 0
+            return (name, part[:]) if keep else None
+        if shard.tp == 1:  # whole (latent attention's projections have no per-head rows to cut by head_dim)
+            return name, part[:]
         owner, _, leaf = name.rpartition(".")
         module = owner.rpartition(".")[2]
         if module in HEAD_ROWS or module in COLUMN_ROWS:
-            lo, hi = _span(shard, HEAD_ROWS.get(module, "columns"), head_dim)
+            lo, hi = _span(shard, HEAD_ROWS.get(module, "columns"), widths.get(module, head_dim))
             return name, part[lo:hi]
         if module in ROW_SPLIT:
             if leaf == "bias":
                 bias = part[:]
                 return name, bias if shard.tp_rank == 0 else torch.zeros_like(bias)
-            lo, hi = _span(shard, ROW_SPLIT[module], head_dim)
+            lo, hi = _span(shard, ROW_SPLIT[module], widths.get(module, head_dim))
             return name, part[:, lo:hi]
         return name, part[:]
 
@@ -79,12 +94,15 @@ def shard_transform(shard: Shard, head_dim: int):
 def build_rank_model(model_dir: str | Path, config: ModelConfig, shard: Shard, device: torch.device,
                      dtype: torch.dtype, tp_group: Group) -> CausalLM:
     """This rank's model (its layers and heads; embedding and head on every stage), loaded and ready to run."""
-    model = materialize(shard.local_config(config), device, dtype)
-    load_weights(model, model_dir, shard_transform(shard, config.head_dim))
+    local = shard.local_config(config)
+    model = materialize(local, device, dtype)
+    experts = local.moe.held_experts if local.moe else range(0)
+    load_weights(model, model_dir, shard_transform(shard, config.head_dim, experts, config.mla))
     if shard.tp > 1:
+        moe_blocks = tuple(f"{path}." for path, module in model.named_modules() if isinstance(module, SparseMoE))
         for path, module in list(model.named_modules()):
             leaf = path.rpartition(".")[2]
-            if leaf in ROW_SPLIT:
+            if isinstance(module, SparseMoE) or (leaf in ROW_SPLIT and not path.startswith(moe_blocks)):
                 parent = model.get_submodule(path.rpartition(".")[0])
                 setattr(parent, leaf, AllReduced(module, tp_group))
     if device.type == "cpu":

@@ -42,7 +42,7 @@ def rank_layout(config: ModelConfig, shard: Shard, num_blocks: int, block_size: 
     return KVLayout(num_blocks, shard.layers.count, block_size, shard.kv_heads.count, config.head_dim, dtype)
 
 
-class RankWorker:
+class RankRunner:
     def __init__(self, spec: RankSpec, config: ModelConfig, shard: Shard, groups: Groups, device: torch.device) -> None:
         self.config, self.shard, self.groups, self.device = config, shard, groups, device
         self.dtype = DTYPES[spec.dtype]

@@ -18,7 +18,7 @@ from services.engine.device import keep_freed_memory, setup_device
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
 from services.engine.parallel.plan import StepPlan
 from services.engine.parallel.procs import ipc_key, kvxfer_key, ready_key, spec_key
-from services.engine.parallel.rank import RankSpec, RankWorker
+from services.engine.parallel.rank import RankRunner, RankSpec
 from services.engine.parallel.shard import shard_for
 
 log = logging.getLogger(__name__)
@@ -52,16 +52,16 @@ def serve_rank(spec: RankSpec, store: dist.Store) -> int:
     config = ModelConfig.from_folder(spec.model_dir)
     shard = shard_for(config, spec.tp, spec.pp, spec.rank)
     groups = make_groups(spec.rank, spec.tp, spec.pp)
-    worker = RankWorker(spec, config, shard, groups, device)
+    runner = RankRunner(spec, config, shard, groups, device)
     try:
         if device.type == "cuda":  # rank 0 registers this pool with the host's kvxfer by its handle
-            store.set(ipc_key(spec.rank), export_ipc(worker.pool.tensor).to_json())
+            store.set(ipc_key(spec.rank), export_ipc(runner.pool.tensor).to_json())
         store.set(ready_key(spec.rank), "1")
         connect(groups, store, device)
         while isinstance(plan := groups.world.broadcast_object(), StepPlan):  # None: stop
-            worker.run(plan)
+            runner.run(plan)
     finally:
-        worker.close()
+        runner.close()
     return 0
 
 

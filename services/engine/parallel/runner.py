@@ -26,7 +26,7 @@ from services.engine.parallel.procs import (
     stop_ranks,
     wait_ready,
 )
-from services.engine.parallel.rank import RankSpec, RankWorker
+from services.engine.parallel.rank import RankRunner, RankSpec
 from services.engine.parallel.shard import ParallelConfigError, check_layout, shard_for
 from services.engine.sampler import Sampled, sample
 from services.engine.scheduler import SchedulerOutput
@@ -75,7 +75,7 @@ class ParallelRunner:
         self._finalizer = weakref.finalize(self, kill_ranks, self._ranks)  # a runner never closed leaves nothing
         try:
             self.groups = make_groups(0, tp, pp)
-            self.worker = RankWorker(self.specs[0], config, shard_for(config, tp, pp, 0), self.groups,
+            self.rank0 = RankRunner(self.specs[0], config, shard_for(config, tp, pp, 0), self.groups,
                                      torch.device(placed[0]))
             wait_ready(self._store, self.specs[1:], self._ranks)
             # the GPU ranks' pools, as their processes exported them (rank 0 registers every pool with kvxfer)
@@ -84,13 +84,13 @@ class ParallelRunner:
             # the kvxfer of each rank started on another host (its pool lies in that host's /dev/shm)
             self.kvxfer = {s.rank: self._store.get(kvxfer_key(s.rank)).decode()
                            for s in self.specs[1:] if self._store.check([kvxfer_key(s.rank)])}
-            connect(self.groups, self._store, self.worker.device)
+            connect(self.groups, self._store, self.rank0.device)
         except BaseException:
             self._finalizer()
             raise
-        self.model = self.worker.model  # rank 0's part (bench, profile)
-        self.device = self.worker.device
-        self.pool = self.worker.pool    # rank 0's pool; the others lie at `pool_paths`
+        self.model = self.rank0.model  # rank 0's part (bench, profile)
+        self.device = self.rank0.device
+        self.pool = self.rank0.pool    # rank 0's pool; the others lie at `pool_paths`
         self.block_size = block_size
 
     @property
@@ -106,7 +106,7 @@ class ParallelRunner:
 
     def _run(self, plan: StepPlan) -> torch.Tensor:
         self.groups.world.broadcast_object(plan)
-        logits = self.worker.run(plan)
+        logits = self.rank0.run(plan)
         assert logits is not None, "rank 0 gets the logits"
         return logits
 
@@ -132,4 +132,4 @@ class ParallelRunner:
             pass
         stop_ranks(self._ranks)
         self._finalizer.detach()
-        self.worker.close()
+        self.rank0.close()

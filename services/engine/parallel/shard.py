@@ -64,6 +64,8 @@ class Shard:
         return replace(config, num_heads=self.heads.count, num_kv_heads=self.kv_heads.count,
                        intermediate_size=self.columns.count, num_layers=self.layers.count,
                        layer_types=config.layer_types[self.layers.start : self.layers.stop],
+                       moe=config.moe and config.moe.layers(self.layers.start, self.layers.stop).expert_shard(
+                           self.tp, self.tp_rank),
                        head_dim_override=config.head_dim)
 
 
@@ -78,6 +80,8 @@ def check_layout(config: ModelConfig, tp: int, pp: int, devices: int | None = No
     kv = config.num_kv_heads
     if kv % tp and tp % kv:
         raise ParallelConfigError("--tp", f"{tp} neither divides nor is a multiple of the model's {kv} KV heads")
+    if config.moe is not None and config.moe.num_experts % tp:
+        raise ParallelConfigError("--tp", f"{tp} does not divide the model's {config.moe.num_experts} experts (EP = TP)")
     if config.intermediate_size % tp:
         raise ParallelConfigError("--tp", f"{tp} does not divide the MLP width {config.intermediate_size}")
     if pp > config.num_layers:

@@ -14,7 +14,7 @@ import torch
 from services.common.sampling import TokenLogprobs
 from services.engine.engine import EngineConfig, LLMEngine, StepOutput
 from services.engine.make_model import make_model, write_tokenizer
-from services.engine.preset_configs import FAMILY_PRESETS
+from services.engine.preset_configs import FAMILY_PRESETS, MOE_PRESETS
 from tests.family_reference import LONG, PARAMS, PROMPTS, assert_equal, reference
 
 transformers = pytest.importorskip("transformers")
@@ -31,7 +31,7 @@ class Generated:
     cached: int  # prompt tokens its K/V came from the prefix cache for
 
 
-@pytest.fixture(scope="module", params=list(FAMILY_PRESETS))
+@pytest.fixture(scope="module", params=[*FAMILY_PRESETS, *MOE_PRESETS])
 def family(request, tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(make_model(request.param, tmp_path_factory.mktemp(request.param)))
 
@@ -102,18 +102,37 @@ def test_tokens_and_logprobs_equal_transformers(engines, want, mode: str) -> Non
     assert [g.cached for g in again] == [(len(p) - 1) // 4 * 4 for p in PROMPTS]
 
 
-@pytest.mark.long  # some 30 s: rank processes start
-@pytest.mark.timeout(240)
-def test_gemma2_with_tp2_equals_transformers(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """TP 2 (gloo rank processes, one KV head each), chunked, of the sliding-window family with the most parts."""
-    folder = str(make_model("tiny-gemma2", tmp_path_factory.mktemp("tp2")))
-    engine = LLMEngine(EngineConfig(folder, policy="chunked", num_blocks=96, block_size=4, max_batch_tokens=8, tp=2))
+def _assert_ranks_equal_transformers(folder: str, policy: str, budget: int, tp: int = 2, pp: int = 1) -> None:
+    """The prompts on an instance of TP x PP rank processes: transformers' tokens and logprobs."""
+    engine = LLMEngine(EngineConfig(folder, policy=policy, num_blocks=96, block_size=4, max_batch_tokens=budget,
+                                    tp=tp, pp=pp))
     try:
         got = _run(engine, None, PROMPTS)
     finally:
         engine.close()
     for g, expected in zip(got, reference(folder)):
         _assert_equal(g, expected)
+
+
+@pytest.mark.long  # some 30 s: rank processes start
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("preset", "policy", "tp", "pp"), [
+    ("tiny-qwen2-moe", "colocated", 2, 1), ("tiny-qwen2-moe", "chunked", 2, 1), ("tiny-qwen2-moe", "chunked", 1, 2),
+    ("tiny-deepseek-v3", "chunked", 1, 2), ("tiny-deepseek-v3", "chunked", 2, 1)])
+def test_moe_on_ranks_equals_transformers(preset: str, policy: str, tp: int, pp: int,
+                                          tmp_path_factory: pytest.TempPathFactory) -> None:
+    """EP 2: the experts split over 2 rank processes (EP = TP 2: 4 experts each, the shared expert on rank 0, the
+    dense first layer's MLP split by columns), one all-reduce per MoE layer; PP 2: the dense layer on one stage,
+    the sparse one on the other (DeepSeek-V3's latent attention in both)."""
+    _assert_ranks_equal_transformers(str(make_model(preset, tmp_path_factory.mktemp(preset))), policy,
+                                     MODES[policy][1], tp, pp)
+
+
+@pytest.mark.long  # some 30 s: rank processes start
+@pytest.mark.timeout(240)
+def test_gemma2_with_tp2_equals_transformers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """TP 2 (gloo rank processes, one KV head each), chunked, of the sliding-window family with the most parts."""
+    _assert_ranks_equal_transformers(str(make_model("tiny-gemma2", tmp_path_factory.mktemp("tp2"))), "chunked", 8)
 
 
 @pytest.mark.parametrize("preset", list(FAMILY_PRESETS))

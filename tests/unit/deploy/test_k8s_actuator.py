@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import pytest
 
-from services.deploy.k8s.kube_actuator import ClusterApi, KubeActuator, RecordingApi, Step, plan_diff
-from services.deploy.k8s.stack import ACTUATOR_RULES
+from services.deploy.k8s.base import ACTUATOR_RULES
+from services.deploy.k8s.kube_actuator import ClusterApi, KubeActuator, RecordingApi, Step
 from services.planner.actuation import apply_placement, specs_of
-from services.planner.placement import Cluster, Parallel, pack, pack_units
+from services.planner.placement import Cluster, Parallel, Placement, pack, pack_units
 from tests.unit.deploy.fake_kube import fake_kube
 
 CLUSTER = Cluster(nodes=2, gpus_per_node=8)
+
+
+def plan_diff(before: Placement, after: Placement) -> list[Step]:
+    """The steps that turn `before`'s deployment into `after`'s: new instances applied first, then each surplus
+    one drained and deleted (apply_placement's order)."""
+    api = RecordingApi()
+    apply_placement(KubeActuator(api), before)
+    api.steps.clear()
+    apply_placement(KubeActuator(api), after)  # the running instances read back from the objects
+    return api.steps
 
 
 def test_the_diff_of_two_plans_applies_new_instances_then_drains_before_deleting() -> None:

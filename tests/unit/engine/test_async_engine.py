@@ -33,7 +33,7 @@ async def test_a_reservation_does_not_wait_for_the_engine_thread(make_engine) ->
     engine = AsyncEngine(make_engine(num_blocks=4, block_size=16))
     busy = threading.Event()
     try:
-        held = engine.worker.call(lambda e: busy.wait(10))  # the engine thread is mid-"step" until released
+        held = engine.thread.call(lambda e: busy.wait(10))  # the engine thread is mid-"step" until released
         blocks = await asyncio.wait_for(engine.reserve_blocks(40), 2)
         assert len(blocks) == 3 and not held.done()
         engine.free_blocks(blocks)

@@ -7,10 +7,10 @@ import threading
 import time
 
 from services.common.sampling import SamplingParams
+from services.engine.engine_thread import EngineThread
 from services.engine.scheduler import ScheduledSeq, SchedulerOutput
 from services.engine.sequence import Sequence
 from services.engine.step_log import StepLog, StepRecord
-from services.engine.worker import EngineWorker
 
 
 def _seq(prompt: int, computed: int, outputs: int = 0) -> Sequence:
@@ -56,14 +56,14 @@ def test_worker_logs_every_step_with_a_period_covering_its_forward_pass(make_eng
 
     engine.runner.execute = timed
     done = threading.Event()
-    worker = EngineWorker(engine, lambda outs: done.set() if any(o.finished for o in outs) else None)
-    worker.start()
+    thread = EngineThread(engine, lambda outs: done.set() if any(o.finished for o in outs) else None)
+    thread.start()
     try:
-        worker.call(lambda e: e.add_request("r", [1, 50, 51], SamplingParams(max_tokens=5, ignore_eos=True))).result(timeout=10)
+        thread.call(lambda e: e.add_request("r", [1, 50, 51], SamplingParams(max_tokens=5, ignore_eos=True))).result(timeout=10)
         assert done.wait(timeout=30)
-        records = worker.call(lambda e: e.step_log.since(1.0)).result(timeout=10)
+        records = thread.call(lambda e: e.step_log.since(1.0)).result(timeout=10)
     finally:
-        worker.stop()
+        thread.stop()
     assert [r.kind for r in records] == ["prefill"] + ["decode"] * 4
     assert [r.context for r in records] == [3, 4, 5, 6, 7]
     assert all(r.seconds >= f for r, f in zip(records, forward, strict=True))

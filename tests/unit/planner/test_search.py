@@ -7,15 +7,10 @@ from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
 from services.planner.placement import Cluster, Parallel
 from services.planner.prefix import PrefixHits
-from services.planner.search import (
-    brute_force,
-    high_affinity,
-    high_affinity_layouts,
-    low_affinity,
-    low_affinity_layouts,
-)
+from services.planner.search import high_affinity, low_affinity
 from services.planner.shapes import load_shape
 from services.planner.workload import Workload
+from tests.unit.planner.brute_force import brute_force, high_affinity_layouts, low_affinity_layouts
 
 OPT13B = load_latency_model("a100-80gb", load_shape("opt-13b"))
 

@@ -42,9 +42,11 @@ class Instance:
     decodes: list[worker_pb2.DecodeRequest] = field(default_factory=list)
     cancelled: int = 0  # Decode calls the router cancelled
     step: asyncio.Event = field(default_factory=asyncio.Event)  # set: decode chunks flow (set by default)
+    admit: asyncio.Event = field(default_factory=asyncio.Event)  # set: Prefill calls run (set by default)
 
     def __post_init__(self) -> None:
         self.step.set()
+        self.admit.set()
 
     @property
     def info(self) -> InstanceInfo:
@@ -52,11 +54,18 @@ class Instance:
 
     async def prefill(self, request: worker_pb2.PrefillRequest) -> worker_pb2.PrefillResponse:
         self.prefills.append(request)
+        await self.admit.wait()
         if self.fail_prefill is not None:
             raise rpc_error(self.fail_prefill)
         n = len(request.prompt_token_ids)
         return worker_pb2.PrefillResponse(first_token=token_at(n), kv=kv_pb2.KVHandle(
             instance_id=self.id, lease_id=f"{self.id}/{request.request_id}", num_tokens=n))
+
+    async def lease_prefix(self, request: worker_pb2.LeasePrefixRequest) -> worker_pb2.LeasePrefixResponse:
+        """A decode instance's lease of the prompt's cached prefix (it holds all but the last block of 4)."""
+        held = (len(request.prompt_token_ids) - 1) // 4 * 4
+        return worker_pb2.LeasePrefixResponse(kv=kv_pb2.KVHandle(instance_id=self.id, lease_id=f"{self.id}/prefix",
+                                                                 num_tokens=held))
 
     async def decode(self, request: worker_pb2.DecodeRequest) -> AsyncIterator[worker_pb2.TokenChunk]:
         self.decodes.append(request)
@@ -90,6 +99,8 @@ class Channel:
         self.instance = instance
 
     def unary_unary(self, method: str, **_: object):
+        if method == "/distserve.v1.Decode/LeasePrefix":
+            return lambda request, timeout=None: self.instance.lease_prefix(request)
         return lambda request, timeout=None: self._only("/distserve.v1.Prefill/Prefill", method) or \
             self.instance.prefill(request)
 

@@ -10,9 +10,12 @@ from contextlib import aclosing
 import grpc
 import pytest
 
+from services.common.errors import NoInstance
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import ByteTokenizer
 from services.router.core import Chunk, RouterCore
+from services.router.paths import Route
+from services.router.prefix_routing import PrefillPick
 from services.router.request import RouterRequest
 from tests.unit.router.fake_ports import Dispatcher, Instance, Leases, Registry, token_at
 
@@ -142,3 +145,75 @@ async def test_a_cancelled_request_task_frees_what_it_booked() -> None:
         await task
     await cleaned_up(router)
     assert decode.cancelled == 1 and not dispatcher.booked and leases.released == {"p0/r": 1}
+
+
+def reverse(request_id: str = "r") -> RouterRequest:
+    """A follow-up routed to pull the prefix the decode instance d0 holds into the prefill first."""
+    return RouterRequest(request_id, list(PROMPT), SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True),
+                         route=Route("reverse", "d0", 4))
+
+
+@pytest.mark.parametrize("refusal", [grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE])
+async def test_a_prefix_lease_no_prefill_took_is_ended_at_once(refusal: grpc.StatusCode) -> None:
+    # the prefill's queue is full (not retried), or every prefill instance is gone (retries spent)
+    prefills = [Instance(f"p{i}", "prefill", fail_prefill=refusal) for i in range(2)]
+    dispatcher, leases = Dispatcher(*prefills, Instance("d0", "decode")), Leases()
+    router = core(dispatcher, leases, retries=1)
+    with pytest.raises((grpc.aio.AioRpcError, NoInstance)):
+        await tokens(router, reverse())
+    await cleaned_up(router)
+    assert leases.released == {"d0/prefix": 1} and not dispatcher.booked
+
+
+async def test_a_client_gone_while_the_prefill_pulls_the_prefix_ends_its_lease() -> None:
+    prefill, decode = Instance("p0", "prefill"), Instance("d0", "decode")
+    prefill.admit.clear()  # queued, or pulling the leased prefix
+    dispatcher, leases = Dispatcher(prefill, decode), Leases()
+    router = core(dispatcher, leases)
+    task = asyncio.create_task(tokens(router, reverse()))
+    while not prefill.prefills:
+        await asyncio.sleep(0)
+    assert prefill.prefills[0].prefix.lease_id == "d0/prefix"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    prefill.admit.set()  # the call the router let go of ends: its lease is ended as it comes
+    await cleaned_up(router)
+    assert leases.released == {"d0/prefix": 1, "p0/r": 1} and not dispatcher.booked
+
+
+async def test_a_prefix_the_prefill_took_is_not_released_again() -> None:
+    dispatcher, leases = Dispatcher(Instance("p0", "prefill"), Instance("d0", "decode")), Leases()
+    router = core(dispatcher, leases)
+    assert await tokens(router, reverse()) == EXPECTED
+    await cleaned_up(router)
+    assert not leases.released  # the prefill's pull ended the prefix lease; the decode's pull the prefill's
+
+
+class CountingRoutes:
+    """A prefix router that picks no instance and counts its calls per request."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    async def route(self, prompt_ids: list[int], namespace: str, max_tokens: int, paths: bool = True,
+                    prefills_role: str = "prefill"):
+        self.calls.append(len(prompt_ids))
+        return PrefillPick("", 0), Route("pull")
+
+
+async def test_a_request_that_waited_for_a_slot_is_routed_again_when_it_gets_one() -> None:
+    prefill, decode = Instance("p0", "prefill"), Instance("d0", "decode")
+    decode.step.clear()  # the first request holds the only slot
+    routes = CountingRoutes()
+    router = RouterCore("disagg", ByteTokenizer(), Dispatcher(prefill, decode), Registry(), max_inflight=1,  # type: ignore[arg-type]
+                        max_queued=4, retries=0, prefix_router=routes)  # type: ignore[arg-type]
+    first = asyncio.create_task(tokens(router, request("a")))
+    while not decode.decodes:
+        await asyncio.sleep(0)
+    second = asyncio.create_task(tokens(router, RouterRequest("b", [*PROMPT, 9], SamplingParams(max_tokens=2))))
+    while len(routes.calls) < 2:
+        await asyncio.sleep(0)
+    decode.step.set()
+    await asyncio.gather(first, second)
+    assert routes.calls == [len(PROMPT), len(PROMPT) + 1, len(PROMPT) + 1]  # the second: at arrival, after its wait

@@ -1,4 +1,5 @@
-"""The bound on an instance's requests: past it a request is refused (RESOURCE_EXHAUSTED) rather than queued."""
+"""The bound on an instance's requests: past it a request is refused (RESOURCE_EXHAUSTED) rather than queued. (Not
+"admission": that word names the router's SLO gate, services/router/admission.py.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from contextlib import contextmanager
 from services.common.errors import Overloaded
 
 
-class Admission:
+class RequestBound:
     def __init__(self, limit: int, queue: str) -> None:
         self.limit = limit
         self.queue = queue  # named in the refusal

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class EngineWorker:
+class EngineThread:
     def __init__(self, engine: LLMEngine, on_outputs: Callable[[list[StepOutput]], object],
                  on_error: Callable[[BaseException], object] = lambda exc: None) -> None:
         self.engine = engine

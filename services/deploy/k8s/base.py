@@ -1,4 +1,5 @@
-"""The objects every deployment has besides its instances: Redis (or an external URL), router, planner with the
+"""The base of every deployment, the objects it has besides its instances (the word "stack" names what
+`distserve up` starts, services/launcher/stack.py): Redis (or an external URL), router, planner with the
 actuator's ServiceAccount and Role, kvxfer on every GPU node, disruption budgets, network policies and
 Prometheus Operator PodMonitors."""
 
@@ -209,7 +210,7 @@ def dashboard_config_map() -> dict:
             "data": {"distserve.json": json.dumps(dashboard(), indent=1)}}
 
 
-def stack_objects(external_redis: str = "") -> list[dict]:
+def base_objects(external_redis: str = "") -> list[dict]:
     """Everything but the instances; `external_redis`: the URL of a Redis run elsewhere (then none here)."""
     url = redis_url(external_redis)
     return [*([] if external_redis else redis()), *router(url), *planner(url), kvxfer(),
