@@ -12,21 +12,21 @@ from services.common.convert import sampling_from_proto
 from services.common.errors import EngineInputError, abort_with
 from services.common.prefix_hash import block_hashes, to_wire
 from services.common.stamps import Lifetime
-from services.instance.admission import Admission
+from services.instance.request_bound import RequestBound
 from services.instance.stats import stats_reply
 from services.mocker.engine import MockEngine, Seq
 from services.mocker.leases import LeaseTable
 
 
 class MockWorker:
-    """What a prefill and a decode mock share: the engine, the admission bound, leases and Stats."""
+    """What a prefill and a decode mock share: the engine, the bound on its requests, leases and Stats."""
 
     role = ""
 
     def __init__(self, engine: MockEngine, kvxfer: str) -> None:
         self.engine = engine
         self.kvxfer = kvxfer  # the address serving Release for this process's leases
-        self.admission = Admission(engine.settings.max_pending, self.role)
+        self.bound = RequestBound(engine.settings.max_pending, self.role)
 
     def handle(self, blocks: list[int], num_tokens: int, namespace: str, prompt: list[int]) -> kv_pb2.KVHandle:
         """Leases `blocks` (held until pulled, released or expired) and names them as a real handle does."""
@@ -56,7 +56,7 @@ class MockPrefill(MockWorker, worker_pb2_grpc.PrefillServicer):
             params = sampling_from_proto(request.sampling)
             e.validate(prompt, params)
             stamps = Lifetime(prefill_queued=time.time())
-            with self.admission.slot():
+            with self.bound.slot():
                 lent = await self._lent(request.prefix, prompt) if request.HasField("prefix") else []
                 seq = await e.prefill(prompt, request.cache_namespace, lent)
         except Exception as exc:
@@ -97,7 +97,7 @@ class MockDecode(MockWorker, worker_pb2_grpc.DecodeServicer):
             if kv is not None and kv.num_tokens != len(prompt):
                 raise EngineInputError("kv.num_tokens", f"{kv.num_tokens} != prompt length {len(prompt)}")
             stamps = Lifetime(decode_queued=time.time()) if kv else Lifetime(prefill_queued=time.time())
-            with self.admission.slot():
+            with self.bound.slot():
                 stream = e.decode(prompt, first, request.cache_namespace, params.max_tokens,
                                   (kv.lease_id, len(kv.block_ids)) if kv else None, request.local_prefill_cap)
                 started = False
