@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from services.common.devices import split_devices
 from services.common.settings_cli import add_settings_arguments, settings_values
 from services.deploy.cli import (
     add_actuator_arguments,
@@ -161,7 +162,7 @@ def _profile(args: argparse.Namespace) -> int:
 
     folder = resolve_model(args.model)
     shape = load_shape(folder)
-    devices = tuple(d for d in args.devices.split(",") if d)
+    devices = split_devices(args.devices)
     engine = open_engine(folder, setup_device(devices[0] if devices else args.device), args.max_tokens,
                          tp=args.tp, pp=args.pp, devices=devices)
     try:

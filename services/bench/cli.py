@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import get_args
 
 from services.bench.workload import SYSTEM_PROMPTS, THINK_S, WORKLOADS
+from services.common.devices import split_devices
 from services.common.engine_settings import add_engine_arguments, engine_fields
 from services.engine.fingerprint import engine_fingerprint
 from services.launcher.cores import cores_argument
@@ -73,7 +74,7 @@ def _config(args: argparse.Namespace):
     if args.at_knee and (not args.simulate or args.rate):
         raise SystemExit("--at-knee measures multiples of the fitted simulator's knee: it needs --simulate, and no --rate")
     model = resolve_model(args.model)
-    devices = tuple(d for d in args.devices.split(",") if d)
+    devices = split_devices(args.devices)
     seconds = args.ttft is not None and args.tpot is not None
     profile = ensure_profile(model, devices[0], args.profile) if (args.simulate or not seconds or args.profile) else ""
     fields = {**(QUICK if args.quick else {}),
