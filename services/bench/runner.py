@@ -26,6 +26,7 @@ from services.bench.served import joins_of, loaded_overheads, path_overheads, pr
 from services.bench.slo import SLO, lone_latencies, scaled_slo
 from services.bench.sweep import fixed_rates_goodput, goodput_search, pooled_runs
 from services.bench.workload import SYSTEM_PROMPTS, THINK_S, BenchWorkload, Sample
+from services.common.devices import device_units
 from services.common.engine_settings import EngineSettings, OnOff, engine_fields
 from services.common.net import free_port
 from services.launcher.stack import Stack, StackConfig
@@ -319,7 +320,7 @@ class Bench:
     def overload(self, served: Served, workload: str, knee: float) -> list[OverloadPoint]:
         """The load at each `--overload` multiple of the knee, run with admission off, then (the router restarted
         to refuse) on, with the SLO as metadata throughout (`overload.py`)."""
-        slo, devices = self.slos[workload], len(self.cfg.devices)
+        slo, devices = self.slos[workload], device_units(self.cfg.devices)
         loads = [(m, m * knee, self.sample_at(workload)(m * knee).conversations(m * knee, f"over-{uuid.uuid4().hex[:6]}"))
                  for m in self.cfg.overload]
         out: dict[tuple[float, bool], OverloadPoint] = {}
@@ -400,7 +401,7 @@ class Bench:
             goodput = goodput_search(at, self.start_rates[workload], slo.target, self.cfg.factor,
                                      self.cfg.bisect_steps, self.cfg.max_steps)
         refit()  # the goodput and curve of the fitted model: every step served
-        devices = len(self.cfg.devices)
+        devices = device_units(self.cfg.devices)  # each core of a multi-core CPU device
         result = ModeResult(served.mode, workload, devices, slo.as_dict(), goodput, goodput / devices,
                             sorted(points, key=lambda p: p.rate), sample.stats(), fitted_knee=fitted_knee)
         if self.cfg.overload and served.mode == "disagg":

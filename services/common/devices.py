@@ -35,3 +35,8 @@ def split_devices(text: str) -> tuple[str, ...]:
         else:
             devices.append(item)
     return tuple(devices)
+
+
+def device_units(devices: tuple[str, ...]) -> int:
+    """How many devices `devices` are for a per-device figure: a multi-core CPU device counts each of its cores."""
+    return sum(max(len(cpu_cores(d)), 1) if d.startswith("cpu") else 1 for d in devices)

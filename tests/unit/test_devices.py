@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.devices import cpu_cores, split_devices
+from services.common.devices import cpu_cores, device_units, split_devices
 from services.engine.parallel.runner import rank_devices
 from services.engine.parallel.shard import ParallelConfigError
 from services.launcher.cores import host_service_cores
@@ -39,3 +39,8 @@ def test_a_multi_core_instance_shares_its_cores_out_among_its_ranks() -> None:
 
 def test_disaggregated_services_go_to_every_core_of_the_prefill_instances() -> None:
     assert host_service_cores("disagg", ["prefill", "decode"], ["cpu:0-1", "cpu:2,3"]) == (0, 1)
+
+
+def test_per_device_figures_count_each_core_of_a_multi_core_device() -> None:
+    assert device_units(("cpu:0-1",)) == device_units(("cpu:0", "cpu:1")) == 2
+    assert device_units(("cpu", "cuda:0", "cpu:2,3,5")) == 5
