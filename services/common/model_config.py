@@ -1,4 +1,6 @@
-"""The model's architecture, read from a Hugging Face `config.json` (Llama family and OPT)."""
+"""The model's architecture, read from a Hugging Face `config.json`: the Llama family (Llama, Mistral, Qwen2/3,
+Phi-3), Gemma 2/3 and OPT. Both config styles are read: transformers 5's (`rope_parameters`, `layer_types`) and
+the older one published checkpoints carry (`rope_theta`, `rope_scaling`, `sliding_window_pattern`...)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,17 @@ from typing import Literal
 
 from services.common.generation_config import eos_ids, read_generation_config
 
-Arch = Literal["llama", "opt"]
-LLAMA_TYPES = ("llama", "mistral", "qwen2")
+Arch = Literal["llama", "gemma", "opt"]
+LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+GEMMA_TYPES = ("gemma2", "gemma3_text")
+SUPPORTED_TYPES = ("opt", *LLAMA_TYPES, *GEMMA_TYPES)
+FULL, SLIDING = "full_attention", "sliding_attention"  # layer types, named as transformers names them
 SERVED_DTYPES = ("float32", "bfloat16", "float16")
+_DEFAULTS = {  # what transformers' config classes assume where a config.json leaves a key out
+    "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+               "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma3_text": {"query_pre_attn_scalar": 256, "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,53 +37,64 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
     bos_token_id: int | None = None
     norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    rope_scaling: dict | None = field(default=None, hash=False)
+    # layer type → rotary parameters (rope_theta, rope_type and its scaling keys, partial_rotary_factor)
+    rope: dict[str, dict] = field(default_factory=lambda: {FULL: {"rope_theta": 10000.0}}, hash=False)
     tie_embeddings: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
     head_dim_override: int | None = None
+    layer_types: tuple[str, ...] = ()  # FULL or SLIDING per layer; empty means every layer FULL
+    sliding_window: int | None = None  # keys a sliding layer's query sees, itself included
+    qk_norm: bool = False  # RMSNorm over each head's query and key before rotary (Qwen3, Gemma 3)
+    hidden_act: str = "silu"  # the MLP gate's activation (GeGLU for Gemma)
+    query_scale: float | None = None  # attention score scale when not head_dim ** -0.5 (Gemma)
+    attn_softcap: float | None = None  # Gemma 2: scores → cap · tanh(scores / cap)
+    final_softcap: float | None = None  # Gemma 2: the same on the logits
     dtype: str = "float32"  # the checkpoint's (torch_dtype; transformers 5 writes dtype): what --dtype auto serves
 
     @property
     def head_dim(self) -> int:
         return self.head_dim_override or self.hidden_size // self.num_heads
 
+    def layer_type(self, layer: int) -> str:
+        return self.layer_types[layer] if self.layer_types else FULL
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of a layer, None for full attention."""
+        return self.sliding_window if self.layer_type(layer) == SLIDING else None
+
     @classmethod
     def from_dict(cls, raw: dict) -> ModelConfig:
         model_type = raw.get("model_type", "llama")
-        eos = eos_ids(raw.get("eos_token_id"))
         dtype = raw.get("dtype") or raw.get("torch_dtype") or "float32"
         if dtype not in SERVED_DTYPES:
             raise ValueError(f"config.json dtype {dtype!r} is not served; --dtype takes {', '.join(SERVED_DTYPES)}")
         if model_type == "opt":
-            if raw.get("word_embed_proj_dim", raw["hidden_size"]) != raw["hidden_size"]:
-                raise ValueError("OPT with word_embed_proj_dim != hidden_size is not supported")
-            if not raw.get("do_layer_norm_before", True):
-                raise ValueError("OPT with do_layer_norm_before=false is not supported")
-            return cls(
-                arch="opt", vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
-                intermediate_size=raw["ffn_dim"], num_layers=raw["num_hidden_layers"],
-                num_heads=raw["num_attention_heads"], num_kv_heads=raw["num_attention_heads"],
-                max_position=raw["max_position_embeddings"], eos_token_ids=eos,
-                bos_token_id=raw.get("bos_token_id"), tie_embeddings=True, qkv_bias=True, o_bias=True, dtype=dtype,
-            )
-        if model_type not in LLAMA_TYPES:
-            raise ValueError(f"unsupported model_type {model_type!r}; supported: opt, {', '.join(LLAMA_TYPES)}")
-        rope = raw.get("rope_parameters") or {}  # transformers 5 writes theta and scaling here
+            return _opt(raw, dtype)
+        if model_type not in LLAMA_TYPES + GEMMA_TYPES:
+            raise ValueError(f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)}")
+        gemma = model_type in GEMMA_TYPES
+        raw = {**_DEFAULTS.get(model_type, {}), **raw}
+        layers = raw["num_hidden_layers"]
+        window = raw.get("sliding_window")
+        if model_type in ("qwen2", "qwen3") and not raw.get("use_sliding_window", False):
+            window = None
+        types = tuple(raw.get("layer_types") or _default_layer_types(raw, model_type, layers, window))
+        bias = raw.get("attention_bias", model_type == "qwen2")
         return cls(
-            arch="llama", vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
-            intermediate_size=raw["intermediate_size"], num_layers=raw["num_hidden_layers"],
-            num_heads=raw["num_attention_heads"],
+            arch="gemma" if gemma else "llama", vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
+            intermediate_size=raw["intermediate_size"], num_layers=layers, num_heads=raw["num_attention_heads"],
             num_kv_heads=raw.get("num_key_value_heads") or raw["num_attention_heads"],
-            max_position=raw["max_position_embeddings"], eos_token_ids=eos,
+            max_position=raw["max_position_embeddings"], eos_token_ids=eos_ids(raw.get("eos_token_id")),
             bos_token_id=raw.get("bos_token_id"), norm_eps=raw.get("rms_norm_eps", 1e-6),
-            rope_theta=raw.get("rope_theta", rope.get("rope_theta", 10000.0)),
-            rope_scaling=raw.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None),
-            tie_embeddings=raw.get("tie_word_embeddings", False),
-            qkv_bias=raw.get("attention_bias", model_type == "qwen2"),
-            o_bias=raw.get("attention_bias", False),
-            head_dim_override=raw.get("head_dim"), dtype=dtype,
+            rope=_rope(raw, model_type), tie_embeddings=raw.get("tie_word_embeddings", gemma),
+            qkv_bias=bias, o_bias=raw.get("attention_bias", False), head_dim_override=raw.get("head_dim"),
+            layer_types=types if window is not None else (FULL,) * layers,
+            sliding_window=window, qk_norm=model_type in ("qwen3", "gemma3_text"),
+            hidden_act=raw.get("hidden_activation") or raw.get("hidden_act") or "silu",
+            query_scale=raw["query_pre_attn_scalar"] ** -0.5 if gemma else None,
+            attn_softcap=raw.get("attn_logit_softcapping"), final_softcap=raw.get("final_logit_softcapping"),
+            dtype=dtype,
         )
 
     @classmethod
@@ -83,3 +104,54 @@ class ModelConfig:
         config = cls.from_dict(json.loads((Path(folder) / "config.json").read_text()))
         more = eos_ids(read_generation_config(folder).get("eos_token_id"))
         return replace(config, eos_token_ids=tuple(dict.fromkeys((*config.eos_token_ids, *more))))
+
+
+def _opt(raw: dict, dtype: str) -> ModelConfig:
+    if raw.get("word_embed_proj_dim", raw["hidden_size"]) != raw["hidden_size"]:
+        raise ValueError("OPT with word_embed_proj_dim != hidden_size is not supported")
+    if not raw.get("do_layer_norm_before", True):
+        raise ValueError("OPT with do_layer_norm_before=false is not supported")
+    return ModelConfig(
+        arch="opt", vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
+        intermediate_size=raw["ffn_dim"], num_layers=raw["num_hidden_layers"],
+        num_heads=raw["num_attention_heads"], num_kv_heads=raw["num_attention_heads"],
+        max_position=raw["max_position_embeddings"], eos_token_ids=eos_ids(raw.get("eos_token_id")),
+        bos_token_id=raw.get("bos_token_id"), tie_embeddings=True, qkv_bias=True, o_bias=True, dtype=dtype,
+    )
+
+
+def _default_layer_types(raw: dict, model_type: str, layers: int, window: int | None) -> list[str]:
+    """Layer types where the config does not list them, as transformers derives them."""
+    if model_type == "gemma2":  # sliding and global in turn, sliding first
+        return [SLIDING if i % 2 == 0 else FULL for i in range(layers)]
+    if model_type == "gemma3_text":  # pattern - 1 sliding layers, then a global one
+        pattern = raw.get("sliding_window_pattern", 6)
+        return [SLIDING if (i + 1) % pattern else FULL for i in range(layers)]
+    if model_type in ("qwen2", "qwen3"):  # the layers from max_window_layers on slide
+        first = raw.get("max_window_layers", layers)
+        return [SLIDING if i >= first else FULL for i in range(layers)]
+    return [SLIDING if window is not None else FULL] * layers  # Mistral, Phi-3: every layer or none
+
+
+def _rope(raw: dict, model_type: str) -> dict[str, dict]:
+    """Rotary parameters per layer type, from `rope_parameters` (per type or shared) or the older keys."""
+    params = raw.get("rope_parameters")
+    if params and FULL in params:  # transformers 5's Gemma 3: a set per layer type
+        return {kind: _rope_set(raw, p) for kind, p in params.items() if p is not None}
+    shared = params or {"rope_theta": raw.get("rope_theta", 10000.0), **(raw.get("rope_scaling") or {})}
+    if "partial_rotary_factor" in raw:
+        shared = {"partial_rotary_factor": raw["partial_rotary_factor"], **shared}
+    rope = {FULL: _rope_set(raw, shared), SLIDING: _rope_set(raw, shared)}
+    if model_type == "gemma3_text" and not params:  # the older Gemma 3 keys: a local base for sliding layers
+        rope[SLIDING] = _rope_set(raw, {"rope_theta": raw.get("rope_local_base_freq", 10000.0)})
+    return rope
+
+
+def _rope_set(raw: dict, params: dict) -> dict:
+    """One set of rotary parameters with `rope_type` named and LongRoPE's context lengths filled in."""
+    out = {"rope_theta": 10000.0, **params}
+    out["rope_type"] = out.pop("type", None) or out.get("rope_type", "default")
+    if out["rope_type"] == "longrope":
+        out.setdefault("original_max_position_embeddings", raw["original_max_position_embeddings"])
+        out.setdefault("max_position_embeddings", raw["max_position_embeddings"])
+    return out

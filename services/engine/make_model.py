@@ -15,9 +15,10 @@ from services.common.model_config import ModelConfig
 from services.common.tokenizer import BYTE_OFFSET, SPECIALS
 from services.engine.models import build_model
 from services.engine.models.packed import checkpoint_shapes
-from services.engine.preset_configs import PRESETS
+from services.engine.preset_configs import PRESET_FILE, PRESETS
 
 SHARD_BYTES = 2 << 30
+OWN_WRITER = ("llama", "opt")  # model types written tensor by tensor (paper-sized presets never sit in memory)
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -64,11 +65,39 @@ def _init(name: str, shape: torch.Size, gen: torch.Generator, tied: bool) -> tor
 
 
 def make_model(preset: str, out: str | Path, seed: int = 0, overrides: dict | None = None) -> Path:
+    """Writes the preset's checkpoint (Llama and OPT shapes by our own streaming writer, the other families by
+    transformers' own classes), its tokenizer, and PRESET_FILE: the preset contents it was made from."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     raw = {**PRESETS[preset], **(overrides or {})}
+    if raw["model_type"] in OWN_WRITER:
+        _write_weights(raw, out, seed)
+        (out / "config.json").write_text(json.dumps(raw, indent=1))
+    else:
+        _write_with_transformers(raw, out, seed)
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
+    write_tokenizer(out, raw["vocab_size"])
+    (out / PRESET_FILE).write_text(json.dumps(raw, indent=1))
+    return out
+
+
+def _write_with_transformers(raw: dict, out: Path, seed: int) -> None:
+    """The family's transformers class from the preset's config, its parameters drawn as `_init` draws ours."""
+    import transformers
+
+    config = transformers.AutoConfig.for_model(**raw)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for i, (name, param) in enumerate(model.named_parameters()):
+            gen = torch.Generator().manual_seed(seed * 100_003 + i)
+            param.copy_(_init(name, param.shape, gen, config.tie_word_embeddings))
+    model.to(getattr(torch, raw.get("torch_dtype", "float32"))).save_pretrained(out)
+    ModelConfig.from_folder(out)  # a preset the engine cannot read fails here, not when served
+
+
+def _write_weights(raw: dict, out: Path, seed: int) -> None:
     config = ModelConfig.from_dict(raw)
     dtype = getattr(torch, raw.get("torch_dtype", "float32"))
     with torch.device("meta"):
@@ -103,7 +132,3 @@ def make_model(preset: str, out: str | Path, seed: int = 0, overrides: dict | No
         (out / weight_map[shapes[0][0]]).rename(out / "model.safetensors")
     else:
         (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
-    (out / "config.json").write_text(json.dumps(raw, indent=1))
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
-    write_tokenizer(out, config.vocab_size)
-    return out

@@ -68,6 +68,7 @@ class ModelRunner:
             block_tables=[it.seq.block_table for it in batch.items],
             slot_blocks=torch.tensor(slot_blocks, device=dev),
             slot_offsets=torch.tensor(slot_offsets, device=dev),
+            reach=[it.reach for it in batch.items],
         )
         if batch.is_decode:
             width = max(len(it.seq.block_table) for it in batch.items)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from services.common.tokenizer import BYTE_OFFSET
 
+PRESET_FILE = "distserve-preset.json"  # written last by make_model: the preset contents a folder was made from
 BYTE_VOCAB = BYTE_OFFSET + 256  # tiny/small presets: every id decodes to a special or a byte
 
 _LLAMA_BASE = {
@@ -32,6 +33,44 @@ def _opt(hidden: int, ffn: int, layers: int, heads: int, vocab: int, max_pos: in
             "max_position_embeddings": max_pos}
 
 
+_FAMILY_BASE = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "vocab_size": BYTE_VOCAB, "torch_dtype": "float32"}
+_WINDOW = 16  # tiny sliding-window presets: tests reach 4x the window with prompts of tens of tokens
+_GEMMA_TINY = {
+    **_FAMILY_BASE, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": _WINDOW, "max_position_embeddings": 2048,
+}
+# The families of 2026 at test size: written by transformers' own classes (make_model.py)
+FAMILY_PRESETS: dict[str, dict] = {
+    "tiny-qwen3": {
+        **_FAMILY_BASE, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 32, "max_position_embeddings": 2048, "tie_word_embeddings": True,
+    },
+    "tiny-mistral": {
+        **_FAMILY_BASE, "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 2048, "sliding_window": _WINDOW,
+    },
+    "tiny-gemma2": {
+        **_GEMMA_TINY, "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "num_hidden_layers": 2,
+        "attn_logit_softcapping": 5.0, "final_logit_softcapping": 10.0,  # low enough to bite on random weights
+    },
+    "tiny-gemma3": {
+        **_GEMMA_TINY, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "num_hidden_layers": 3,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}},
+    },
+    "tiny-phi3": {
+        **_FAMILY_BASE, "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        # LongRoPE: sequences past 64 tokens switch to the long factors; 3/4 of each head rotates (as Phi-4-mini)
+        "max_position_embeddings": 1024, "original_max_position_embeddings": 64, "partial_rotary_factor": 0.75,
+        "rope_scaling": {"type": "longrope", "factor": 16.0, "short_factor": [1.0, 1.1, 1.2, 1.3, 1.5, 1.8],
+                         "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0]},
+    },
+}
+
 PRESETS: dict[str, dict] = {
     "tiny-llama": _llama(64, 128, 2, 4, 2, BYTE_VOCAB, 2048, torch_dtype="float32"),
     "small-llama": _llama(512, 1408, 13, 8, 4, BYTE_VOCAB, 4096, torch_dtype="float32"),
@@ -45,6 +84,7 @@ PRESETS: dict[str, dict] = {
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
     ),
+    **FAMILY_PRESETS,
 }
 
 DEFAULT_PRESET = "small-llama"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from services.engine.preset_configs import DEFAULT_PRESET, PRESETS
+from services.engine.preset_configs import DEFAULT_PRESET, PRESET_FILE, PRESETS
 
 __all__ = ["PRESETS", "resolve_model"]  # PRESETS re-exported: `--model` choices and the planner's shapes read it here
 
@@ -20,8 +20,9 @@ def resolve_model(model: str | None) -> str:
     if name not in PRESETS:
         raise SystemExit(f"--model: {name!r} is neither a model folder nor a preset ({', '.join(PRESETS)})")
     folder = DEFAULT_MODEL_DIR / name
-    config = folder / "config.json"
-    if not config.exists() or json.loads(config.read_text()) != PRESETS[name]:  # missing, or made from an older preset
+    # the preset a folder was made from; folders made before PRESET_FILE existed hold it as their config.json
+    made = folder / PRESET_FILE if (folder / PRESET_FILE).exists() else folder / "config.json"
+    if not made.exists() or json.loads(made.read_text()) != PRESETS[name]:  # missing, or made from an older preset
         from services.engine.make_model import make_model
 
         make_model(name, folder)

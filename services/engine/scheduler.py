@@ -30,6 +30,12 @@ class ScheduledSeq:
     def samples(self) -> bool:
         return self.seq.num_computed + self.num_new == self.seq.num_tokens
 
+    @property
+    def reach(self) -> int:
+        """The longer of the prompt and the tokens computed after this step: LongRoPE picks its factors by it, as
+        transformers does by the length of each forward pass (the whole prompt, then one more token a step)."""
+        return max(len(self.seq.prompt_ids), self.seq.num_computed + self.num_new)
+
 
 @dataclass(slots=True)
 class SchedulerOutput:

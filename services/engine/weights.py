@@ -1,9 +1,13 @@
-"""Loads Hugging Face-format weights (*.safetensors, single or sharded by an index) into a model."""
+"""Loads Hugging Face-format weights (*.safetensors, single or sharded by an index) into a model.
+
+Fused checkpoint tensors (Phi-3's qkv_proj and gate_up_proj) are read as their parts (q/k/v, gate/up), so packing
+and tensor-parallel slicing see the same names whichever way a checkpoint stores them."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +15,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from services.common.model_config import ModelConfig
 from services.engine.models.packed import checkpoint_shapes, checkpoint_slices
 
 
@@ -30,6 +35,40 @@ def _canonical(name: str) -> str:
     return f"model.{name}" if name.startswith("decoder.") else name
 
 
+@dataclass(frozen=True, slots=True)
+class RowSlice:
+    """Rows [start, start + rows) of a checkpoint tensor's lazy slice, indexed as the slice is ([a:b], [:, a:b])."""
+
+    whole: Any
+    start: int
+    rows: int
+
+    def __getitem__(self, key: Any) -> torch.Tensor:
+        key = key if isinstance(key, tuple) else (key,)
+        first = range(self.rows)[key[0]]
+        return self.whole[(slice(self.start + first.start, self.start + first.stop), *key[1:])]
+
+
+def fused_parts(config: ModelConfig) -> dict[str, list[tuple[str, int]]]:
+    """Fused projection → its parts and their rows, in the order a fused checkpoint stacks them."""
+    q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    return {"qkv_proj": [("q_proj", q), ("k_proj", kv), ("v_proj", kv)],
+            "gate_up_proj": [("gate_proj", config.intermediate_size), ("up_proj", config.intermediate_size)]}
+
+
+def _parts(name: str, whole: Any, fused: dict[str, list[tuple[str, int]]]) -> Iterator[tuple[str, Any]]:
+    """(name, lazy slice) of a checkpoint tensor, or of each of its parts where it is a fused projection."""
+    owner, _, leaf = name.rpartition(".")
+    parent, _, module = owner.rpartition(".")
+    if module not in fused:
+        yield name, whole
+        return
+    start = 0
+    for part, rows in fused[module]:
+        yield f"{parent}.{part}.{leaf}", RowSlice(whole, start, rows)
+        start += rows
+
+
 # (canonical name, the checkpoint's lazy slice: index it to read a part) → (this model's name, tensor), or None
 Transform = Callable[[str, Any], "tuple[str, torch.Tensor] | None"]
 
@@ -42,13 +81,13 @@ def load_weights(model: nn.Module, folder: str | Path, transform: Transform | No
     params = dict(model.named_parameters())
     slices = checkpoint_slices(model)
     missing = {name for name, _ in checkpoint_shapes(model)}
+    fused = fused_parts(ModelConfig.from_folder(folder))
     for path in checkpoint_files(Path(folder)):
         with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():
-                name = _canonical(key)
+            for key, name, part in ((k, *p) for k in f.keys() for p in _parts(_canonical(k), f.get_slice(k), fused)):
                 tensor = None
                 if transform is not None:
-                    kept = transform(name, f.get_slice(key))
+                    kept = transform(name, part)
                     if kept is None:
                         continue
                     name, tensor = kept
@@ -62,7 +101,7 @@ def load_weights(model: nn.Module, folder: str | Path, transform: Transform | No
                 else:
                     raise KeyError(f"checkpoint tensor {key!r} has no place in the model")
                 if tensor is None:
-                    tensor = f.get_tensor(key)
+                    tensor = part[:]
                 if tensor.shape != target.shape:
                     raise ValueError(f"{key}: checkpoint shape {tuple(tensor.shape)} != model {tuple(target.shape)}")
                 with torch.no_grad():

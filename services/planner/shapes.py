@@ -22,16 +22,17 @@ class ModelShape:
     ffn: int
     vocab: int
     max_context: int
-    ffn_matrices: int = 2  # 3 for a gated (SwiGLU) FFN
+    ffn_matrices: int = 2  # 3 for a gated (SwiGLU, GeGLU) FFN
+    head_size: int = 0  # a head's width where the config sets one apart from hidden / heads (Qwen3, Gemma)
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
 
     @property
     def params(self) -> int:
-        """Parameter count: attention (q, o full; k, v per kv head), the FFN matrices, embeddings."""
-        attn = 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_heads * self.head_dim
+        """Parameter count: attention (q, o per query head; k, v per kv head), the FFN matrices, embeddings."""
+        attn = 2 * self.hidden * (self.heads + self.kv_heads) * self.head_dim
         return self.layers * (attn + self.ffn_matrices * self.hidden * self.ffn) + self.vocab * self.hidden
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
@@ -43,9 +44,10 @@ class ModelShape:
 
 
 def shape_from_config(config: dict, name: str) -> ModelShape:
-    """Read a Hugging Face `config.json` (Llama or OPT keys)."""
+    """Read a Hugging Face `config.json` (Llama-family, Gemma or OPT keys)."""
     hidden = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
+    head_dim = int(config.get("head_dim") or hidden // heads)
     gated = "intermediate_size" in config  # Llama keys; OPT has ffn_dim and a plain two-matrix FFN
     ffn = config["intermediate_size"] if gated else config.get("ffn_dim")
     if ffn is None:
@@ -55,6 +57,7 @@ def shape_from_config(config: dict, name: str) -> ModelShape:
         kv_heads=int(config.get("num_key_value_heads") or heads), ffn=int(ffn),
         vocab=int(config.get("vocab_size", 32000)),
         max_context=int(config.get("max_position_embeddings", 2048)), ffn_matrices=3 if gated else 2,
+        head_size=0 if head_dim == hidden // heads else head_dim,  # 0 where it says what hidden / heads says
     )
 
 

@@ -9,7 +9,8 @@ import torch
 from services.common.cbuild import Kernel, kernel_function
 from services.engine.cpu.team import HERE, OPENMP
 
-ARGTYPES = (ctypes.c_void_p,) * 5 + (ctypes.c_long,) * 7 + (ctypes.c_float,)  # q, cache, table, lens, out; sizes; scale
+# q, cache, table, lens, out; sizes; scale, window, softcap
+ARGTYPES = (ctypes.c_void_p,) * 5 + (ctypes.c_long,) * 7 + (ctypes.c_float, ctypes.c_long, ctypes.c_float)
 
 
 def _function() -> Kernel | None:
@@ -29,9 +30,10 @@ def takes(q: torch.Tensor, cache: torch.Tensor) -> bool:
 
 
 def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, table: torch.Tensor, lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+                           scale: float, window: int | None = None, softcap: float | None = None) -> torch.Tensor:
     """q: [B, H, D]; cache: one layer of the pool [N, 2, KVH, bs, D]; table: [B, nb] int64; lens: [B] int64
-    (context after this step) → [B, H, D]. Check `takes` first."""
+    (context after this step) → [B, H, D]; with `window` only the last `window` keys, with `softcap` the scores
+    capped. Check `takes` first."""
     batch, heads, d = q.shape
     _, _, kvh, bs, _ = cache.shape
     q, table, lens = q.contiguous(), table.contiguous(), lens.contiguous()
@@ -39,7 +41,7 @@ def paged_decode_attention(q: torch.Tensor, cache: torch.Tensor, table: torch.Te
     fn = _function()
     assert fn is not None, "paged_decode_attention without its kernel: check takes() first"
     rc = fn(q.data_ptr(), cache.data_ptr(), table.data_ptr(), lens.data_ptr(), out.data_ptr(),
-             batch, heads, kvh, d, bs, table.shape[1], cache.stride(0), scale)
+            batch, heads, kvh, d, bs, table.shape[1], cache.stride(0), scale, window or 0, softcap or 0.0)
     if rc != 0:
         raise MemoryError("paged_decode_attention: no memory for the score buffer")
     return out

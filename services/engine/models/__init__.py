@@ -23,6 +23,10 @@ def build_model(config: ModelConfig) -> CausalLM:
         from services.engine.models.opt import OPTForCausalLM
 
         return OPTForCausalLM(config)
+    if config.arch == "gemma":
+        from services.engine.models.gemma import GemmaForCausalLM
+
+        return GemmaForCausalLM(config)
     from services.engine.models.llama import LlamaForCausalLM
 
     return LlamaForCausalLM(config)
@@ -52,10 +56,4 @@ def materialize(config: ModelConfig, device: torch.device, dtype: torch.dtype) -
         model = build_model(config)
     model = model.to(dtype)
     model.tie_weights()
-    if config.arch == "llama":
-        from services.engine.models.llama import LlamaForCausalLM
-        from services.engine.models.rope import inverse_frequencies
-
-        assert isinstance(model, LlamaForCausalLM)
-        model.model.inv_freq = inverse_frequencies(config).to(device)
     return model

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from services.common.model_config import ModelConfig
-from services.engine.attention import AttentionMetadata, paged_attention
+from services.engine.attention import AttentionMetadata, AttentionSpec, paged_attention
 from services.engine.models.linear import Linear
 from services.engine.models.packed import PackedLinear
 
@@ -18,6 +18,7 @@ class OPTAttention(nn.Module):
     def __init__(self, c: ModelConfig) -> None:
         super().__init__()
         self.num_heads, self.head_dim = c.num_heads, c.head_dim
+        self.spec = AttentionSpec(c.head_dim**-0.5)
         inner = c.num_heads * c.head_dim  # the hidden size, or a TP rank's share of its heads
         self.qkv_proj = PackedLinear(c.hidden_size, {"q_proj": inner, "k_proj": inner, "v_proj": inner}, bias=True)
         self.out_proj = Linear(inner, c.hidden_size)
@@ -26,7 +27,7 @@ class OPTAttention(nn.Module):
         tokens = x.shape[0]  # x: [T, hidden]
         shape = (tokens, self.num_heads, self.head_dim)
         q, k, v = (part.view(shape) for part in self.qkv_proj.split(self.qkv_proj(x)))
-        out = paged_attention(q, k, v, cache, meta, self.head_dim**-0.5)
+        out = paged_attention(q, k, v, cache, meta, self.spec)
         return self.out_proj(out.reshape(tokens, -1))
 
 

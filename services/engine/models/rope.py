@@ -1,27 +1,65 @@
-"""Rotary position embeddings (the rotate-half convention of Hugging Face Llama), with Llama-3 and linear scaling."""
+"""Rotary position embeddings (the rotate-half convention of Hugging Face Llama): default, linear, Llama-3 and
+LongRoPE scaling, partial rotary, and a table per layer type (Gemma 3's sliding layers have their own base)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from services.common.model_config import ModelConfig
+from services.engine.attention import AttentionMetadata
 
 
-def inverse_frequencies(config: ModelConfig) -> torch.Tensor:
-    dim = config.head_dim
-    # float32 throughout, as transformers computes it, so angles (and logits) match bit for bit
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    scaling = config.rope_scaling or {}
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
+@dataclass(slots=True)
+class RopeTable:
+    """The rotary frequencies of one layer type (float32, as transformers computes them, so angles match)."""
+
+    inv_freq: torch.Tensor  # [rotary_dim / 2]
+    long_inv_freq: torch.Tensor | None = None  # LongRoPE: where a sequence reaches past `original_max`
+    original_max: int = 0
+    scale: float = 1.0  # LongRoPE's attention factor, applied to cos and sin
+
+    def cos_sin(self, positions: torch.Tensor, meta: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: [T] → cos, sin: [T, 1, rotary_dim]."""
+        inv_freq = self.inv_freq[None, :]
+        if self.long_inv_freq is not None:  # by the length each token's sequence reaches
+            long = meta.token_reach(positions.device) > self.original_max
+            inv_freq = torch.where(long[:, None], self.long_inv_freq[None, :], inv_freq)
+        freqs = positions[:, None].float() * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
+        if self.scale == 1.0:
+            return emb.cos(), emb.sin()
+        return emb.cos() * self.scale, emb.sin() * self.scale
+
+
+def rope_table(params: dict, head_dim: int) -> RopeTable:
+    dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    base = params["rope_theta"] ** exponents
+    inv_freq = 1.0 / base
+    kind = params["rope_type"]
     if kind == "default":
-        return inv_freq
+        return RopeTable(inv_freq)
     if kind == "linear":
-        return inv_freq / scaling["factor"]
+        return RopeTable(inv_freq / params["factor"])
     if kind == "llama3":
-        return _llama3(inv_freq, scaling)
+        return RopeTable(_llama3(inv_freq, params))
+    if kind == "longrope":
+        original = params["original_max_position_embeddings"]
+        factor = params.get("factor") or params["max_position_embeddings"] / original
+        scale = params.get("attention_factor") or (
+            1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original)))
+        short, long = (1.0 / (torch.tensor(params[f], dtype=torch.float32) * base) for f in ("short_factor", "long_factor"))
+        return RopeTable(short, long, original, scale)
     raise ValueError(f"unsupported rope_scaling type {kind!r}")
+
+
+def rope_tables(config: ModelConfig) -> dict[str, RopeTable]:
+    """Layer type → its table, for the layer types the model has."""
+    kinds = set(config.layer_types) or set(config.rope)
+    return {kind: rope_table(config.rope[kind], config.head_dim) for kind in kinds}
 
 
 def _llama3(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
@@ -36,15 +74,11 @@ def _llama3(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
     return torch.where(medium, smoothed, scaled)
 
 
-def rotary_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions: [T] → cos, sin: [T, 1, D] (broadcast over heads)."""
-    freqs = positions[:, None].float() * inv_freq[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
-    return emb.cos(), emb.sin()
-
-
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [T, heads, D]."""
-    half = x.shape[-1] // 2
+    """x: [T, heads, D]; cos, sin: [T, 1, R], R ≤ D (partial rotary leaves the last D - R channels as they are)."""
+    rot = cos.shape[-1]
+    if rot < x.shape[-1]:
+        return torch.cat((apply_rotary(x[..., :rot], cos, sin), x[..., rot:]), dim=-1)
+    half = rot // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin

@@ -23,6 +23,7 @@ class MicroPlan:
     starts: list[int]               # [B] tokens already cached per sequence
     block_tables: list[list[int]]   # [B][blocks] each sequence's blocks
     samples: list[bool]             # [B] whether its last new token's logits are wanted
+    reach: list[int]                # [B] the longer of its prompt and its tokens after this step
 
     @classmethod
     def of(cls, items: list[ScheduledSeq]) -> MicroPlan:
@@ -31,7 +32,8 @@ class MicroPlan:
             start = it.seq.num_computed
             ids.extend(it.seq.token_slice(start, start + it.num_new))
         return cls(ids, [it.num_new for it in items], [it.seq.num_computed for it in items],
-                   [list(it.seq.block_table) for it in items], [it.samples for it in items])
+                   [list(it.seq.block_table) for it in items], [it.samples for it in items],
+                   [it.reach for it in items])
 
     @property
     def num_tokens(self) -> int:
@@ -62,7 +64,7 @@ class MicroPlan:
                 slot_blocks.append(table[pos // block_size])
         pos_t = torch.tensor(positions, device=device)
         meta = AttentionMetadata(list(self.q_lens), list(self.starts), self.block_tables,
-                                 torch.tensor(slot_blocks, device=device), pos_t % block_size)
+                                 torch.tensor(slot_blocks, device=device), pos_t % block_size, reach=self.reach)
         if self.is_decode:
             width = max(len(t) for t in self.block_tables)
             meta.decode_table = torch.tensor([t + [0] * (width - len(t)) for t in self.block_tables], device=device)

@@ -120,15 +120,16 @@ class ParallelRunner:
         return logits
 
     def execute(self, batch: SchedulerOutput) -> Sampled:
-        """Runs the step on every rank; returns one sampled token per item that samples."""
+        """Runs the step on every rank; returns one sampled token per item that samples (none for a step of
+        prompt chunks alone)."""
         logits = self._run(StepPlan.of(batch, self.pp))
         sampling = [it.seq for it in batch.items if it.samples]
-        return sample(logits, sampling) if sampling else Sampled()
+        return sample(logits, sampling, self.config.eos_token_ids) if sampling else Sampled()
 
     def full_logits(self, input_ids: list[int], block_table: list[int]) -> torch.Tensor:
         """All-position logits [T, V] of one prompt through every rank's paged path (a correctness check)."""
         n = len(input_ids)
-        plan = StepPlan([MicroPlan(list(input_ids), [n], [0], [list(block_table)], [True])], all_logits=True)
+        plan = StepPlan([MicroPlan(list(input_ids), [n], [0], [list(block_table)], [True], [n])], all_logits=True)
         return self._run(plan)
 
     def close(self) -> None:

@@ -63,6 +63,7 @@ class Shard:
         """The model config of this rank's slice: its heads, columns and layers (head size unchanged)."""
         return replace(config, num_heads=self.heads.count, num_kv_heads=self.kv_heads.count,
                        intermediate_size=self.columns.count, num_layers=self.layers.count,
+                       layer_types=config.layer_types[self.layers.start : self.layers.stop],
                        head_dim_override=config.head_dim)
 
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from services.common.cbuild import why_not_buildable
-from services.engine.attention import AttentionMetadata, gathered_decode_attention
+from services.engine.attention import AttentionMetadata, AttentionSpec, gathered_decode_attention
 from services.engine.cpu import paged_attention, small_gemm, team
 from services.engine.models.linear import Linear, use_small_gemm
 
@@ -85,7 +85,30 @@ def test_paged_decode_attention_equals_gathered(heads: int, kv_heads: int, lens:
     q, cache, meta = _decode_case(len(lens), heads, kv_heads, lens, seed=heads + kv_heads + len(lens))
     assert paged_attention.takes(q, cache)
     got = paged_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, 0.125)
-    torch.testing.assert_close(got, gathered_decode_attention(q, cache, meta, 0.125), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, gathered_decode_attention(q, cache, meta, AttentionSpec(0.125)), rtol=1e-5, atol=1e-5)
+
+
+def _windowed_reference(q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, spec: AttentionSpec) -> torch.Tensor:
+    """Each sequence alone: its last `window` keys in order, scores capped, softmax, as transformers' eager path."""
+    outs = []
+    for b, n in enumerate(meta.decode_lens.tolist()):
+        kv = cache[meta.decode_table[b]].permute(1, 2, 0, 3, 4).flatten(2, 3)[:, :, :n]  # [2, KVH, n, D]
+        k, v = (x[:, max(0, n - spec.window):].repeat_interleave(q.shape[1] // x.shape[0], 0) for x in kv)
+        scores = torch.einsum("hd,hkd->hk", q[b], k) * spec.scale
+        scores = torch.tanh(scores / spec.softcap) * spec.softcap if spec.softcap else scores
+        outs.append(torch.einsum("hk,hkd->hd", scores.softmax(-1), v))
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize("window,softcap", [(20, None), (16, None), (5, 2.0), (1000, 1.5)])
+def test_sliding_window_and_softcap_read_only_their_keys(window: int, softcap: float | None) -> None:
+    """The kernel and the torch path (which gathers only the window's blocks) against each sequence alone."""
+    q, cache, meta = _decode_case(4, 8, 2, [17, 3, 160, 48], seed=window)
+    spec = AttentionSpec(0.125, window, softcap)
+    want = _windowed_reference(q, cache, meta, spec)
+    got = paged_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, 0.125, window, softcap)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gathered_decode_attention(q, cache, meta, spec), want, rtol=1e-5, atol=1e-5)
 
 
 def test_paged_decode_attention_ignores_peaked_scores() -> None:
@@ -93,7 +116,7 @@ def test_paged_decode_attention_ignores_peaked_scores() -> None:
     q, cache, meta = _decode_case(2, 8, 4, [40, 70], seed=7)
     q = q * 200  # logits spread over thousands: most weights underflow
     got = paged_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, 0.125)
-    torch.testing.assert_close(got, gathered_decode_attention(q, cache, meta, 0.125), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got, gathered_decode_attention(q, cache, meta, AttentionSpec(0.125)), rtol=1e-4, atol=1e-4)
 
 
 def test_paged_decode_attention_declines_other_dtypes_and_layouts() -> None:
@@ -123,14 +146,15 @@ def test_small_gemm_result_does_not_depend_on_the_thread_count(threads) -> None:
 
 def test_paged_decode_attention_does_not_depend_on_the_thread_count_or_the_batch(threads) -> None:
     q, cache, meta = _decode_case(4, 8, 4, [17, 3, 160, 48], seed=5)
-    team.set_team(1)
-    alone = paged_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, 0.125)
-    for count in (2, 3):
-        team.set_team(count)
-        got = paged_attention.paged_decode_attention(q, cache, meta.decode_table, meta.decode_lens, 0.125)
-        assert torch.equal(got, alone)
-        one = paged_attention.paged_decode_attention(q[2:3], cache, meta.decode_table[2:3], meta.decode_lens[2:3], 0.125)
-        assert torch.equal(one, alone[2:3])
+    table, lens = meta.decode_table, meta.decode_lens
+    for window, softcap in ((None, None), (20, 2.0)):
+        team.set_team(1)
+        alone = paged_attention.paged_decode_attention(q, cache, table, lens, 0.125, window, softcap)
+        for count in (2, 3):
+            team.set_team(count)
+            assert torch.equal(paged_attention.paged_decode_attention(q, cache, table, lens, 0.125, window, softcap), alone)
+            one = paged_attention.paged_decode_attention(q[2:3], cache, table[2:3], lens[2:3], 0.125, window, softcap)
+            assert torch.equal(one, alone[2:3])
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from services.engine.preset_configs import BYTE_VOCAB, FAMILY_PRESETS
 from services.planner.hardware import DATA, load_latency_model
-from services.planner.shapes import PRESETS, load_shape
+from services.planner.shapes import PRESETS, load_shape, shape_from_config
 
 
 def test_opt13b_prefill_matches_the_authors_fit():
@@ -70,6 +71,16 @@ def test_presets_and_hugging_face_config_folders(tmp_path):
         "hidden_size": 5120, "ffn_dim": 20480, "num_hidden_layers": 40, "num_attention_heads": 40,
         "max_position_embeddings": 2048, "vocab_size": 50272}))
     assert load_shape(str(opt)) == PRESETS["opt-13b"].__class__(**{**PRESETS["opt-13b"].as_dict(), "name": "opt"})
+
+
+def test_family_presets_count_their_own_head_width():
+    """Qwen3 and Gemma set a head width apart from hidden / heads: KV bytes and parameters follow it, and a folder
+    that spells out the usual width (transformers 5 writes head_dim for Mistral) reads as its preset does."""
+    qwen3, gemma2, mistral = PRESETS["tiny-qwen3"], PRESETS["tiny-gemma2"], PRESETS["tiny-mistral"]
+    assert (qwen3.head_dim, gemma2.head_dim, mistral.head_dim) == (32, 16, 16)
+    assert qwen3.kv_bytes_per_token(4) == 2 * 2 * 2 * 32 * 4  # layers x K,V x KV heads x head width x fp32
+    assert qwen3.params == 2 * (2 * 64 * (4 + 2) * 32 + 3 * 64 * 128) + BYTE_VOCAB * 64
+    assert shape_from_config({**FAMILY_PRESETS["tiny-mistral"], "head_dim": 16}, "tiny-mistral") == mistral
 
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data"  # CI keeps shared/ beside the clone

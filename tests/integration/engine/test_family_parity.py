@@ -1,0 +1,133 @@
+"""The 2026 families (Qwen3, Mistral, Gemma 2, Gemma 3, Phi-3) against `transformers` on the checkpoints its own
+classes wrote: greedy tokens and their logprobs (fp32, 1e-4) at a prompt shorter than the sliding window and one
+4x longer (past Phi-3's original context too), colocated, chunked and disaggregated, each prompt run twice so
+the second run starts from the prefix cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+
+from services.common.sampling import TokenLogprobs
+from services.engine.engine import EngineConfig, LLMEngine, StepOutput
+from services.engine.make_model import make_model
+from services.engine.preset_configs import FAMILY_PRESETS
+from tests.integration.engine.family_reference import LONG, PARAMS, PROMPTS, assert_equal, reference
+
+transformers = pytest.importorskip("transformers")
+torch.set_num_threads(1)
+
+MODES = {  # mode → (policy, Lm or token budget): chunked cuts LONG into 9 chunks, each shorter than the window
+    "colocated": ("colocated", 512), "chunked": ("chunked", 8), "disaggregated": ("prefill", 512)}
+
+
+@dataclass(slots=True)
+class Generated:
+    tokens: list[int]
+    logprobs: list[TokenLogprobs]
+    cached: int  # prompt tokens its K/V came from the prefix cache for
+
+
+@pytest.fixture(scope="module", params=list(FAMILY_PRESETS))
+def family(request, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(make_model(request.param, tmp_path_factory.mktemp(request.param)))
+
+
+@pytest.fixture(scope="module")
+def want(family: str) -> list[tuple[list[int], torch.Tensor]]:
+    return reference(family)
+
+
+def _record(outs: dict[str, Generated], out: StepOutput) -> None:
+    got = outs.setdefault(out.request_id, Generated([], [], out.num_cached_tokens))
+    got.tokens.extend(out.new_token_ids)
+    got.logprobs.extend(out.logprobs)
+
+
+def _run(engine: LLMEngine, decode: LLMEngine | None, prompts: list[list[int]]) -> list[Generated]:
+    """The prompts to completion; with `decode`, `engine` prefills and each request's blocks are copied into
+    blocks reserved on `decode` (as kvxfer's pull does), which goes on from there."""
+    outs: dict[str, Generated] = {}
+    rids = [f"r{i}" for i in range(len(prompts))]
+    for rid, prompt in zip(rids, prompts):
+        engine.add_request(rid, prompt, replace(PARAMS))
+    while engine.has_work() or (decode is not None and decode.has_work()):
+        for out in engine.step():
+            _record(outs, out)
+            if out.prefilled:
+                prompt = prompts[rids.index(out.request_id)]
+                held = engine.prefilled[out.request_id]
+                blocks = decode.reserve_blocks(len(prompt))
+                decode.runner.pool.tensor[blocks] = engine.runner.pool.tensor[held.block_ids]
+                decode.add_prefilled(out.request_id, prompt, out.new_token_ids[0], replace(PARAMS), blocks)
+                engine.release_prefilled(out.request_id)
+        for out in decode.step() if decode is not None else ():
+            _record(outs, out)
+    return [outs[rid] for rid in rids]
+
+
+def _assert_equal(got: Generated, want: tuple[list[int], torch.Tensor]) -> None:
+    assert [t.token_id for t in got.logprobs] == got.tokens
+    assert_equal(got.tokens, [t.logprob for t in got.logprobs], want)
+
+
+@pytest.fixture
+def engines(family: str) -> Iterator[Callable[[str, int], LLMEngine]]:
+    made: list[LLMEngine] = []
+
+    def build(policy: str, budget: int) -> LLMEngine:
+        made.append(LLMEngine(EngineConfig(family, policy=policy, num_blocks=96, block_size=4, max_batch_tokens=budget)))
+        return made[-1]
+
+    yield build
+    for engine in made:
+        engine.close()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_tokens_and_logprobs_equal_transformers(engines, want, mode: str) -> None:
+    policy, budget = MODES[mode]
+    engine = engines(policy, budget)
+    decode = engines("decode", budget) if policy == "prefill" else None
+    if decode is not None:  # scattered free list: pulled blocks land at other ids than the prefill's
+        decode.blocks.free(decode.blocks.allocate(decode.blocks.num_free)[::-1])
+    first, again = _run(engine, decode, PROMPTS), _run(engine, decode, PROMPTS)
+    for got, expected in zip(first + again, want + want):
+        _assert_equal(got, expected)
+    assert [g.cached for g in first] == [0, 0]
+    # every full block before the last prompt token (which is computed to sample from) comes from the cache
+    assert [g.cached for g in again] == [(len(p) - 1) // 4 * 4 for p in PROMPTS]
+
+
+@pytest.mark.long  # some 30 s: rank processes start
+@pytest.mark.timeout(240)
+def test_gemma2_with_tp2_equals_transformers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """TP 2 (gloo rank processes, one KV head each), chunked, of the sliding-window family with the most parts."""
+    folder = str(make_model("tiny-gemma2", tmp_path_factory.mktemp("tp2")))
+    engine = LLMEngine(EngineConfig(folder, policy="chunked", num_blocks=96, block_size=4, max_batch_tokens=8, tp=2))
+    try:
+        got = _run(engine, None, PROMPTS)
+    finally:
+        engine.close()
+    for g, expected in zip(got, reference(folder)):
+        _assert_equal(g, expected)
+
+
+@pytest.mark.parametrize("preset", list(FAMILY_PRESETS))
+def test_bf16_logits_equal_transformers_in_bf16(preset: str, tmp_path) -> None:
+    """In bf16 the norms round where transformers rounds (Gemma scales in float32; Llama casts, then scales):
+    the prompt's logits equal transformers' in bf16 (measured: bit for bit), well inside bf16's usual 1e-2."""
+    folder = str(make_model(preset, tmp_path, overrides={"torch_dtype": "bfloat16"}))
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    engine = LLMEngine(EngineConfig(folder, num_blocks=32, block_size=4))
+    try:
+        assert engine.layout.dtype == "bfloat16"
+        ours = engine.runner.full_logits(LONG, list(range(engine.blocks.blocks_for(len(LONG))))).float()
+    finally:
+        engine.close()
+    with torch.no_grad():
+        theirs = model(torch.tensor([LONG])).logits[0].float()
+    assert (ours - theirs).abs().max().item() <= 1e-2
