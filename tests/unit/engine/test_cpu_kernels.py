@@ -13,7 +13,7 @@ from torch import nn
 
 from services.common.cbuild import why_not_buildable
 from services.engine.attention import AttentionMetadata, AttentionSpec, gathered_decode_attention
-from services.engine.cpu import paged_attention, small_gemm, team
+from services.engine.cpu import glue, paged_attention, small_gemm, team
 from services.engine.models.linear import Linear, use_small_gemm
 
 UNBUILDABLE = why_not_buildable()
@@ -24,6 +24,7 @@ def test_every_kernel_builds_where_a_compiler_exists() -> None:
     """A kernel that fails to compile must fail here: the product would quietly fall back to torch."""
     assert small_gemm.available(), "small_gemm.c did not build (see the warning logged above)"
     assert paged_attention.available(), "paged_attention.c did not build (see the warning logged above)"
+    assert glue.takes(torch.randn(1, 8)), "glue.c did not build (see the warning logged above)"
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 512, 1408), (3, 13, 7), (32, 1408, 512), (5, 8, 1), (2, 7, 100)])
@@ -168,3 +169,14 @@ def test_the_kernels_run_on_torchs_pool_with_the_workers_pinned(threads) -> None
     pinned = [task for task in Path("/proc/self/task").iterdir()
               if f"Cpus_allowed_list:\t{core}\n" in (task / "status").read_text()]
     assert pinned, "no thread of the team was pinned to its core"
+
+
+def test_glue_equals_torch_and_a_row_does_not_depend_on_the_batch() -> None:
+    gen = torch.Generator().manual_seed(3)
+    x, w, gate_up = torch.randn(9, 300, generator=gen), torch.randn(300, generator=gen), torch.randn(9, 2 * 70, generator=gen)
+    torch.testing.assert_close(glue.rms_norm(x, w, 1e-5), F.rms_norm(x, (300,), w, 1e-5), rtol=1e-6, atol=1e-6)
+    gate, up = gate_up.split([70, 70], -1)
+    torch.testing.assert_close(glue.silu_mul(gate, up), F.silu(gate) * up, rtol=1e-6, atol=1e-6)
+    assert torch.equal(glue.rms_norm(x[4:5].contiguous(), w, 1e-5), glue.rms_norm(x, w, 1e-5)[4:5])
+    assert torch.equal(glue.silu_mul(gate[4:5], up[4:5]), glue.silu_mul(gate, up)[4:5])
+    assert not glue.takes(torch.randn(small_gemm.MAX_ROWS + 1, 8)) and not glue.takes(x.double())
