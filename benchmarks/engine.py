@@ -3,7 +3,8 @@
 Prefill is compared with plain matmuls of the model's own shapes (how close to compute-bound it runs);
 decode at batch 1 with the bytes a step must read (weights + KV) at memcpy bandwidth (memory-bound).
 Every time is this thread's CPU time, best of several runs, so other processes sharing the core do not
-count against the engine or the references (on an idle core it equals wall time).
+count against the engine or the references (on an idle core it equals wall time); on a multi-core device
+(`cpu:0-1`) it is wall time, the other threads' work being no part of this thread's.
 
 `--layouts 1x1,2x1,1x2` times TP x PP instances instead: prefill and decode step wall times (the ranks run in other
 processes), best of several runs; each rank pinned to one core, the cores taken in order and reused round robin
@@ -41,7 +42,12 @@ DECODE_STEPS = 16
 REPEATS = 3
 MEMCPY_BYTES = 256 << 20  # well past the last-level cache
 GOAL = 0.5
-clock = time.thread_time  # torch runs single-threaded in this thread (setup_device), so this is all the work
+
+
+def clock() -> float:
+    """This thread's CPU time where torch runs single-threaded in it (`cpu:N`: all the work, and other processes on
+    the core do not count), else wall time (`cpu:a-b`: the other threads' work is not this thread's)."""
+    return time.thread_time() if torch.get_num_threads() == 1 else time.perf_counter()
 
 
 def _best_seconds(fn: Callable[[], object], repeats: int = REPEATS, timer: Callable[[], float] = clock) -> float:
@@ -173,7 +179,8 @@ def measure(model_dir: str, device: str) -> dict:
         d["bandwidth_ratio"] = d["gb_per_s"] * 1e9 / memcpy
     prefill_rate = prefill_flops(mc, PREFILL_TOKENS) / prefill_s
     return {
-        "model": model_dir, "device": device, "threads": torch.get_num_threads(), "clock": "thread CPU time",
+        "model": model_dir, "device": device, "threads": torch.get_num_threads(),
+        "clock": "thread CPU time" if torch.get_num_threads() == 1 else "wall time",
         "matmul_gflops": matmul / 1e9, "memcpy_gb_per_s": memcpy / 1e9, "gemv_gb_per_s": gemv / 1e9,
         "prefill": {"tokens": PREFILL_TOKENS, "seconds": prefill_s, "tokens_per_s": PREFILL_TOKENS / prefill_s,
                     "gflops": prefill_rate / 1e9},
@@ -189,7 +196,7 @@ def _table(r: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"benchmarks.engine {r['model']} on {r['device']} ({r['threads']} thread)")
+    table = Table(title=f"benchmarks.engine {r['model']} on {r['device']} ({r['threads']} thread(s), {r['clock']})")
     for col in ("phase", "time", "tokens/s", "achieved", "core reference", "ratio"):
         table.add_column(col, justify="right" if col != "phase" else "left")
     p = r["prefill"]
