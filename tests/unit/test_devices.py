@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from services.common.devices import cpu_cores, device_units, split_devices
@@ -44,3 +48,20 @@ def test_disaggregated_services_go_to_every_core_of_the_prefill_instances() -> N
 def test_per_device_figures_count_each_core_of_a_multi_core_device() -> None:
     assert device_units(("cpu:0-1",)) == device_units(("cpu:0", "cpu:1")) == 2
     assert device_units(("cpu", "cuda:0", "cpu:2,3,5")) == 5
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_multi_core_device_pins_the_process_with_a_thread_per_core() -> None:
+    """In a child process: pinning is for the life of the process."""
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    script = (f"import os, torch; from services.engine.device import setup_device; setup_device('cpu:{first},{second}'); "
+              "print(torch.get_num_threads(), sorted(os.sched_getaffinity(0)))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split("\n")[0] == f"2 [{first}, {second}]"
+
+
+def test_a_core_the_host_lacks_is_named() -> None:
+    from services.engine.device import setup_device
+
+    with pytest.raises(ValueError, match="cpu:0-4096: this host has"):
+        setup_device("cpu:0-4096")
