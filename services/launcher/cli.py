@@ -114,7 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prefill", type=int, default=1, help="prefill instances (colocated/chunked: added to --decode)")
     p.add_argument("--decode", type=int, default=1, help="decode instances")
     p.add_argument("--devices", default="", help="comma-separated devices, one per rank of each instance in order "
-                   "(default cpu:0, cpu:1, ...)")
+                   "(default cpu:0, cpu:1, ...); cpu:0-1 or cpu:0,1 is one device on those cores, a thread on each")
     for role in ("prefill", "decode"):
         p.add_argument(f"--{role}-tp", type=int, default=1, help=f"tensor-parallel ranks per stage of each {role} instance")
         p.add_argument(f"--{role}-pp", type=int, default=1, help=f"pipeline stages of each {role} instance")
