@@ -21,7 +21,8 @@ import numpy as np
 
 from services.bench.predict import Predictor
 from services.bench.runner import BenchConfig, bench_sample, point_sample
-from services.bench.slo import SLO
+from services.bench.slo import ScaledSLO
+from services.common.slo import SLO
 from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
 from services.planner.serving import ServingOverheads
 
@@ -98,7 +99,7 @@ def main(path: str) -> None:
                                       calib["link_gbps"], result["mode"])
         decode = DecodeCoeffs(fit["decode_c0"], fit["decode_per_ctx"], fit["decode_per_req"])
         serving = replace(ServingOverheads(**hops), join=fit["join_s"])
-        slo = SLO(result["slo"]["ttft_s"], result["slo"]["tpot_s"], result["slo"]["scale"], result["slo"]["target"])
+        slo = ScaledSLO(SLO(result["slo"]["ttft_s"], result["slo"]["tpot_s"], result["slo"]["target"]), result["slo"]["scale"])
         for k, p in enumerate(result["points"]):
             steps = kept(p["prefill_steps"]) if p.get("prefill_steps") else recovered(at(p["rate"]), p["rate"], p["per_request"], hops)
             a = np.array(steps, dtype=float)

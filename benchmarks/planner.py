@@ -12,13 +12,14 @@ import time
 
 import numpy as np
 
+from services.common.slo import SLO
 from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
 from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
 from services.planner.placement import Cluster, Parallel, pack
 from services.planner.search import high_affinity, low_affinity
 from services.planner.shapes import load_shape
-from services.planner.simulator import SLO, simulate, simulate_prefill
+from services.planner.simulator import simulate, simulate_prefill
 from services.planner.workload import Workload, unit_arrivals
 
 

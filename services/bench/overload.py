@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from services.bench.loadgen import RequestResult
-from services.bench.slo import SLO, met
+from services.bench.slo import ScaledSLO, met
 
 REFUSE_ENV = {"DISTSERVE_ROUTER_ADMISSION": "refuse"}  # the router restarted for admission on
 
@@ -26,9 +26,10 @@ def admission_env(prefill_batch_tokens: int) -> dict[str, str]:
             "DISTSERVE_ROUTER_PREFILL_BATCH_TOKENS": str(prefill_batch_tokens), "DISTSERVE_PLANNER_FIT_INTERVAL": "2"}
 
 
-def slo_metadata(slo: SLO) -> tuple[tuple[str, str], ...]:
+def slo_metadata(slo: ScaledSLO) -> tuple[tuple[str, str], ...]:
     """The SLO as the router's gRPC metadata (milliseconds)."""
-    return (("x-slo-ttft-ms", f"{slo.ttft_limit * 1e3:.3f}"), ("x-slo-tpot-ms", f"{slo.tpot_limit * 1e3:.3f}"))
+    limits = slo.limits
+    return (("x-slo-ttft-ms", f"{limits.ttft * 1e3:.3f}"), ("x-slo-tpot-ms", f"{limits.tpot * 1e3:.3f}"))
 
 
 def refused(result: RequestResult) -> bool:
@@ -51,7 +52,7 @@ class OverloadPoint:
     live: dict = field(default_factory=dict)  # the router's live model errors over the run (`live.py`)
 
 
-def overload_point(multiple: float, rate: float, admission: bool, results: list[RequestResult], slo: SLO,
+def overload_point(multiple: float, rate: float, admission: bool, results: list[RequestResult], slo: ScaledSLO,
                    devices: int) -> OverloadPoint:
     ok = np.array([r.ok for r in results], bool)
     within = met(np.array([r.ttft for r in results]), np.array([r.tpot for r in results]), ok, slo)

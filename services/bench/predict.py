@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from services.bench.slo import SLO
+from services.bench.slo import ScaledSLO
 from services.bench.workload import Sample
 from services.planner import simulator
 from services.planner.colocated import simulate_colocated
@@ -60,7 +60,7 @@ class Predictor:
         """This predictor with coefficients fitted to served steps and the served path's overheads."""
         return replace(self, model=replace(self.model, by_tp={1: coeffs}), serving=serving)
 
-    def attainment(self, sample: Sample, rate: float, slo: SLO) -> float:
+    def attainment(self, sample: Sample, rate: float, slo: ScaledSLO) -> float:
         """Simulated share of the sample's requests meeting both objectives at `rate`."""
         if self.mode == "disagg":
             placement = pack(self.cluster, Parallel(), 1, Parallel(), 1)
@@ -71,13 +71,13 @@ class Predictor:
             result = simulate_colocated(self.model.at(1), self.mode, self.cluster.gpus_per_node,
                                         self.model.kv_capacity(1, 1), self.max_batch_tokens, sample.prompts,
                                         sample.outputs, sample.arrivals(rate), self.serving)
-        limits = simulator.SLO(ttft=slo.ttft_limit, tpot=slo.tpot_limit, attainment=slo.target)
+        limits = slo.limits
         return result.attainment(limits)
 
-    def goodput(self, sample_at: Callable[[float], Sample], slo: SLO, guess: float = 1.0) -> float:
+    def goodput(self, sample_at: Callable[[float], Sample], slo: ScaledSLO, guess: float = 1.0) -> float:
         """Highest simulated rate (req/s, both instances) with attainment ≥ the target; `sample_at(rate)` gives
         the requests a run at that rate sends."""
-        return max_rate(lambda rate: self.attainment(sample_at(rate), rate, slo), slo.target, guess)
+        return max_rate(lambda rate: self.attainment(sample_at(rate), rate, slo), slo.base.attainment, guess)
 
 
 def _scaled(c: TPCoefficients, prefill: float, decode: float) -> TPCoefficients:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from services.bench.loadgen import RequestResult
-from services.bench.slo import SLO, attainment, tightest_scale, wilson_interval
+from services.bench.slo import ScaledSLO, attainment, tightest_scale, wilson_interval
 
 STAGES = ("prefill_queue", "prefill", "transfer", "decode_queue", "decode")
 
@@ -94,7 +94,7 @@ def _dist(values: np.ndarray) -> dict[str, float]:
     return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90)}
 
 
-def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float) -> Point:
+def summarize(rate: float, results: list[RequestResult], slo: ScaledSLO, wall_s: float) -> Point:
     """A point from its requests (one run's, or several runs' pooled)."""
     ok = np.array([r.ok for r in results], bool)
     ttft = np.array([r.ttft for r in results])
@@ -113,8 +113,8 @@ def summarize(rate: float, results: list[RequestResult], slo: SLO, wall_s: float
     return Point(
         rate=rate, attainment=met, attainment_se=float(np.sqrt(met * (1 - met) / n)),
         attainment_ci=wilson_interval(met, len(results)),
-        ttft_attainment=float(np.sum(ok & (ttft <= slo.ttft_limit)) / n),
-        tpot_attainment=float(np.sum(ok & (tpot <= slo.tpot_limit)) / n),
+        ttft_attainment=float(np.sum(ok & (ttft <= slo.limits.ttft)) / n),
+        tpot_attainment=float(np.sum(ok & (tpot <= slo.limits.tpot)) / n),
         tightest_slo_scale=tightest_scale(ttft, tpot, ok, slo), requests=len(results), failed=int((~ok).sum()),
         ttft=_dist(ttft[ok]), tpot=_dist(tpot[ok]), first_gap=_dist(gaps), e2e=_dist(e2e[ok]), stages=stage_means,
         transfer_share=share, wall_s=wall_s,

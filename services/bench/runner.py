@@ -23,12 +23,13 @@ from services.bench.overload import REFUSE_ENV, OverloadPoint, admission_env, ov
 from services.bench.predict import PREDICTED_MODES, Predictor
 from services.bench.results import ModeResult, summarize
 from services.bench.served import joins_of, loaded_overheads, path_overheads, prefill_rows
-from services.bench.slo import SLO, lone_latencies, scaled_slo
+from services.bench.slo import ScaledSLO, lone_latencies, scaled_slo
 from services.bench.sweep import fixed_rates_goodput, goodput_search, pooled_runs
 from services.bench.workload import SYSTEM_PROMPTS, THINK_S, BenchWorkload, Sample
 from services.common.devices import device_units
 from services.common.engine_settings import EngineSettings, OnOff, engine_fields
 from services.common.net import free_port
+from services.common.slo import SLO
 from services.launcher.stack import Stack, StackConfig
 from services.planner.latency import TPCoefficients
 from services.planner.online_fit import served_steps
@@ -229,16 +230,16 @@ def served_fit(served: Served, since: float, profiled: TPCoefficients, joins: Co
     return fit_steps(served_steps(served.redis_url, since), profiled, joins)
 
 
-def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> SLO:
+def make_slo(cfg: BenchConfig, sample: Sample, profile: str) -> ScaledSLO:
     """Seconds when given, else scales of the profile's lone-request latencies (either objective may be given alone)."""
     if cfg.ttft is not None and cfg.tpot is not None:
-        return SLO(cfg.ttft, cfg.tpot, cfg.slo_scale, cfg.target)
+        return ScaledSLO(SLO(cfg.ttft, cfg.tpot, cfg.target), cfg.slo_scale)
     if not profile:
         raise ValueError("an SLO needs --ttft and --tpot in seconds, or a profile for --slo-scale")
     stats = sample.stats()
     base_ttft, base_tpot = lone_latencies(fit_profile(read_profile(profile)).at(1), stats["prompt_mean"], stats["output_mean"])
     slo = scaled_slo(base_ttft, base_tpot, cfg.ttft_scale, cfg.tpot_scale, cfg.slo_scale, cfg.target)
-    return replace(slo, ttft=cfg.ttft or slo.ttft, tpot=cfg.tpot or slo.tpot)
+    return replace(slo, base=replace(slo.base, ttft=cfg.ttft or slo.base.ttft, tpot=cfg.tpot or slo.base.tpot))
 
 
 def bench_sample(cfg: BenchConfig, workload: str, count: int, seed_offset: int = 0) -> Sample:
@@ -378,7 +379,7 @@ class Bench:
                 handed.update(joins_of(results))
                 return results
 
-            point, runs = pooled_runs(run_once, lambda results: summarize(rate, results, slo, 0.0), slo.target,
+            point, runs = pooled_runs(run_once, lambda results: summarize(rate, results, slo, 0.0), slo.base.attainment,
                                       self.cfg.repeats, self.cfg.repeat_within)
             point.runs, point.wall_s, point.live = runs, time.monotonic() - wall, live
             for kind, predictor in predictors.items():
@@ -397,14 +398,14 @@ class Bench:
         fitted_knee = None
         if self.cfg.rate:
             at(self.cfg.rate)
-            goodput = self.cfg.rate if points[0].attainment >= slo.target else 0.0
+            goodput = self.cfg.rate if points[0].attainment >= slo.base.attainment else 0.0
         elif self.cfg.at_knee:
             refit()
             fitted_knee = predictors["fitted"].goodput(sample_at, slo, self.start_rates[workload])
             base = fitted_knee or self.start_rates[workload]  # no predicted goodput: around the start rate
-            goodput = fixed_rates_goodput(at, [m * base for m in self.cfg.at_knee], slo.target)
+            goodput = fixed_rates_goodput(at, [m * base for m in self.cfg.at_knee], slo.base.attainment)
         else:
-            goodput = goodput_search(at, self.start_rates[workload], slo.target, self.cfg.factor,
+            goodput = goodput_search(at, self.start_rates[workload], slo.base.attainment, self.cfg.factor,
                                      self.cfg.bisect_steps, self.cfg.max_steps)
         refit()  # the goodput and curve of the fitted model: every step served
         devices = device_units(served.devices)  # each core of a multi-core CPU device

@@ -12,28 +12,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.common.slo import SLO
 from services.planner.latency import TPCoefficients
 
 
 @dataclass(frozen=True, slots=True)
-class SLO:
-    """Limits at scale 1 (seconds), the scale applied to both, and the share of requests that must meet them."""
+class ScaledSLO:
+    """An SLO at a scale: `base` holds the limits at scale 1 (both set) and the attainment target."""
 
-    ttft: float
-    tpot: float
+    base: SLO
     scale: float = 1.0
-    target: float = 0.9
 
     @property
-    def ttft_limit(self) -> float:
-        return self.ttft * self.scale
+    def limits(self) -> SLO:
+        """The objectives requests are held to: the base limits times the scale."""
+        return self.base.scaled(self.scale)
 
-    @property
-    def tpot_limit(self) -> float:
-        return self.tpot * self.scale
-
-    def as_dict(self) -> dict[str, float]:
-        return {"ttft_s": self.ttft_limit, "tpot_s": self.tpot_limit, "scale": self.scale, "target": self.target}
+    def as_dict(self) -> dict[str, float | None]:
+        limits = self.limits
+        return {"ttft_s": limits.ttft, "tpot_s": limits.tpot, "scale": self.scale, "target": limits.attainment}
 
 
 def lone_latencies(coeffs: TPCoefficients, mean_prompt: float, mean_output: float) -> tuple[float, float]:
@@ -43,25 +40,27 @@ def lone_latencies(coeffs: TPCoefficients, mean_prompt: float, mean_output: floa
 
 
 def scaled_slo(base_ttft: float, base_tpot: float, ttft_scale: float, tpot_scale: float, scale: float,
-               target: float) -> SLO:
+               target: float) -> ScaledSLO:
     """TTFT = scale · ttft_scale · base TTFT, TPOT = scale · tpot_scale · base TPOT."""
-    return SLO(ttft_scale * base_ttft, tpot_scale * base_tpot, scale, target)
+    return ScaledSLO(SLO(ttft_scale * base_ttft, tpot_scale * base_tpot, target), scale)
 
 
-def met(ttft: np.ndarray, tpot: np.ndarray, ok: np.ndarray, slo: SLO) -> np.ndarray:
+def met(ttft: np.ndarray, tpot: np.ndarray, ok: np.ndarray, slo: ScaledSLO) -> np.ndarray:
     """Per request: completed, and both TTFT and TPOT within the limits."""
-    return ok & (ttft <= slo.ttft_limit) & (tpot <= slo.tpot_limit)
+    limits = slo.limits
+    return ok & (ttft <= limits.ttft) & (tpot <= limits.tpot)
 
 
-def attainment(ttft: np.ndarray, tpot: np.ndarray, ok: np.ndarray, slo: SLO) -> float:
+def attainment(ttft: np.ndarray, tpot: np.ndarray, ok: np.ndarray, slo: ScaledSLO) -> float:
     """Share of requests meeting both objectives; failed requests count as misses."""
     return float(np.mean(met(ttft, tpot, ok, slo))) if len(ttft) else 0.0
 
 
-def tightest_scale(ttft: np.ndarray, tpot: np.ndarray, ok: np.ndarray, slo: SLO) -> float:
+def tightest_scale(ttft: np.ndarray, tpot: np.ndarray, ok: np.ndarray, slo: ScaledSLO) -> float:
     """The smallest scale at which attainment still reaches the target (inf when too many requests failed)."""
-    need = np.where(ok, np.maximum(ttft / slo.ttft, tpot / slo.tpot), np.inf)
-    k = math.ceil(slo.target * len(need) - 1e-9)
+    base = slo.base
+    need = np.where(ok, np.maximum(ttft / base.ttft, tpot / base.tpot), np.inf)
+    k = math.ceil(base.attainment * len(need) - 1e-9)
     return float(np.sort(need)[k - 1]) if k >= 1 else 0.0
 
 

@@ -34,7 +34,7 @@ from services.common.auth import instance_principal
 from services.common.kv_layout import KVLayout
 from services.common.pool_files import shm_path
 from services.engine.kv_pool import KVPool
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 from services.kvxfer.local import ROOT, start_local_kvxfer
 from services.kvxfer.pools import PAGE
 

@@ -12,13 +12,13 @@ import time
 import numpy as np
 
 from services.kvxfer.config import KVXferConfig
-from services.kvxfer.ucx_env import apply_ucx_env
+from services.kvxfer.ucx.env import apply_ucx_env
 
 
 def _ucx_loop():
     """UCX as the kvxfer services set it up: their settings, progress on the event loop."""
     apply_ucx_env(KVXferConfig())
-    from services.kvxfer.ucx_loop import UcxLoop
+    from services.kvxfer.ucx.loop import UcxLoop
 
     return UcxLoop()
 

@@ -10,12 +10,11 @@ from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.convert import logprobs_to_proto, sampling_from_proto
 from services.common.errors import abort_with
 from services.common.stamps import Lifetime
-from services.engine.async_engine import AsyncEngine
-from services.engine.engine import fork_id
+from services.engine.async_engine import AsyncEngine, fork_id
 from services.instance.admission import Admission
 from services.instance.config import InstanceSettings
 from services.instance.servicer import InstanceServicer
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 
 
 class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):

@@ -18,14 +18,12 @@ from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.decode.local_pacer import LOCAL_PREFILLS, LocalPacer
 from services.decode.reshard import reshard_copies
-from services.engine.async_engine import AsyncEngine
-from services.engine.engine import StepOutput
+from services.engine.async_engine import AsyncEngine, StepOutput
 from services.engine.parallel.shard import Span
 from services.instance.abandoned import free_after_copy
 from services.instance.admission import Admission
 from services.instance.kv_shards import PoolShard, SitePull, shards_from_handle, site_pulls
-from services.kvxfer.client import KVXferClient
-from services.kvxfer.lease_keeper import LeaseKeeper
+from services.kvxfer.api import KVXferClient, LeaseKeeper
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +45,7 @@ class DecodeCore:
                  shards: Sequence[PoolShard] = (), kv_of: Mapping[str, KVXferClient] | None = None,
                  local_prefill_share: float = 1.0) -> None:
         self.engine = engine
-        lay = engine.engine.layout  # this instance's rank pools (TP/PP); none given: its single pool
+        lay = engine.layout  # this instance's rank pools (TP/PP); none given: its single pool
         self.shards = list(shards) or [PoolShard(instance_id, Span(0, lay.num_layers), Span(0, lay.num_kv_heads), lay)]
         self.kv = kv
         self.kv_of = dict(kv_of or {})  # per rank pool on another host than rank 0's: that host's kvxfer
@@ -72,10 +70,10 @@ class DecodeCore:
         ends; None when none is cached, or on a TP/PP instance (its rank pools would need a lease each)."""
         if len(self.shards) > 1:
             return None
-        blocks = self.engine.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
+        blocks = self.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
         if not blocks:
             return None
-        bs = self.engine.engine.blocks.block_size
+        bs = self.engine.block_size
         try:
             handle = await self.leases.create_lease(blocks, len(blocks) * bs, ttl_s)
         except BaseException:
@@ -132,15 +130,15 @@ class DecodeCore:
             chunk.cached_tokens = out.num_cached_tokens
         else:
             stamps.decode_start = out.step_start
-            chunk.decode_cached_tokens = cached * self.engine.engine.blocks.block_size
+            chunk.decode_cached_tokens = cached * self.engine.block_size
             chunk.pulled_blocks = len(blocks) - cached
         return chunk
 
     def _local_prefix(self, prompt_ids: list[int], cache_namespace: str, cap: int) -> list[int]:
         """Holds the prompt's cached prefix for a prefill here, or raises LocalPrefillDeclined: more than `cap`
         tokens uncached here (0: no bound), or the step share of local prefills spent."""
-        held = self.engine.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
-        uncached = len(prompt_ids) - len(held) * self.engine.engine.blocks.block_size
+        held = self.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
+        uncached = len(prompt_ids) - len(held) * self.engine.block_size
         if cap and uncached > cap:
             reason = f"{uncached} prompt tokens uncached here, more than the cap of {cap}"
         elif not self.pacer.take(self.engine.steps, self.engine.busy()):
@@ -160,14 +158,14 @@ class DecodeCore:
         cannot starve each other; then the cache is looked up again and only what it lacks pulled."""
         # without first_token the last prompt position is computed again: its block is not shared
         shareable = len(prompt_ids) - (first_token is None)
-        cached = self.engine.engine.hold_cached(prompt_ids, cache_namespace, shareable)
-        rest = self.engine.try_reserve(len(prompt_ids) - len(cached) * self.engine.engine.blocks.block_size) \
+        cached = self.engine.hold_cached(prompt_ids, cache_namespace, shareable)
+        rest = self.engine.try_reserve(len(prompt_ids) - len(cached) * self.engine.block_size) \
             if cached else None
         if rest is None:
             self.engine.free_blocks(cached)
             rest = await self.engine.reserve_blocks(len(prompt_ids))
             # what the pool caches of the prompt now (others' requests ran meanwhile) is not pulled again
-            cached = self.engine.engine.hold_cached(prompt_ids, cache_namespace, shareable)
+            cached = self.engine.hold_cached(prompt_ids, cache_namespace, shareable)
             if cached:
                 self.engine.free_blocks(rest[:len(cached)])
                 rest = rest[len(cached):]

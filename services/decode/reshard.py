@@ -15,7 +15,7 @@ import numpy as np
 
 from services.engine.parallel.shard import Span
 from services.instance.kv_shards import PoolShard
-from services.kvxfer.ranged import RangeCopy
+from services.kvxfer.api import RangeCopy
 
 
 def _overlap(a: Span, b: Span) -> Span | None:

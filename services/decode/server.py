@@ -12,7 +12,7 @@ from services.engine.async_engine import AsyncEngine
 from services.instance.config import InstanceSettings
 from services.instance.kv_shards import instance_pools, pool_shards, rank_pool_id, site_clients
 from services.instance.servicer import InstanceServicer
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 
 
 class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
@@ -51,7 +51,7 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
                      kv: KVXferClient | None):
-    pools = instance_pools(engine.engine, settings.kvxfer)
+    pools = instance_pools(engine, settings.kvxfer)
     # a rank on another host: its pool is pulled into by that host's kvxfer, called as its site's anchor
     sites = site_clients(instance_id, pools)
     core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending,

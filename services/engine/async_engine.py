@@ -1,4 +1,6 @@
-"""The engine as seen from an asyncio service: awaitable commands and per-request output streams.
+"""The engine as seen from an asyncio service: awaitable commands and per-request output streams. It is the
+engine's interface to the instance roles (prefill, decode, colocated): they import nothing else of the engine
+(an import contract in pyproject.toml) and reach the LLMEngine only through it.
 
 The engine itself runs on an EngineWorker thread; outputs come back through `call_soon_threadsafe`.
 A stream that ends early (client gone, deadline, error) aborts its request, which frees its blocks.
@@ -13,10 +15,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 from services.common.errors import EngineFailed, RequestFailed
+from services.common.kv_layout import KVLayout
 from services.common.sampling import FinishReason, SamplingParams
 from services.engine.engine import LLMEngine, StepOutput, fork_id
 from services.engine.step_log import EngineStats
 from services.engine.worker import EngineWorker
+
+__all__ = ["AsyncEngine", "StepOutput", "fork_id"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -96,6 +101,28 @@ class AsyncEngine:
     def busy(self) -> bool:
         """Whether sequences are waiting or running (read off the engine thread: a hint, not a snapshot)."""
         return self.engine.has_work()
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block."""
+        return self.engine.blocks.block_size
+
+    @property
+    def layout(self) -> KVLayout:
+        """The KV pool's layout (rank 0's, for a TP/PP instance)."""
+        return self.engine.layout
+
+    def hold_cached(self, prompt_ids: list[int], cache_namespace: str, num_tokens: int) -> list[int]:
+        """Holds the prompt's longest cached prefix within its first `num_tokens` tokens (LLMEngine.hold_cached)."""
+        return self.engine.hold_cached(prompt_ids, cache_namespace, num_tokens)
+
+    def vouched(self, prompt_ids: list[int], cache_namespace: str, carried: list[int]) -> bool:
+        """Whether a KV handle's hashes are this prompt's own (LLMEngine.vouched)."""
+        return self.engine.vouched(prompt_ids, cache_namespace, carried)
+
+    def cache_prefix(self, block_ids: list[int], hashes: list[int]) -> None:
+        """Registers held blocks pulled from another instance under their vouched hashes (LLMEngine.cache_prefix)."""
+        self.engine.cache_prefix(block_ids, hashes)
 
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served (reads only the config)."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import llguidance
 import torch
 
 from services.common.engine_settings import EngineSettings
@@ -107,6 +108,13 @@ class LLMEngine:
         self.guard = StepGuard()
         self.finish_rule = FinishRule(frozenset(mc.eos_token_ids), mc.max_position)
         self.journal: StepJournal | None = None  # set by an instance whose supervisor reads it after a crash
+        # built here, not at the first structured request: a large vocabulary takes a second, which would stall a step
+        self.grammar_tokenizer: llguidance.LLTokenizer | None = None
+        self.no_grammar = ""  # why the model's output cannot be constrained, when it cannot
+        try:
+            self.grammar_tokenizer = tokenizer_for(config.model, mc.vocab_size, tuple(mc.eos_token_ids))
+        except ValueError as exc:  # e.g. a tokenizer of more tokens than the model has: it serves, unconstrained
+            self.no_grammar = f"this model's tokenizer cannot constrain its output ({exc})"
         self.computed_tokens = 0  # tokens whose K/V the steps computed, since the start
 
     # ---- admission -------------------------------------------------------------------------------
@@ -140,9 +148,9 @@ class LLMEngine:
         not compile against this model's tokenizer or refuses those tokens."""
         p = seq.params
         if p.grammar:
-            mc = self.model_config
-            seq.grammar = compile_grammar(tokenizer_for(self.config.model, mc.vocab_size, tuple(mc.eos_token_ids)),
-                                          p.grammar)
+            if self.grammar_tokenizer is None:
+                raise EngineInputError("grammar", self.no_grammar)
+            seq.grammar = compile_grammar(self.grammar_tokenizer, p.grammar)
             resumed = seq.prompt_ids[len(seq.prompt_ids) - p.resumed_tokens :] if p.resumed_tokens else []
             if not seq.grammar.matcher.consume_tokens(resumed):
                 raise EngineInputError("resumed_tokens", "the grammar refuses the output streamed before")

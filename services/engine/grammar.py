@@ -56,8 +56,8 @@ class _ByteVocab:
 def tokenizer_for(folder: str, vocab_size: int, eos: tuple[int, ...]) -> llguidance.LLTokenizer:
     """The model's tokenizer as llguidance sees it (built once per model: about a second for a large vocabulary)."""
     path = Path(folder) / "tokenizer.json"
-    source = path.read_text() if path.exists() else llguidance.TokenizerWrapper(_ByteVocab(eos[0]))
-    return llguidance.LLTokenizer(source, n_vocab=vocab_size, eos_token=list(eos))
+    source = path.read_text() if path.exists() else llguidance.TokenizerWrapper(_ByteVocab(eos[0] if eos else 2))
+    return llguidance.LLTokenizer(source, n_vocab=vocab_size, eos_token=list(eos) or None)
 
 
 def compile_grammar(tokenizer: llguidance.LLTokenizer, grammar: str) -> GrammarState:

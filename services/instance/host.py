@@ -29,7 +29,7 @@ from services.instance.config import InstanceSettings
 from services.instance.kv_shards import instance_pools, pool_sites, rank_pool_id, register_site
 from services.instance.pool_keeper import PoolKeeper
 from services.instance.stats import export_gauges
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 
 log = logging.getLogger(__name__)
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
@@ -56,7 +56,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
     kv = KVXferClient(settings.kvxfer, instance_principal(instance_id)) if uses_kvxfer else None
     # Each rank's pool with the kvxfer of its host (a stage on another node: that node's), kept registered there.
-    sites = pool_sites(instance_id, instance_pools(engine, settings.kvxfer)) if kv is not None else []
+    sites = pool_sites(instance_id, instance_pools(async_engine, settings.kvxfer)) if kv is not None else []
     clients = [KVXferClient(s.kvxfer, instance_principal(s.anchor)) if s.kvxfer else kv for s in sites]
     keepers = [PoolKeeper(c, s.anchor, partial(register_site, c, instance_id, s)) for s, c in zip(sites, clients)]
     for keeper in keepers:

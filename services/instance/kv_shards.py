@@ -11,12 +11,10 @@ from dataclasses import dataclass, replace
 from distserve.v1 import kv_pb2
 from services.common.auth import instance_principal
 from services.common.kv_layout import KVLayout
-from services.engine.engine import LLMEngine
+from services.engine.async_engine import AsyncEngine
 from services.engine.parallel.pools import RankPool, rank_pools
 from services.engine.parallel.shard import Span
-from services.kvxfer.client import KVXferClient
-from services.kvxfer.convert import layout_from_pb
-from services.kvxfer.ranged import RangeCopy
+from services.kvxfer.api import KVXferClient, RangeCopy, layout_from_pb, site_handles
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +44,10 @@ class PoolSite:
     anchor: str
 
 
-def instance_pools(engine: LLMEngine, kvxfer: str) -> list[RankPool]:
+def instance_pools(engine: AsyncEngine, kvxfer: str) -> list[RankPool]:
     """Every rank's pool, rank 0 first; a rank whose host's kvxfer is rank 0's own (`kvxfer`) counts as rank 0's
     site."""
-    return [replace(p, kvxfer="") if p.kvxfer == kvxfer else p for p in rank_pools(engine)]
+    return [replace(p, kvxfer="") if p.kvxfer == kvxfer else p for p in rank_pools(engine.engine)]
 
 
 def pool_sites(instance_id: str, pools: list[RankPool]) -> list[PoolSite]:
@@ -105,19 +103,9 @@ def with_site_leases(handle: kv_pb2.KVHandle, leases: dict[str, kv_pb2.KVHandle]
 
 
 def source_handles(handle: kv_pb2.KVHandle) -> dict[str, kv_pb2.KVHandle]:
-    """Per source pool id, the handle a puller's kvxfer pulls it by: the handle itself, or for a pool on another
-    site the same blocks at that site's kvxfer under its lease (one handle object per site)."""
-    sites: dict[str, kv_pb2.KVHandle] = {"": handle}
-    out = {}
-    for shard in handle.shards:
-        site = sites.get(shard.kvxfer_address)
-        if site is None:
-            site = sites[shard.kvxfer_address] = kv_pb2.KVHandle(
-                instance_id=shard.lease_instance_id, kvxfer_address=shard.kvxfer_address, lease_id=shard.lease_id,
-                block_ids=handle.block_ids, num_tokens=handle.num_tokens, layout=handle.layout,
-                lease_expiry=handle.lease_expiry)
-        out[shard.pool_id] = site
-    return out or {handle.instance_id: handle}
+    """Per source pool id, the handle a puller's kvxfer pulls it by (`site_handles`: one handle object per site)."""
+    sites = site_handles(handle)
+    return {shard.pool_id: sites[shard.kvxfer_address] for shard in handle.shards} or {handle.instance_id: handle}
 
 
 @dataclass(frozen=True, slots=True)

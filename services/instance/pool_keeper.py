@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 
 log = logging.getLogger(__name__)
 

@@ -15,16 +15,16 @@ from services.common.auth import KVXFER, TokenCheck, token
 from services.common.links import add_local_port, add_port, internal_server
 from services.common.secret import deployment_secret
 from services.kvxfer.config import KVXferConfig
-from services.kvxfer.conn_filter import helper as conn_helper
-from services.kvxfer.conn_filter import peer_filter
 from services.kvxfer.core import KVXferCore
-from services.kvxfer.iov import helper
 from services.kvxfer.metrics import XferMetrics
-from services.kvxfer.peers import GrpcPeers
 from services.kvxfer.pools import blocks_kernel, copy_kernel
-from services.kvxfer.sealing import Sealer, kv_key
 from services.kvxfer.server import KVXferServicer
-from services.kvxfer.ucx_env import apply_ucx_env, keep_ucx_on_loopback
+from services.kvxfer.ucx.conn_filter import helper as conn_helper
+from services.kvxfer.ucx.conn_filter import peer_filter
+from services.kvxfer.ucx.env import apply_ucx_env, keep_ucx_on_loopback
+from services.kvxfer.ucx.iov import helper
+from services.kvxfer.ucx.peers import GrpcPeers
+from services.kvxfer.ucx.sealing import Sealer, kv_key
 
 log = logging.getLogger(__name__)
 SERVICE = "distserve.v1.KVXfer"
@@ -34,8 +34,8 @@ async def serve(config: KVXferConfig) -> None:
     """Serve until SIGTERM or SIGINT."""
     apply_ucx_env(config)
     keep_ucx_on_loopback(config.host)
-    from services.kvxfer.transport import UcxPuller, UcxServer  # after the UCX environment is set
-    from services.kvxfer.ucx_loop import UcxLoop
+    from services.kvxfer.ucx.loop import UcxLoop
+    from services.kvxfer.ucx.transport import UcxPuller, UcxServer  # after the UCX environment is set
 
     c_loop = copy_kernel() is not None and blocks_kernel() is not None  # built now, not in the first pull
     iov = helper() is not None

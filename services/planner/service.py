@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from services.common.registry import Registry
+from services.common.slo import SLO
 from services.planner.config import PlannerSettings
 from services.planner.fitted_model import describe, with_fit
 from services.planner.goodput import Scenario
@@ -23,7 +24,7 @@ from services.planner.schemas import (
 )
 from services.planner.search import PlanResult, high_affinity, low_affinity
 from services.planner.shapes import load_shape
-from services.planner.simulator import SLO, simulate
+from services.planner.simulator import simulate
 from services.planner.workload import Workload, length_stats, unit_arrivals
 
 ALGORITHMS = {"high-affinity": high_affinity, "low-affinity": low_affinity}

@@ -16,17 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.common.slo import SLO
 from services.planner.instances import INF, DecodeInstance, PrefillInstance
 from services.planner.latency import LatencyModel, TPCoefficients
 from services.planner.placement import Cluster, Instance, Placement
 from services.planner.serving import ServingOverheads
-
-
-@dataclass(frozen=True, slots=True)
-class SLO:
-    ttft: float = 0.2  # s
-    tpot: float = 0.1  # s
-    attainment: float = 0.9  # share of requests that must meet both
 
 
 @dataclass(slots=True)

@@ -21,9 +21,7 @@ from services.engine.async_engine import AsyncEngine
 from services.instance.abandoned import free_after_copy
 from services.instance.admission import Admission
 from services.instance.kv_shards import with_site_leases
-from services.kvxfer.client import KVXferClient, PullFailed
-from services.kvxfer.lease_keeper import LeaseKeeper
-from services.kvxfer.ranged import RangeCopy
+from services.kvxfer.api import KVXferClient, LeaseKeeper, PullFailed, RangeCopy
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +136,8 @@ class PrefillCore:
         the blocks held (the caller frees them once its request has taken them) and how many were pulled. Ends the
         lease in every case: an empty pull where nothing of it is of use (caching off, prompt logprobs, another
         block size, TP/PP, hashes that are not the prompt's, or no free block now)."""
-        engine = self.engine.engine
-        bs = engine.blocks.block_size
+        engine = self.engine
+        bs = engine.block_size
         usable = params.prompt_logprobs is None and not self.shards and not prefix.shards \
             and prefix.layout.block_size == bs
         # the prefill computes at least the prompt's last token: never the block holding it

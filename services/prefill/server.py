@@ -11,7 +11,7 @@ from services.engine.async_engine import AsyncEngine
 from services.instance.config import InstanceSettings
 from services.instance.kv_shards import instance_pools, shards_to_pb, site_clients
 from services.instance.servicer import InstanceServicer
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 from services.prefill.core import PrefillCore
 
 
@@ -40,7 +40,7 @@ class PrefillServicer(InstanceServicer, worker_pb2_grpc.PrefillServicer):
 
 async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
                       kv: KVXferClient | None):
-    pools = instance_pools(engine.engine, settings.kvxfer)
+    pools = instance_pools(engine, settings.kvxfer)
     # a rank on another host: its kvxfer, called as the pool its leases there are taken under (kvxfer's owner)
     sites = [(client, site.anchor) for site, client in site_clients(instance_id, pools)]
     core = PrefillCore(engine, kv, instance_id, settings.lease_ttl_s, settings.max_pending, settings.pull_timeout_s,

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from services.common.slo import SLO
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs, prompt_sq
-from services.router.slo import RequestSLO
 
 Policy = Literal["off", "refuse", "best-effort"]  # off: predict only (for the error metrics), never refuse
 
@@ -246,23 +246,23 @@ def predict(model: FittedModel, prefill: list[Candidate], decode: list[Candidate
     return Prediction(ttft, tpot, p.id if p else "", d.id if d else "", p.load if p else 0.0)
 
 
-def decide(prediction: Prediction, slo: RequestSLO, policy: Policy, margin: Margin = Margin()) -> Decision:
+def decide(prediction: Prediction, slo: SLO, policy: Policy, margin: Margin = Margin()) -> Decision:
     """Admit what is predicted, with the margin, to meet its SLO (or cannot be predicted); else refuse, or admit as
     best-effort."""
     ttft = None if prediction.ttft_s is None else prediction.ttft_s + margin.ttft_s
     tpot = None if prediction.tpot_s is None else prediction.tpot_s + margin.tpot_s
     misses = []
-    if slo.ttft_s is not None and ttft is not None and ttft > slo.ttft_s:
-        misses.append(f"predicted TTFT {_ms(prediction.ttft_s, margin.ttft_s)} > SLO {slo.ttft_s * 1e3:g} ms")
-    if slo.tpot_s is not None and tpot is not None and tpot > slo.tpot_s:
-        misses.append(f"predicted TPOT {_ms(prediction.tpot_s, margin.tpot_s)} > SLO {slo.tpot_s * 1e3:g} ms")
+    if slo.ttft is not None and ttft is not None and ttft > slo.ttft:
+        misses.append(f"predicted TTFT {_ms(prediction.ttft_s, margin.ttft_s)} > SLO {slo.ttft * 1e3:g} ms")
+    if slo.tpot is not None and tpot is not None and tpot > slo.tpot:
+        misses.append(f"predicted TPOT {_ms(prediction.tpot_s, margin.tpot_s)} > SLO {slo.tpot * 1e3:g} ms")
     if not misses:
         return Decision(True, False, prediction)
     reason = "; ".join(misses)
     if policy != "refuse":
         return Decision(True, True, prediction, reason)
     # The queue ahead must drain by the excess; a TPOT miss has no such figure: a second, then try again.
-    excess = (ttft - slo.ttft_s) if slo.ttft_s is not None and ttft is not None else 0.0
+    excess = (ttft - slo.ttft) if slo.ttft is not None and ttft is not None else 0.0
     return Decision(False, False, prediction, reason, max(1.0, math.ceil(excess)))
 
 

@@ -50,6 +50,7 @@ class ChatOutput:
         self.content = ""  # every content character so far
         self.sent = 0  # of `content`, how many were sent as content
         self.in_calls = False
+        self.calls_at = 0  # of `content`, where the calls not yet sent begin (with in_calls)
         self.calls_sent = 0
 
     def choice_body(self, text: str, reason: str | None, stream: bool) -> tuple[dict, str | None]:
@@ -81,6 +82,11 @@ class ChatOutput:
             self.thinking, text = False, self.reasoning[end + len(THINK_END) :]
         self.content += text
         delta.content = self._content()
+        if self.in_calls:
+            calls, used = self.tools.ready(self.content[self.calls_at :])
+            delta.calls = list(calls)
+            self.calls_at += used
+            self.sent = self.calls_at  # the calls' text is never content
         return delta
 
     def _reasoning(self, visible: str) -> str:
@@ -96,7 +102,7 @@ class ChatOutput:
         start = self.tools.start(self.content)
         if start >= 0:
             self.in_calls = True
-            out, self.sent = self.content[self.sent : start], start
+            out, self.sent, self.calls_at = self.content[self.sent : start], start, start
             return out
         end = len(self.content) - self.tools.held(self.content)
         out, self.sent = self.content[self.sent : end], max(self.sent, end)
@@ -109,8 +115,13 @@ class ChatOutput:
             return ChatDelta(reasoning=self._reasoning(self.reasoning.removeprefix(THINK_START)))
         if self.tools is None:
             return ChatDelta()
-        parsed = self.tools.parse(self.content) if self.in_calls else None
-        if parsed is not None and parsed.calls:
+        rest = self.content[self.calls_at :].lstrip("; \n\t") if self.in_calls else ""
+        if self.in_calls and not rest:  # every call was sent as it closed
+            self.sent = len(self.content)
+            return ChatDelta()
+        parsed = self.tools.parse(rest) if rest else None
+        if parsed is not None and parsed.calls and not parsed.content:
+            self.sent = len(self.content)
             return ChatDelta(calls=list(parsed.calls))
         rest, self.sent = self.content[self.sent :], len(self.content)
         return ChatDelta(content=rest)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import TypeVar
 
 import grpc
 
@@ -22,16 +23,16 @@ from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.tokenizer import Tokenizer
 from services.router.choices import SharedPrefill, SharedStream, merge
 from services.router.cleanup import Cleanups
-from services.router.dispatch import Assignment, Dispatcher, NoInstance
+from services.router.dispatch import Assignment, Dispatcher
 from services.router.gate import SloGate
 from services.router.output_text import OutputText
 from services.router.paths import CACHED_TOKENS, DECISIONS
 from services.router.prefix_routing import PrefixRouter
 from services.router.request import RouterRequest
+from services.router.retry import Failure, InstanceTries, failure
 
 log = logging.getLogger(__name__)
-INSTANCE_GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-KV_GONE = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED)  # decode could not pull: re-prefill
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -45,15 +46,6 @@ class Chunk:
     cached_tokens: int = 0  # a choice's first chunk: prompt tokens the prefill did not compute (its cache had them)
     decode_cached_tokens: int = 0  # ... and those the decode instance's cache held, not pulled (delta, reverse)
     starts: list[int] = field(default_factory=list)  # each token's first character in the choice's whole text
-
-
-def _instance_gone(exc: BaseException) -> bool:
-    return isinstance(exc, NoInstance) or (isinstance(exc, grpc.aio.AioRpcError) and exc.code() in INSTANCE_GONE)
-
-
-def _retryable(exc: BaseException) -> bool:
-    """Worth another attempt: an instance went away, or the K/V to decode from did."""
-    return _instance_gone(exc) or (isinstance(exc, grpc.aio.AioRpcError) and exc.code() in KV_GONE)
 
 
 class RouterCore:
@@ -142,8 +134,8 @@ class RouterCore:
         # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
         params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
         shared = SharedPrefill(req.n, lambda: self._with_retries(
-            req, "prefill", self._prefill_load(req, req.prompt_ids),
-            lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n), self._preferred(req)),
+            self._tries(req, "prefill", self._prefill_load(req, req.prompt_ids), self._preferred(req)),
+            lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n)),
             self.release_lease)
         choices = [req.choice(i, shared) for i in range(req.n)]
         return [self._choice(choice, self._disagg(choice)) for choice in choices]
@@ -180,12 +172,13 @@ class RouterCore:
             rest = replace(req.params, max_tokens=req.params.max_tokens - len(produced), resumed_tokens=len(produced),
                            prompt_logprobs=None if produced else req.params.prompt_logprobs)
             try:
-                async for tokens in self._disagg_once(req, req.prompt_ids + produced, rest):
-                    produced.extend(tokens.token_ids)
-                    yield tokens
+                async with aclosing(self._disagg_once(req, req.prompt_ids + produced, rest)) as once:
+                    async for tokens in once:
+                        produced.extend(tokens.token_ids)
+                        yield tokens
                 return
             except Exception as exc:
-                if attempt == self.retries or not _retryable(exc):
+                if attempt == self.retries or failure(exc) is Failure.FINAL:
                     raise
                 log.warning("instance failed after %d tokens (%s); re-prefilling", len(produced), exc,
                             extra={"request_id": req.request_id})
@@ -193,18 +186,20 @@ class RouterCore:
     async def _disagg_once(self, req: RouterRequest, prompt_ids: list[int],
                            params: SamplingParams) -> AsyncIterator[worker_pb2.TokenChunk]:
         if req.shared is not None and req.attempt == 0:
-            async for chunk in self._decode_shared(req, req.shared, params):
-                yield chunk
+            async with aclosing(self._decode_shared(req, req.shared, params)) as shared:
+                async for chunk in shared:
+                    yield chunk
             return
         path = req.route.path if req.attempt == 0 else "pull"  # a retry goes the plain way
         if path == "local":
             streamed = False
             try:
-                async for chunk in self._local(req, prompt_ids, params):
-                    if not streamed:
-                        streamed = True
-                        self._took(req, "local")
-                    yield chunk
+                async with aclosing(self._local(req, prompt_ids, params)) as local:
+                    async for chunk in local:
+                        if not streamed:
+                            streamed = True
+                            self._took(req, "local")
+                        yield chunk
                 return
             except LocalPrefillDeclined as declined:  # nothing streamed: the prefill instance's way instead
                 log.info("local prefill not taken (%s); pulling", declined, extra={"request_id": req.request_id})
@@ -219,9 +214,8 @@ class RouterCore:
             if path == "reverse" else None
         try:
             prefilled = await self.cleanups.claim(
-                self._with_retries(req, "prefill", self._prefill_load(req, prompt_ids),
-                                   lambda a: self._prefill(req, prompt_ids, params, a, prefix=prefix),
-                                   self._preferred(req)),
+                self._with_retries(self._tries(req, "prefill", self._prefill_load(req, prompt_ids), self._preferred(req)),
+                                   lambda a: self._prefill(req, prompt_ids, params, a, prefix=prefix)),
                 self._end_lease)
         except BaseException:
             # No prefill took the decode's prefix lease (refused, none live, retries spent, cancelled, or one
@@ -235,28 +229,21 @@ class RouterCore:
                                         cached_tokens=prefilled.cached_tokens if req.attempt == 0 else 0)
             if prefilled.finish_reason:
                 return
-            load = len(prompt_ids) + params.max_tokens
-            failed: set[str] = set()
-            for attempt in range(self.retries + 1):
-                prefer = req.route.decode_id if req.attempt == 0 and not failed else ""
-                assignment = await self.cleanups.claim(self.dispatcher.acquire("decode", load, frozenset(failed), prefer),
-                                                       self.dispatcher.release)
+            # Before the first decoded token the K/V may still be leased at the source: another decode instance
+            # may pull it (the K/V gone, the caller re-prefills).
+            tries = self._tries(req, "decode", len(prompt_ids) + params.max_tokens,
+                                req.route.decode_id if req.attempt == 0 else "")
+            while True:
+                assignment = await self.cleanups.claim(tries.next(), self.dispatcher.release)
                 req.decode_instance = assignment.info.id
                 try:
-                    async for chunk in self._decode(req, prompt_ids, params, prefilled, assignment):
-                        streamed = True
-                        yield chunk
+                    async with aclosing(self._decode(req, prompt_ids, params, prefilled, assignment)) as decoded:
+                        async for chunk in decoded:
+                            streamed = True
+                            yield chunk
                     return
                 except Exception as exc:
-                    if not _instance_gone(exc):
-                        raise  # bad input, or the K/V is gone (the caller re-prefills)
-                    self.dispatcher.mark_failed(assignment.info)
-                    await self._blame(req, assignment, exc)
-                    # Before the first decoded token the K/V may still be leased at the source: try elsewhere.
-                    if streamed or attempt == self.retries:
-                        raise
-                    log.warning("decode on %s failed (%s); retrying", assignment.info.id, exc, extra={"request_id": req.request_id})
-                    failed.add(assignment.info.key)
+                    await tries.failed_on(assignment, exc, streamed)
         finally:
             # Closed before decode streamed anything (cancelled, even at the first token): end the lease now
             # rather than leave the prefill's blocks held until it expires.
@@ -283,21 +270,22 @@ class RouterCore:
         """A choice's first attempt: decode from the shared prefill's K/V, sampling the first token there."""
         try:
             prefilled = await shared.get()
-            assignment = await self.cleanups.claim(
-                self.dispatcher.acquire("decode", len(req.prompt_ids) + params.max_tokens), self.dispatcher.release)
+            # one try here: a choice whose decode fails re-prefills (`_disagg`), the shared K/V being another's too
+            tries = self._tries(req, "decode", len(req.prompt_ids) + params.max_tokens, retries=0)
+            assignment = await self.cleanups.claim(tries.next(), self.dispatcher.release)
             req.decode_instance = assignment.info.id
             try:
                 first = True
-                async for chunk in self._decode(req, req.prompt_ids, params, prefilled, assignment, sample_first=True):
-                    if first:  # every choice gets the prompt's logprobs, computed once by the shared prefill
-                        chunk.prompt_logprobs.extend(prefilled.prompt_logprobs)
-                        chunk.cached_tokens = prefilled.cached_tokens
-                        first = False
-                    yield chunk
+                decoded = self._decode(req, req.prompt_ids, params, prefilled, assignment, sample_first=True)
+                async with aclosing(decoded):
+                    async for chunk in decoded:
+                        if first:  # every choice gets the prompt's logprobs, computed once by the shared prefill
+                            chunk.prompt_logprobs.extend(prefilled.prompt_logprobs)
+                            chunk.cached_tokens = prefilled.cached_tokens
+                            first = False
+                        yield chunk
             except Exception as exc:
-                if _instance_gone(exc):
-                    self.dispatcher.mark_failed(assignment.info)
-                    await self._blame(req, assignment, exc)
+                await tries.failed_on(assignment, exc)
                 raise
         finally:
             await shared.done()
@@ -341,8 +329,9 @@ class RouterCore:
         call = stub.Decode(worker_pb2.DecodeRequest(
             request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params),
             cache_namespace=req.cache_namespace, local_prefill_cap=self.local_prefill_cap), timeout=req.remaining())
-        async for chunk in self._relay(req, call, assignment):
-            yield chunk
+        async with aclosing(self._relay(req, call, assignment)) as relayed:
+            async for chunk in relayed:
+                yield chunk
 
     async def _lease_prefix(self, req: RouterRequest, prompt_ids: list[int]) -> kv_pb2.KVHandle | None:
         """A lease of the prompt's prefix cached on the decode instance, for the prefill to pull (None: none now,
@@ -360,21 +349,20 @@ class RouterCore:
             return None
         return reply.kv if reply.HasField("kv") else None
 
-    async def _with_retries(self, req: RouterRequest, role: str, load: float, call, prefer: str = ""):
-        failed: set[str] = set()
-        for attempt in range(self.retries + 1):
-            assignment = await self.dispatcher.acquire(role, load, frozenset(failed), "" if failed else prefer)
+    def _tries(self, req: RouterRequest, role: str, load: float, prefer: str = "",
+               retries: int | None = None) -> InstanceTries:
+        """A call's tries of instances under the retry policy (router/retry.py)."""
+        return InstanceTries(self.dispatcher, role, load, self.retries if retries is None else retries,
+                             partial(self._blame, req), prefer, req.request_id)
+
+    async def _with_retries(self, tries: InstanceTries, call: Callable[[Assignment], Awaitable[T]]) -> T:
+        """A unary call (a prefill) on the instances `tries` gives, until one answers or the policy gives up."""
+        while True:
+            assignment = await tries.next()
             try:
                 return await call(assignment)
             except Exception as exc:
-                if not _instance_gone(exc):
-                    raise
-                self.dispatcher.mark_failed(assignment.info)
-                await self._blame(req, assignment, exc)
-                if attempt == self.retries:
-                    raise
-                log.warning("%s on %s failed (%s); retrying", role, assignment.info.id, exc)
-                failed.add(assignment.info.key)
+                await tries.failed_on(assignment, exc)
             finally:
                 await self.cleanups.run(self.dispatcher.release(assignment))
 
@@ -400,8 +388,9 @@ class RouterCore:
             first_token=None if sample_first else prefilled.first_token,
             sampling=sampling_to_proto(replace(params, prompt_logprobs=None)), kv=prefilled.kv,
             cache_namespace=req.cache_namespace), timeout=req.remaining())
-        async for chunk in self._relay(req, call, assignment):
-            yield chunk
+        async with aclosing(self._relay(req, call, assignment)) as relayed:
+            async for chunk in relayed:
+                yield chunk
 
     async def _relay(self, req: RouterRequest, call, assignment: Assignment) -> AsyncIterator[worker_pb2.TokenChunk]:
         """Token chunks of an instance's stream; ending early cancels the call; the booked load comes off."""
@@ -425,8 +414,9 @@ class RouterCore:
         call = stub.Generate(worker_pb2.ColocatedRequest(
             request_id=req.downstream_id, prompt_token_ids=req.prompt_ids, sampling=sampling_to_proto(req.params),
             n=req.n, cache_namespace=req.cache_namespace), timeout=req.remaining())
-        async for chunk in self._relay(req, call, assignment):
-            yield chunk
+        async with aclosing(self._relay(req, call, assignment)) as relayed:
+            async for chunk in relayed:
+                yield chunk
 
     async def _end_choice(self, req: RouterRequest, index: int) -> None:
         """A choice of a shared colocated call ended at a stop string: its instance stops generating it."""

@@ -16,12 +16,12 @@ from redis.exceptions import RedisError
 
 from services.common.errors import SloUnmet
 from services.common.registry import Registry
+from services.common.slo import SLO
 from services.router import slo_metrics
 from services.router.admission import Candidate, FittedModel, Placed, Policy, RecentMix, decide, predict
 from services.router.dispatch import Dispatcher
 from services.router.margin import ErrorWindow
 from services.router.request import RouterRequest
-from services.router.slo import RequestSLO
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def placed(req: RouterRequest) -> Placed:
 
 
 class SloGate:
-    def __init__(self, registry: Registry, dispatcher: Dispatcher, policy: Policy, default: RequestSLO,
+    def __init__(self, registry: Registry, dispatcher: Dispatcher, policy: Policy, default: SLO,
                  batch_tokens: int, errors: ErrorWindow | None = None, window: int = 200) -> None:
         self.registry = registry
         self.dispatcher = dispatcher
@@ -104,7 +104,7 @@ class SloGate:
         """Predicts the request's TTFT and TPOT and decides; raises SloUnmet when it is refused. Without a fitted
         model every request is admitted unpredicted. `waiting`: the prompt tokens of the requests admitted before
         it that wait at the router for a slot (not yet booked on any instance)."""
-        req.slo = (req.slo or RequestSLO()).or_defaults(self.default)
+        req.slo = (req.slo or SLO()).or_defaults(self.default)
         at = placed(req)
         if self.model is None:
             slo_metrics.DECISIONS.labels("unpredicted").inc()

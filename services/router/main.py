@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -23,13 +24,13 @@ from services.common.model_config import ModelConfig
 from services.common.net import EXCLUSIVE_PORT, bind_port
 from services.common.registry import Registry
 from services.common.tokenizer import load_tokenizer
+from services.kvxfer.api import release_handle
 from services.router.chat_output import ChatParsers
 from services.router.config import RouterSettings
 from services.router.core import RouterCore
 from services.router.dispatch import Dispatcher
 from services.router.gate import SloGate
 from services.router.http import build_app
-from services.router.kv_release import lease_releaser
 from services.router.margin import ErrorWindow
 from services.router.paths import PathLimits
 from services.router.prefix_routing import PrefixRouter
@@ -72,7 +73,7 @@ async def serve_router(settings: RouterSettings) -> None:
     prefix_router = PrefixRouter(registry, dispatcher, settings.prefill_batch_tokens, limits,
                                  *fitted) if settings.routing == "model" else None
     core = RouterCore(settings.mode, tokenizer, dispatcher, registry, settings.max_inflight, settings.max_queued,
-                      settings.retries, release_lease=lease_releaser(dispatcher), gate=gate, prefix_router=prefix_router,
+                      settings.retries, release_lease=partial(release_handle, channel=dispatcher.channel), gate=gate, prefix_router=prefix_router,
                       local_prefill_cap=settings.local_prefill_tokens)
     refresher = asyncio.create_task(dispatcher.run())
     model_reader = asyncio.create_task(gate.run(settings.model_refresh_s)) if gate is not None else None

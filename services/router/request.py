@@ -12,6 +12,7 @@ from services.common.errors import EngineInputError
 from services.common.generation_config import SamplingDefaults
 from services.common.model_config import ModelConfig
 from services.common.sampling import MAX_N, SamplingParams, choice_seed
+from services.common.slo import SLO
 from services.common.stamps import Lifetime
 from services.common.tokenizer import Tokenizer
 from services.common.validation import validate_request
@@ -19,7 +20,6 @@ from services.router.admission import Prediction
 from services.router.choices import SharedPrefill
 from services.router.paths import Route
 from services.router.prefix_routing import PrefillPick
-from services.router.slo import RequestSLO
 
 MAX_REQUEST_ID_CHARS = 128
 MAX_CACHE_SALT_CHARS = 256
@@ -50,7 +50,7 @@ class RouterRequest:
     index: int = 0  # a choice: its index
     shared: SharedPrefill | None = None  # a choice: the prefill its first attempt decodes from
     label: str = ""  # the client's own id, echoed back; two requests may share one
-    slo: RequestSLO | None = None  # as requested, then with the router's defaults filled in at admission
+    slo: SLO | None = None  # as requested, then with the router's defaults filled in at admission
     prediction: Prediction | None = None  # TTFT/TPOT predicted at admission (None: no fitted model)
     best_effort: bool = False  # admitted although predicted to miss its SLO
     cache_namespace: str = ""  # prefix caching: its tenant and salt (`cache_namespace`); "" shares with all

@@ -5,21 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from services.common.errors import EngineInputError
+from services.common.slo import SLO
 
 TTFT_HEADER, TPOT_HEADER = "x-slo-ttft-ms", "x-slo-tpot-ms"
-
-
-@dataclass(frozen=True, slots=True)
-class RequestSLO:
-    ttft_s: float | None = None  # None: no objective for the phase
-    tpot_s: float | None = None
-
-    def or_defaults(self, default: RequestSLO) -> RequestSLO:
-        return RequestSLO(default.ttft_s if self.ttft_s is None else self.ttft_s,
-                          default.tpot_s if self.tpot_s is None else self.tpot_s)
 
 
 def _seconds(headers: Mapping[str, str], name: str) -> float | None:
@@ -35,12 +25,12 @@ def _seconds(headers: Mapping[str, str], name: str) -> float | None:
     return ms / 1000
 
 
-def requested_slo(headers: Mapping[str, str]) -> RequestSLO:
+def requested_slo(headers: Mapping[str, str]) -> SLO:
     """The objectives a request carries (HTTP headers or gRPC metadata, lower-case keys); raises
     EngineInputError naming the header when one is not a positive number."""
-    return RequestSLO(_seconds(headers, TTFT_HEADER), _seconds(headers, TPOT_HEADER))
+    return SLO(_seconds(headers, TTFT_HEADER), _seconds(headers, TPOT_HEADER))
 
 
-def default_slo(ttft_ms: float, tpot_ms: float) -> RequestSLO:
+def default_slo(ttft_ms: float, tpot_ms: float) -> SLO:
     """The router's defaults (0: no objective)."""
-    return RequestSLO(ttft_ms / 1000 if ttft_ms > 0 else None, tpot_ms / 1000 if tpot_ms > 0 else None)
+    return SLO(ttft_ms / 1000 if ttft_ms > 0 else None, tpot_ms / 1000 if tpot_ms > 0 else None)

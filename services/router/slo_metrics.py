@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from services.common.slo import SLO
 from services.router.admission import Prediction
-from services.router.slo import RequestSLO
 
 ERROR_BUCKETS = (-5, -2, -1, -0.5, -0.2, -0.1, -0.05, -0.02, -0.01, -0.005, -0.002, 0,
                  0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
@@ -42,9 +42,9 @@ def _both(a: bool | None, b: bool | None) -> bool | None:
     return all(known) if known else None
 
 
-def outcome(prediction: Prediction, slo: RequestSLO, ttft_s: float, tpot_s: float | None) -> Outcome:
-    pt, pp = _within(prediction.ttft_s, slo.ttft_s), _within(prediction.tpot_s, slo.tpot_s)
-    mt, mp = _within(ttft_s, slo.ttft_s), _within(tpot_s, slo.tpot_s)
+def outcome(prediction: Prediction, slo: SLO, ttft_s: float, tpot_s: float | None) -> Outcome:
+    pt, pp = _within(prediction.ttft_s, slo.ttft), _within(prediction.tpot_s, slo.tpot)
+    mt, mp = _within(ttft_s, slo.ttft), _within(tpot_s, slo.tpot)
     return Outcome({"ttft": pt, "tpot": pp, "both": _both(pt, pp)}, {"ttft": mt, "tpot": mp, "both": _both(mt, mp)})
 
 

@@ -12,11 +12,8 @@ import json
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal
 
 from services.common.grammars import json_rule
-
-ParserName = Literal["hermes", "llama3_json", "mistral"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +66,7 @@ def _calls_grammar(functions: list[Function], args_key: str, separator: str | No
 class ToolParser(ABC):
     """A family's format: where calls start in the text, how they read, and the grammar that writes them."""
 
-    name: ParserName
+    name: str  # as --tool-call-parser names it (services/router/config.py)
     marker: str  # the text that opens the calls
 
     def parse(self, text: str) -> Parsed:
@@ -88,6 +85,11 @@ class ToolParser(ABC):
         """How many characters at the end of `text` (no calls in it) may begin the calls: held back, streaming."""
         return partial_marker(text, self.marker)
 
+    def ready(self, text: str) -> tuple[tuple[ToolCall, ...], int]:
+        """Streaming: the calls complete at the start of `text` (from where the calls, or the calls not yet sent,
+        begin) and the characters they take; a family whose calls read only whole has none before the end."""
+        return (), 0
+
     @abstractmethod
     def grammar(self, functions: list[Function], parallel: bool) -> str:
         """A Lark grammar of one call (or, `parallel`, one or more) to any of `functions`."""
@@ -101,6 +103,22 @@ class Hermes(ToolParser):
     name = "hermes"
     marker = "<tool_call>"
     _block = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+    _closed = re.compile(r"\s*<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+    def ready(self, text: str) -> tuple[tuple[ToolCall, ...], int]:
+        """Each block once it is closed."""
+        calls: list[ToolCall] = []
+        at = 0
+        while (block := self._closed.match(text, at)) is not None:
+            try:
+                call = _call(json.loads(block.group(1)), "arguments")
+            except ValueError:
+                break
+            if call is None:
+                break
+            calls.append(call)
+            at = block.end()
+        return tuple(calls), at
 
     def _calls(self, text: str) -> tuple[ToolCall, ...]:
         calls = []
@@ -133,6 +151,23 @@ class Llama3Json(ToolParser):
     def held(self, text: str) -> int:
         """All of it while it may still open with the python tag."""
         return len(text) if self._tag.startswith(text.lstrip()) else 0
+
+    def ready(self, text: str) -> tuple[tuple[ToolCall, ...], int]:
+        """Each object once it is closed."""
+        decoder, calls = json.JSONDecoder(), []
+        at = end = len(text) - len(text.lstrip().removeprefix(self._tag))
+        while True:
+            while at < len(text) and text[at] in "; \n\t":
+                at += 1
+            try:
+                obj, at = decoder.raw_decode(text, at)
+            except ValueError:
+                return tuple(calls), end
+            call = _call(obj, "parameters")
+            if call is None:
+                return tuple(calls), end
+            calls.append(call)
+            end = at
 
     def _calls(self, text: str) -> tuple[ToolCall, ...]:
         text = text.removeprefix(self._tag)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import redis
 
 from services.common.redis_auth import resolve_url
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 from services.launcher.stack import Stack
 from tests.e2e.helpers import instance_stats
 

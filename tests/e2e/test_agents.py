@@ -52,12 +52,12 @@ def client(stack) -> openai.OpenAI:
 @ALL_MODES
 async def test_parse_with_a_pydantic_model_returns_the_parsed_object(stack, client: openai.OpenAI) -> None:
     for seed in range(3):
-        result = client.chat.completions.parse(model="", messages=USER, response_format=Trip, max_tokens=80,
+        result = client.chat.completions.parse(model="", messages=USER, response_format=Trip, max_tokens=120,
                                                temperature=1.0, seed=seed)
         choice = result.choices[0]
         assert choice.finish_reason == "stop" and isinstance(choice.message.parsed, Trip)
     # n > 1 shares one prefill: disaggregated, each decode samples its choice's first token under the grammar
-    pair = client.chat.completions.parse(model="", messages=USER, response_format=Trip, max_tokens=80, n=2, seed=5)
+    pair = client.chat.completions.parse(model="", messages=USER, response_format=Trip, max_tokens=120, n=2, seed=5)
     assert len(pair.choices) == 2 and all(isinstance(c.message.parsed, Trip) for c in pair.choices)
     stats = await wait_idle(stack)
     assert all(s.blocks_used == 0 for s in stats)
@@ -102,7 +102,7 @@ async def test_structured_outputs_of_every_kind_hold_on_both_apis(stack, client:
                                        extra_body={"structured_outputs": {"choice": ["yes", "no"]}}).choices[0]
     assert choice.text in ("yes", "no")
     schema = {**Trip.model_json_schema(), "additionalProperties": False}
-    responses = await generate(stack.router_address, "trip:", max_tokens=80, temperature=1.0, seed=3,
+    responses = await generate(stack.router_address, "trip:", max_tokens=120, temperature=1.0, seed=3,
                                structured_outputs={"json": json.dumps(schema)})
     text = "".join(r.text for r in responses)
     assert responses[-1].finish_reason == "stop"

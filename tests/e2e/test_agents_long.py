@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 
+import grpc
 import jsonschema
 import openai
 import pytest
 import redis
 
+from distserve.v1 import router_pb2, router_pb2_grpc
 from services.common.grammars import from_json_schema
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import load_tokenizer
@@ -44,6 +46,7 @@ async def test_a_hundred_of_each_kind_validate(stack) -> None:
     strict = await asyncio.gather(*(client.chat.completions.create(
         model="", messages=m, response_format=fmt, max_tokens=120, temperature=1.0, seed=i)
         for i, m in enumerate(messages)))
+    assert any(r.usage.prompt_tokens_details.cached_tokens for r in strict)  # prefix caching took part
     for result in strict:
         assert result.choices[0].finish_reason == "stop"
         jsonschema.validate(json.loads(result.choices[0].message.content), STRICT)
@@ -96,25 +99,26 @@ async def test_seeded_tokens_are_the_same_in_every_mode(stack, tiny_llama_dir: s
 
 
 async def test_a_constrained_stream_survives_its_decode_instance_killed(stack, tiny_llama_dir: str) -> None:
-    """Runs last in this module: it kills an instance. The re-prefilled continuation rebuilds the matcher from the
-    tokens so far: the whole output equals an uninterrupted local run and stays in the grammar."""
+    """The last test on this module's stack: it kills an instance 40 tokens into the stream. The router re-prefills
+    prompt + those tokens and the matcher reads them first: the whole output equals an uninterrupted local run."""
     prompt, n = "a long list", 1200
-    task = asyncio.create_task(generate(stack.router_address, prompt, request_id="victim", max_tokens=n,
-                                        temperature=1.0, structured_outputs={"json": json.dumps(LONG)}))
+    request = router_pb2.GenerateRequest(prompt=prompt, request_id="victim", max_tokens=n, temperature=1.0,
+                                         structured_outputs=router_pb2.StructuredOutputs(json=json.dumps(LONG)))
     book = redis.Redis.from_url(stack.redis_url)
-    async with asyncio.timeout(60):
-        while not any(load > 0 for _, load in book.zrange("ds:load:decode", 0, -1, withscores=True)):
-            await asyncio.sleep(0.01)
-    busy = max(book.zrange("ds:load:decode", 0, -1, withscores=True), key=lambda kv: kv[1])[0].decode()
-    next(p for p in stack.procs if p.name == busy).process.kill()
-    responses = await task
-    got = [t for r in responses for t in r.token_ids]
+    got: list[int] = []
+    async with grpc.aio.insecure_channel(stack.router_address) as channel:
+        async for response in router_pb2_grpc.RouterStub(channel).Generate(request, timeout=120):
+            if len(got) < 40 <= len(got) + len(response.token_ids):
+                busy = max(book.zrange("ds:load:decode", 0, -1, withscores=True), key=lambda kv: kv[1])[0].decode()
+                next(p for p in stack.procs if p.name == busy).process.kill()
+            got.extend(response.token_ids)
+            reason = response.finish_reason
     seed = int({r["label"]: r for r in recorded_requests(stack.redis_url)}["victim"]["seed"])
     want = _local(tiny_llama_dir, prompt, SamplingParams(max_tokens=n, temperature=1.0, seed=seed,
                                                          grammar=from_json_schema(LONG, "structured_outputs.json")))
-    assert got == want
+    assert got == want and len(got) > 300  # 150 strings at least: the kill was early in the stream
     text = load_tokenizer(tiny_llama_dir).decode(got)
-    if responses[-1].finish_reason == "stop":
+    if reason == "stop":
         jsonschema.validate(json.loads(text), LONG)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from services.common.net import free_port
 from services.common.pool_files import SHM_DIR, pool_dir
-from services.kvxfer.client import KVXferClient
+from services.kvxfer.api import KVXferClient
 from services.launcher.stack import Stack, StackConfig
 from tests.e2e.helpers import generate, wait_idle
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 import grpc
 import pytest
@@ -16,9 +17,9 @@ from services.common.errors import NoInstance
 from services.common.registry import InstanceInfo, Registry
 from services.common.sampling import SamplingParams
 from services.common.tokenizer import load_tokenizer
+from services.kvxfer.api import release_handle
 from services.router.core import RouterCore
 from services.router.dispatch import Dispatcher
-from services.router.kv_release import lease_releaser
 from services.router.paths import Route
 from services.router.prefix_routing import PrefillPick
 from services.router.request import RouterRequest
@@ -67,7 +68,7 @@ async def served(tiny_llama_dir: str, start_kvxfer, redis_url: str) -> AsyncIter
         running = asyncio.create_task(dispatcher.run())
         made.append((pair, registry, dispatcher, running))
         core = RouterCore("disagg", load_tokenizer(tiny_llama_dir), dispatcher, registry, max_inflight=8,
-                          max_queued=8, retries=1, release_lease=lease_releaser(dispatcher), local_prefill_cap=cap)
+                          max_queued=8, retries=1, release_lease=partial(release_handle, channel=dispatcher.channel), local_prefill_cap=cap)
         return Served(pair, core, registry, dispatcher)
 
     yield make

@@ -20,7 +20,7 @@ from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.orders import PullOrder, SourceGrant
 from services.kvxfer.pools import MappedPool
 from services.kvxfer.ranges import block_ranges
-from services.kvxfer.ucx_env import apply_ucx_env
+from services.kvxfer.ucx.env import apply_ucx_env
 
 pytestmark = pytest.mark.timeout(60)
 LAYOUT = KVLayout(num_blocks=16, num_layers=4, block_size=16, num_kv_heads=2, head_dim=64)  # 64 KB blocks
@@ -49,10 +49,10 @@ async def _until(condition, timeout_s: float = 5.0) -> None:
 
 async def test_ack_follows_the_pull_and_a_failed_verify_keeps_the_lease(monkeypatch) -> None:
     apply_ucx_env(KVXferConfig())
-    from services.kvxfer import frames, transport  # after the UCX environment is set
-    from services.kvxfer.iov import helper
-    from services.kvxfer.transport import UcxPuller, UcxServer
-    from services.kvxfer.ucx_loop import UcxLoop
+    from services.kvxfer.ucx import frames, transport  # after the UCX environment is set
+    from services.kvxfer.ucx.iov import helper
+    from services.kvxfer.ucx.loop import UcxLoop
+    from services.kvxfer.ucx.transport import UcxPuller, UcxServer
 
     ucx = UcxLoop()  # one per process: this is the only test that runs UCX in the pytest process
     rng = np.random.default_rng(0)
@@ -124,8 +124,8 @@ async def _encrypted_pulls_are_exact_and_a_tampered_chunk_fails_its_pull(ucx, sr
                                                                         verified, monkeypatch) -> None:
     """With sealing on both sides a pull is byte-exact; a chunk altered on its way fails the pull (DATA_LOSS), its
     blocks are not written, the source keeps the lease, and the next pull goes through."""
-    from services.kvxfer.sealing import ChunkCodec, Sealer, kv_key
-    from services.kvxfer.transport import FRAME_TAG, UcxPuller, UcxServer
+    from services.kvxfer.ucx.sealing import ChunkCodec, Sealer, kv_key
+    from services.kvxfer.ucx.transport import FRAME_TAG, UcxPuller, UcxServer
 
     source = Source(src)  # its own: acks of the caller's last pulls may still arrive at the other
     sealing, opening = Sealer(kv_key(b"s" * 32)), Sealer(kv_key(b"s" * 32))

@@ -15,14 +15,14 @@ from services.kvxfer.config import KVXferConfig
 from services.kvxfer.orders import PullOrder
 from services.kvxfer.pools import MappedPool
 from services.kvxfer.ranges import block_ranges
-from services.kvxfer.ucx_env import apply_ucx_env
+from services.kvxfer.ucx.env import apply_ucx_env
 from tests.integration.kvxfer.layout import LAYOUT
 
 
 async def intrude(host: str, port: int, lease_id: str, instance_id: str, token: str) -> str:
     apply_ucx_env(KVXferConfig())
-    from services.kvxfer.transport import UcxPuller
-    from services.kvxfer.ucx_loop import UcxLoop
+    from services.kvxfer.ucx.loop import UcxLoop
+    from services.kvxfer.ucx.transport import UcxPuller
 
     puller = UcxPuller(UcxLoop(), 5.0, token)
     dst = MappedPool("intruder", LAYOUT, "cpu", np.zeros(LAYOUT.pool_bytes, dtype=np.uint8))

@@ -10,11 +10,11 @@ import pytest
 from services.common.errors import SloUnmet
 from services.common.registry import MODEL_KEY, InstanceInfo, Registry
 from services.common.sampling import SamplingParams
+from services.common.slo import SLO
 from services.router.dispatch import Dispatcher
 from services.router.gate import SloGate
 from services.router.margin import ErrorWindow
 from services.router.request import RouterRequest
-from services.router.slo import RequestSLO
 
 MODEL = {"fitted_at": 1.0, "kinds": {
     "prefill@cpu:0": {"prefill": {"c0": 0.01, "per_token": 1e-4, "per_sq": 0.0}, "decode": None},
@@ -39,11 +39,11 @@ def _request(prompt: int = 100) -> RouterRequest:
 async def test_the_gate_predicts_from_the_stored_model_and_the_booked_loads(registry):
     dispatcher = Dispatcher(registry)
     await dispatcher.refresh()
-    gate = SloGate(registry, dispatcher, "refuse", RequestSLO(ttft_s=0.2), batch_tokens=512)
+    gate = SloGate(registry, dispatcher, "refuse", SLO(ttft=0.2), batch_tokens=512)
     await gate.refresh()
     req = _request()
     gate.admit(req)  # no model stored yet: admitted unpredicted
-    assert req.prediction is None and req.slo == RequestSLO(ttft_s=0.2)
+    assert req.prediction is None and req.slo == SLO(ttft=0.2)
 
     await registry.redis.set(MODEL_KEY, json.dumps(MODEL))
     await registry.add_load("prefill", "p0", 900)  # another router's bookings
@@ -82,7 +82,7 @@ async def test_the_errors_of_finished_requests_become_the_margin(registry):
     dispatcher = Dispatcher(registry)
     await dispatcher.refresh()
     await registry.redis.set(MODEL_KEY, json.dumps(MODEL))
-    gate = SloGate(registry, dispatcher, "refuse", RequestSLO(ttft_s=0.1), batch_tokens=512,
+    gate = SloGate(registry, dispatcher, "refuse", SLO(ttft=0.1), batch_tokens=512,
                    errors=ErrorWindow(0.9, least=5))
     await gate.refresh()
     await gate.refresh_loads()

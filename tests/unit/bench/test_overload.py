@@ -7,9 +7,10 @@ import pytest
 from services.bench.cli import _multiples
 from services.bench.loadgen import RequestResult
 from services.bench.overload import overload_point, refused, slo_metadata
-from services.bench.slo import SLO
+from services.bench.slo import ScaledSLO
+from services.common.slo import SLO
 
-SLO_ = SLO(ttft=0.5, tpot=0.05)
+SLO_ = ScaledSLO(SLO(0.5, 0.05))
 
 
 def _served(ttft: float, tpot: float) -> RequestResult:
@@ -30,7 +31,7 @@ def test_refused_requests_miss_and_the_admitted_ones_have_their_own_attainment()
 
 
 def test_the_slo_travels_as_milliseconds_and_multiples_are_checked():
-    assert slo_metadata(SLO(0.5, 0.05, scale=2.0)) == (("x-slo-ttft-ms", "1000.000"), ("x-slo-tpot-ms", "100.000"))
+    assert slo_metadata(ScaledSLO(SLO(0.5, 0.05), 2.0)) == (("x-slo-ttft-ms", "1000.000"), ("x-slo-tpot-ms", "100.000"))
     assert _multiples("1.5,2") == (1.5, 2.0)
     for bad in ("", "fast", "0,2", "-1"):
         with pytest.raises(argparse.ArgumentTypeError):

@@ -4,15 +4,16 @@ from dataclasses import replace
 
 import pytest
 
-from services.bench.slo import SLO
+from services.bench.slo import ScaledSLO
 from services.bench.workload import BenchWorkload
+from services.common.slo import SLO
 
 
 @pytest.mark.parametrize("mode", ["disagg", "colocated", "chunked"])
 def test_attainment_falls_as_the_rate_rises(predictor, mode):
     predictor = replace(predictor, mode=mode)
     sample = BenchWorkload("chatbot").sample(60, vocab=300)
-    slo = SLO(ttft=0.7, tpot=0.04)
+    slo = ScaledSLO(SLO(0.7, 0.04))
     low, high = predictor.attainment(sample, 0.2, slo), predictor.attainment(sample, 20.0, slo)
     assert low > 0.9 and high < 0.5
     goodput = predictor.goodput(lambda rate: sample, slo)
@@ -32,7 +33,7 @@ def test_calibration_recovers_the_served_to_profiled_ratios(predictor):
 def test_colocated_decodes_suffer_the_prefills_that_disaggregation_keeps_apart(predictor):
     # long prompts: colocated decodes wait for every prompt's prefill step, disaggregated ones do not
     sample = BenchWorkload("summarization").sample(200, vocab=300)
-    slo = SLO(ttft=10.0, tpot=0.04)
+    slo = ScaledSLO(SLO(10.0, 0.04))
     disagg = predictor.attainment(sample, 1.0, slo)
     colocated = replace(predictor, mode="colocated").attainment(sample, 1.0, slo)
     assert disagg > colocated + 0.1

@@ -9,7 +9,8 @@ from rich.console import Console
 from services.bench.loadgen import RequestResult
 from services.bench.report import document, print_tables
 from services.bench.results import ModeResult, summarize
-from services.bench.slo import SLO
+from services.bench.slo import ScaledSLO
+from services.common.slo import SLO
 
 
 def _result(i: int, ttft: float, tpot: float, tokens: int = 11, transfer: float | None = None) -> RequestResult:
@@ -23,7 +24,7 @@ def _result(i: int, ttft: float, tpot: float, tokens: int = 11, transfer: float 
 def test_a_point_counts_attainment_failures_and_the_transfer_share():
     results = [_result(0, 0.1, 0.01, transfer=0.002), _result(1, 0.1, 0.05, transfer=0.002),
                RequestResult("r2", 8, error="UNAVAILABLE: gone")]
-    point = summarize(2.0, results, SLO(0.2, 0.02), wall_s=3.0)
+    point = summarize(2.0, results, ScaledSLO(SLO(0.2, 0.02)), wall_s=3.0)
     assert point.attainment == pytest.approx(1 / 3)
     assert point.attainment_se == pytest.approx((1 / 3 * 2 / 3 / 3) ** 0.5)  # binomial, over all 3 requests
     assert point.tpot_attainment == pytest.approx(1 / 3) and point.ttft_attainment == pytest.approx(2 / 3)
@@ -34,7 +35,7 @@ def test_a_point_counts_attainment_failures_and_the_transfer_share():
 
 
 def _mode(mode: str, goodput: float, sim: float | None = None) -> ModeResult:
-    slo = SLO(0.2, 0.02)
+    slo = ScaledSLO(SLO(0.2, 0.02))
     point = summarize(goodput, [_result(0, 0.1, 0.01, transfer=0.001 if mode == "disagg" else None)], slo, 1.0)
     point.simulated_attainment = sim
     return ModeResult(mode, "chatbot", 2, slo.as_dict(), goodput, goodput / 2, [point], {})
@@ -51,7 +52,7 @@ def test_the_document_is_json_with_ratios_errors_and_shares():
 
 
 def test_the_fitted_prediction_is_judged_against_the_95_percent_interval_up_to_the_knee():
-    slo = SLO(0.2, 0.02)
+    slo = ScaledSLO(SLO(0.2, 0.02))
     hits = [_result(i, 0.1, 0.01) for i in range(180)] + [_result(i, 0.5, 0.01) for i in range(20)]
     low, high = summarize(2.0, hits, slo, 1.0), summarize(4.0, hits[:100], slo, 1.0)
     assert low.attainment_ci == pytest.approx((0.8506, 0.9343), abs=1e-4)  # Wilson, 180 of 200
@@ -62,7 +63,7 @@ def test_the_fitted_prediction_is_judged_against_the_95_percent_interval_up_to_t
 
 
 def test_overload_ratios_set_admission_on_against_off():
-    slo, row = SLO(0.2, 0.02), {"rate": 9.0, "requests": 10, "attainment": 0.5, "live": {}}
+    slo, row = ScaledSLO(SLO(0.2, 0.02)), {"rate": 9.0, "requests": 10, "attainment": 0.5, "live": {}}
     result = ModeResult("disagg", "chatbot", 2, slo.as_dict(), 4.5, 2.25, [], {}, overload=[
         {**row, "multiple": 2.0, "admission": False, "goodput_per_device": 1.0, "share_refused": 0.0,
          "admitted_attainment": 0.2},
@@ -76,7 +77,7 @@ def test_overload_ratios_set_admission_on_against_off():
 
 
 def test_the_fitted_knee_the_rates_were_chosen_around_is_printed():
-    slo = SLO(2.0, 0.05)
+    slo = ScaledSLO(SLO(2.0, 0.05))
     for knee, words in ((0.6, "fitted simulator's knee, 0.6 req/s"), (0.0, "around the start rate")):
         console = Console(record=True, width=200)
         print_tables([ModeResult("disagg", "chatbot", 2, slo.as_dict(), 0.0, 0.0, [], {}, fitted_knee=knee)], console)
@@ -88,7 +89,7 @@ def test_a_point_reports_the_cache_hit_rate_and_first_and_follow_up_turns_apart(
     results[1].turn, results[1].cached_tokens = 1, 6
     results[2].turn, results[2].cached_tokens = 2, 2
     results[3].turn, results[3].cached_tokens = 3, 8  # failed: left out of the hit rate
-    point = summarize(1.0, results, SLO(0.3, 0.02), 1.0)
+    point = summarize(1.0, results, ScaledSLO(SLO(0.3, 0.02)), 1.0)
     assert point.prefix_hit_rate == pytest.approx(8 / 24)
     assert point.first_turn_ttft["p50"] == pytest.approx(0.4)
     assert point.followup_ttft["p50"] == pytest.approx(0.15) and point.followup_ttft["p90"] == pytest.approx(0.19)

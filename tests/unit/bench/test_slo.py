@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from services.bench.slo import SLO, attainment, lone_latencies, scaled_slo, tightest_scale
+from services.bench.slo import ScaledSLO, attainment, lone_latencies, scaled_slo, tightest_scale
+from services.common.slo import SLO
 from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
 
 INF = float("inf")
@@ -13,28 +14,28 @@ def test_attainment_needs_both_objectives_and_counts_failures_as_misses():
     ttft = np.array([0.1, 0.3, 0.1, INF])
     tpot = np.array([0.01, 0.01, 0.05, INF])
     ok = np.array([True, True, True, False])
-    assert attainment(ttft, tpot, ok, SLO(0.2, 0.02)) == 0.25
-    assert attainment(ttft, tpot, ok, SLO(0.2, 0.02, scale=2.0)) == 0.5
-    assert attainment(ttft, tpot, ok, SLO(0.2, 0.02, scale=3.0)) == 0.75
+    assert attainment(ttft, tpot, ok, ScaledSLO(SLO(0.2, 0.02))) == 0.25
+    assert attainment(ttft, tpot, ok, ScaledSLO(SLO(0.2, 0.02), 2.0)) == 0.5
+    assert attainment(ttft, tpot, ok, ScaledSLO(SLO(0.2, 0.02), 3.0)) == 0.75
 
 
 def test_limits_on_the_boundary_are_met():
-    assert attainment(np.array([0.2]), np.array([0.02]), np.array([True]), SLO(0.2, 0.02)) == 1.0
+    assert attainment(np.array([0.2]), np.array([0.02]), np.array([True]), ScaledSLO(SLO(0.2, 0.02))) == 1.0
 
 
 def test_tightest_scale_is_the_smallest_scale_meeting_the_target():
     rng = np.random.default_rng(0)
     ttft, tpot = rng.uniform(0.05, 0.5, 50), rng.uniform(0.005, 0.05, 50)
     ok = np.ones(50, bool)
-    slo = SLO(0.1, 0.01, target=0.9)
+    slo = ScaledSLO(SLO(0.1, 0.01, 0.9))
     scale = tightest_scale(ttft, tpot, ok, slo)
-    assert attainment(ttft, tpot, ok, SLO(0.1, 0.01, scale, 0.9)) >= 0.9
-    assert attainment(ttft, tpot, ok, SLO(0.1, 0.01, scale * 0.999, 0.9)) < 0.9
+    assert attainment(ttft, tpot, ok, ScaledSLO(SLO(0.1, 0.01, 0.9), scale)) >= 0.9
+    assert attainment(ttft, tpot, ok, ScaledSLO(SLO(0.1, 0.01, 0.9), scale * 0.999)) < 0.9
 
 
 def test_tightest_scale_is_infinite_when_too_many_requests_failed():
     ok = np.array([True, False])
-    assert tightest_scale(np.array([0.1, INF]), np.array([0.01, INF]), ok, SLO(0.1, 0.01, target=0.9)) == INF
+    assert tightest_scale(np.array([0.1, INF]), np.array([0.01, INF]), ok, ScaledSLO(SLO(0.1, 0.01, 0.9))) == INF
 
 
 def test_scales_multiply_the_lone_latencies_of_the_latency_model():
@@ -43,5 +44,5 @@ def test_scales_multiply_the_lone_latencies_of_the_latency_model():
     assert base_ttft == pytest.approx(0.01 + 0.1 + 0.01)
     assert base_tpot == pytest.approx(0.02 + 110e-5 + 1e-3)
     slo = scaled_slo(base_ttft, base_tpot, ttft_scale=5.0, tpot_scale=2.0, scale=1.5, target=0.9)
-    assert slo.ttft_limit == pytest.approx(1.5 * 5.0 * base_ttft)
-    assert slo.tpot_limit == pytest.approx(1.5 * 2.0 * base_tpot)
+    assert slo.limits.ttft == pytest.approx(1.5 * 5.0 * base_ttft)
+    assert slo.limits.tpot == pytest.approx(1.5 * 2.0 * base_tpot)

@@ -13,6 +13,7 @@ from services.common.errors import EngineInputError
 from services.common.grammars import from_choice, from_json_schema
 from services.common.sampling import FinishReason, SamplingParams
 from services.common.tokenizer import load_tokenizer
+from services.engine.make_model import make_model
 from tests.unit.engine.test_policies import run_policy
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6},
@@ -85,3 +86,12 @@ def test_a_re_prefill_of_prompt_and_output_goes_on_where_the_output_stopped(make
     with pytest.raises(EngineInputError) as err:  # "a" cannot begin the JSON object: not output of this grammar
         make_engine(num_blocks=64).add_request("r", PROMPTS[0] + [100], replace(params, resumed_tokens=1))
     assert err.value.field == "resumed_tokens"
+
+
+def test_a_tokenizer_the_grammar_engine_cannot_take_serves_unconstrained_requests(make_engine, tmp_path) -> None:
+    folder = make_model("tiny-llama", tmp_path, overrides={"vocab_size": 200})  # its tokenizer has 259 tokens
+    engine = make_engine(model=str(folder), num_blocks=16)
+    with pytest.raises(EngineInputError) as err:
+        engine.add_request("r", PROMPTS[0], SamplingParams(grammar=from_choice(["a"], "f")))
+    assert err.value.field == "grammar" and "cannot constrain" in str(err.value)
+    assert len(engine.generate([PROMPTS[0]], SamplingParams(max_tokens=3, ignore_eos=True))[0]) == 3

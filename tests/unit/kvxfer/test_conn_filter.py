@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.kvxfer.conn_filter import peer_filter
+from services.kvxfer.ucx.conn_filter import peer_filter
 
 
 def test_allowed_networks_are_exactly_those_given() -> None:

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.kvxfer.frames import DIRECT_BYTES, FRAME_BYTES, Frame, plan_frames
+from services.kvxfer.ucx.frames import DIRECT_BYTES, FRAME_BYTES, Frame, plan_frames
 
 KB = 1 << 10
 

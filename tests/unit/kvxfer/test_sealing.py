@@ -9,10 +9,10 @@ import pytest
 
 from services.common.kv_layout import KVLayout
 from services.kvxfer.errors import Failure, XferError
-from services.kvxfer.frames import plan_frames
 from services.kvxfer.pools import MappedPool, PoolRanges
 from services.kvxfer.ranges import block_ranges
-from services.kvxfer.sealing import NONCE_BYTES, OVERHEAD, ChunkCodec, Sealer, chunked, kv_key
+from services.kvxfer.ucx.frames import plan_frames
+from services.kvxfer.ucx.sealing import NONCE_BYTES, OVERHEAD, ChunkCodec, Sealer, chunked, kv_key
 
 SECRET = b"0123456789abcdef" * 4
 PULL = b"9f" * 16

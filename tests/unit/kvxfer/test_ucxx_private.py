@@ -1,4 +1,4 @@
-"""The ucxx internals kvxfer relies on (services/kvxfer/ucxx_private.py) are there, in the shape it uses: an
+"""The ucxx internals kvxfer relies on (services/kvxfer/ucx/ucxx_private.py) are there, in the shape it uses: an
 upgrade of ucxx that moves or reshapes one fails here, naming it, before any pull does."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def check_internals() -> None:
     from ucxx._lib_async.endpoint import Endpoint
     from ucxx._lib_async.listener import Listener, _listener_handler
 
-    from services.kvxfer import ucxx_private
+    from services.kvxfer.ucx import ucxx_private
 
     assert version("ucxx-cu12") == ucxx_private.UCXX_VERSION, (version("ucxx-cu12"), ucxx_private.UCXX_VERSION)
     params = list(inspect.signature(_listener_handler).parameters)
@@ -53,5 +53,5 @@ def test_the_private_ucxx_names_kvxfer_uses_are_there_in_the_shape_it_uses() -> 
 def test_the_pin_is_exact_and_names_the_adapters_version() -> None:
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     (pin,) = [d for d in deps if d.startswith("ucxx-cu12")]
-    adapter = (ROOT / "services" / "kvxfer" / "ucxx_private.py").read_text()
+    adapter = (ROOT / "services" / "kvxfer" / "ucx" / "ucxx_private.py").read_text()
     assert pin.startswith("ucxx-cu12==") and f'UCXX_VERSION = "{pin.split("==")[1]}"' in adapter, pin

@@ -2,6 +2,7 @@
 
 import pytest
 
+from services.common.slo import SLO
 from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
 from services.planner.placement import Cluster, Parallel
@@ -14,7 +15,6 @@ from services.planner.search import (
     low_affinity_layouts,
 )
 from services.planner.shapes import load_shape
-from services.planner.simulator import SLO
 from services.planner.workload import Workload
 
 OPT13B = load_latency_model("a100-80gb", load_shape("opt-13b"))

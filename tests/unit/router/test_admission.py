@@ -6,6 +6,7 @@ import time
 import pytest
 
 from services.common.errors import EngineInputError, SloUnmet, status_of
+from services.common.slo import SLO
 from services.common.step_model import PrefillCoeffs
 from services.router.admission import (
     Candidate,
@@ -19,13 +20,13 @@ from services.router.admission import (
     predict_tpot,
     predict_ttft,
 )
-from services.router.slo import RequestSLO, default_slo, requested_slo
+from services.router.slo import default_slo, requested_slo
 
 MODEL = FittedModel.from_json({"fitted_at": 5.0, "kinds": {
     "prefill@cpu:0": {"prefill": {"c0": 0.01, "per_token": 1e-4, "per_sq": 0.0}, "decode": None},
     "decode@cpu:1": {"prefill": None, "decode": {"c0": 0.004, "per_ctx": 1e-6, "per_req": 1e-3}},
 }})
-SLO = RequestSLO(ttft_s=0.2, tpot_s=0.05)
+OBJECTIVES = SLO(ttft=0.2, tpot=0.05)
 
 
 def _prediction(prefill_queue: float, decode_booked: float = 0.0, prompt: int = 100, max_tokens: int = 100):
@@ -49,9 +50,9 @@ def test_the_booked_loads_are_read_as_requests_of_the_recent_mix():
     assert predict_tpot(line, 1200, 50, 4, mix) == pytest.approx(0.004 + (4 * 250 + 52) * 1e-6 + 5e-3)
     # Read as requests of its own size (54 tokens), the short one would see 23 requests in the step.
     assert predict_tpot(line, 1200, 50, 4) == pytest.approx(0.004 + 1200 / 54 * 52 * 1e-6 + 1200 / 54 * 1e-3 + 1e-3 + 52e-6)
-    assert decide(_prediction(0, 1200, prompt=50, max_tokens=4), RequestSLO(tpot_s=0.02), "refuse").admit is False
+    assert decide(_prediction(0, 1200, prompt=50, max_tokens=4), SLO(tpot=0.02), "refuse").admit is False
     mixed = predict(MODEL, [], [Candidate("d0", "decode@cpu:1", 1200)], 50, 4, 512, mix)
-    assert decide(mixed, RequestSLO(tpot_s=0.02), "refuse").admit
+    assert decide(mixed, SLO(tpot=0.02), "refuse").admit
     # the queued prompts' quadratic term: the mix's mean prompt, this one's own
     prefill = PrefillCoeffs(0.01, 1e-4, 1e-6)
     assert predict_ttft(prefill, 400, 100, 512, mix) == pytest.approx(2 * 0.01 + 500e-4 + (400 * 200 + 100 * 100) * 1e-6)
@@ -71,8 +72,8 @@ def test_a_long_queue_of_whole_prompts_drains_in_batches_fuller_by_half_a_prompt
     # (5.25 s) admitted
     model = FittedModel({"prefill@cpu:0": line}, {})
     queue = [Candidate("p0", "prefill@cpu:0", 3620)]
-    assert decide(predict(model, queue, [], 100, 1, 512, mix), RequestSLO(ttft_s=6.0), "refuse").admit
-    assert not decide(predict(model, queue, [], 100, 1, 512, mix), RequestSLO(ttft_s=5.5), "refuse").admit
+    assert decide(predict(model, queue, [], 100, 1, 512, mix), SLO(ttft=6.0), "refuse").admit
+    assert not decide(predict(model, queue, [], 100, 1, 512, mix), SLO(ttft=5.5), "refuse").admit
 
 
 def test_a_busy_instances_running_step_counts_only_what_is_left_of_it():
@@ -102,34 +103,34 @@ def test_the_recent_mix_is_a_plain_mean_first_then_weighs_the_latest():
 
 
 def test_a_request_predicted_within_its_slo_is_admitted():
-    decision = decide(_prediction(prefill_queue=300), SLO, "refuse")
+    decision = decide(_prediction(prefill_queue=300), OBJECTIVES, "refuse")
     assert decision.admit and not decision.best_effort
     assert decision.prediction.ttft_s == pytest.approx(0.01 + 300e-4 + 0.01 + 100e-4)  # the running step, then this
     assert (decision.prediction.prefill_instance, decision.prediction.decode_instance) == ("p0", "d0")
 
 
 def test_a_request_predicted_to_miss_is_refused_with_the_figure_and_when_to_retry():
-    decision = decide(_prediction(prefill_queue=3000), SLO, "refuse")  # 7 batches: 0.07 + 0.31 s
+    decision = decide(_prediction(prefill_queue=3000), OBJECTIVES, "refuse")  # 7 batches: 0.07 + 0.31 s
     assert not decision.admit
     assert decision.reason == "predicted TTFT 380.0 ms > SLO 200 ms" and decision.retry_after_s == 1.0
     status = status_of(SloUnmet(f"slo: {decision.reason}", decision.retry_after_s))
     assert (status.code.name, status.http.status, status.retry_after_s) == ("RESOURCE_EXHAUSTED", 429, 1.0)
-    tpot_miss = decide(_prediction(prefill_queue=0, decode_booked=20_000), SLO, "refuse")  # 101 requests in the step
+    tpot_miss = decide(_prediction(prefill_queue=0, decode_booked=20_000), OBJECTIVES, "refuse")  # 101 requests in the step
     assert not tpot_miss.admit and tpot_miss.reason.startswith("predicted TPOT ")
-    far = decide(_prediction(prefill_queue=40_000), SLO, "refuse")
+    far = decide(_prediction(prefill_queue=40_000), OBJECTIVES, "refuse")
     assert far.retry_after_s == pytest.approx(5.0)  # the queue must drain by the excess: 4.79 s, rounded up
 
 
 def test_best_effort_admits_what_would_miss_and_marks_it():
-    decision = decide(_prediction(prefill_queue=3000), SLO, "best-effort")
+    decision = decide(_prediction(prefill_queue=3000), OBJECTIVES, "best-effort")
     assert decision.admit and decision.best_effort and "TTFT" in decision.reason
-    assert decide(_prediction(prefill_queue=3000), SLO, "off").admit
+    assert decide(_prediction(prefill_queue=3000), OBJECTIVES, "off").admit
 
 
 def test_no_objective_or_no_model_admits_unpredicted_phases():
-    assert decide(_prediction(prefill_queue=3000), RequestSLO(), "refuse").admit
+    assert decide(_prediction(prefill_queue=3000), SLO(), "refuse").admit
     unknown = predict(MODEL, [Candidate("p9", "prefill@cuda:0", 9e9)], [], 100, 100, 512)
-    assert unknown.ttft_s is None and unknown.tpot_s is None and decide(unknown, SLO, "refuse").admit
+    assert unknown.ttft_s is None and unknown.tpot_s is None and decide(unknown, OBJECTIVES, "refuse").admit
 
 
 def test_the_request_paths_hops_add_to_the_ttft():
@@ -147,8 +148,8 @@ def test_the_handoff_lies_in_the_first_of_the_intervals_a_tpot_averages():
     model = FittedModel.from_json({"kinds": {"decode@cpu:1": {"decode": {"c0": 0.004, "per_ctx": 1e-6, "per_req": 1e-3}}},
                                    "handoff_s": 0.05})
     short = predict(model, [], [Candidate("d0", "decode@cpu:1", 0)], 100, 2, 512)
-    assert short.tpot_s == pytest.approx(alone + 0.05) and not decide(short, SLO, "refuse").admit
-    assert decide(predict(model, [], [Candidate("d0", "decode@cpu:1", 0)], 100, 40, 512), SLO, "refuse").admit
+    assert short.tpot_s == pytest.approx(alone + 0.05) and not decide(short, OBJECTIVES, "refuse").admit
+    assert decide(predict(model, [], [Candidate("d0", "decode@cpu:1", 0)], 100, 40, 512), OBJECTIVES, "refuse").admit
 
 
 def test_prompts_arriving_meanwhile_join_this_ones_batch_up_to_its_room():
@@ -173,11 +174,11 @@ def test_prompts_waiting_at_the_router_for_a_slot_are_ahead_of_a_newcomer():
     # dispatched first, so the newcomer waits as behind a queue of 3000 (380 ms > 200 ms: refused)
     waited = predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512, waiting=3000)
     assert waited.ttft_s == pytest.approx(predict_ttft(line, 3000, 100, 512)) and waited.prefill_queue == 3000
-    assert not decide(waited, SLO, "refuse").admit
-    assert decide(predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512), SLO, "refuse").admit
+    assert not decide(waited, OBJECTIVES, "refuse").admit
+    assert decide(predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512), OBJECTIVES, "refuse").admit
     # a short wait still admits: 300 tokens ahead (0.08 s with this prompt)
     short = predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [], 100, 1, 512, waiting=300)
-    assert short.ttft_s == pytest.approx(predict_ttft(line, 300, 100, 512)) and decide(short, SLO, "refuse").admit
+    assert short.ttft_s == pytest.approx(predict_ttft(line, 300, 100, 512)) and decide(short, OBJECTIVES, "refuse").admit
 
 
 def test_waiting_prompts_fill_the_least_loaded_prefill_instances_first():
@@ -201,8 +202,8 @@ def test_requests_on_their_way_to_decode_count_in_the_batch_a_newcomer_joins():
     assert got.tpot_s == pytest.approx(predict_tpot(line, 8000, 100, 100, mix))
     # an empty decode instance admits, the same with the pipeline ahead of it does not (5.2 ms vs 51.2 ms > 50 ms)
     idle = predict(MODEL, [Candidate("p0", "prefill@cpu:0", 0)], [Candidate("d0", "decode@cpu:1", 0)], 100, 100, 512, mix)
-    assert decide(idle, RequestSLO(tpot_s=0.05), "refuse").admit
-    assert not decide(got, RequestSLO(tpot_s=0.05), "refuse").admit
+    assert decide(idle, SLO(tpot=0.05), "refuse").admit
+    assert not decide(got, SLO(tpot=0.05), "refuse").admit
     # spread as the dispatcher will: onto the least-loaded decode instance first
     two = [Candidate("d0", "decode@cpu:1", 6000), Candidate("d1", "decode@cpu:1", 0)]
     spread = predict(MODEL, queued, two, 100, 100, 512, mix, waiting=1000)
@@ -222,15 +223,15 @@ def test_the_decision_costs_well_under_a_millisecond():
     costs = []
     for _ in range(2000):
         began = time.perf_counter()
-        decide(predict(MODEL, prefill, decode, 200, 64, 512, Mix(200, 64), 800.0, waiting=2000), SLO, "refuse")
+        decide(predict(MODEL, prefill, decode, 200, 64, 512, Mix(200, 64), 800.0, waiting=2000), OBJECTIVES, "refuse")
         costs.append(time.perf_counter() - began)
     assert statistics.median(costs) < 1e-4  # 16 instances of each role, on a shared core
 
 
 def test_slo_headers_are_milliseconds_and_bad_ones_name_the_header():
-    assert requested_slo({"x-slo-ttft-ms": "250", "x-slo-tpot-ms": "40.5"}) == RequestSLO(0.25, 0.0405)
-    assert requested_slo({}) == RequestSLO()
-    assert requested_slo({"x-slo-tpot-ms": "40"}).or_defaults(default_slo(1000, 0)) == RequestSLO(1.0, 0.04)
+    assert requested_slo({"x-slo-ttft-ms": "250", "x-slo-tpot-ms": "40.5"}) == SLO(0.25, 0.0405)
+    assert requested_slo({}) == SLO()
+    assert requested_slo({"x-slo-tpot-ms": "40"}).or_defaults(default_slo(1000, 0)) == SLO(1.0, 0.04)
     for bad in ("0", "-3", "fast", "nan", "inf"):
         with pytest.raises(EngineInputError) as err:
             requested_slo({"x-slo-ttft-ms": bad})

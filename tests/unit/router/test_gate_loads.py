@@ -3,9 +3,9 @@
 import pytest
 
 from services.common.registry import InstanceInfo, Registry
+from services.common.slo import SLO
 from services.router.dispatch import Dispatcher
 from services.router.gate import SloGate, booked_load
-from services.router.slo import RequestSLO
 
 
 def test_the_book_and_this_routers_bookings_since_its_read():
@@ -25,7 +25,7 @@ def test_the_gates_candidates_take_the_booked_load_of_each_live_instance():
     dispatcher.instances = {"p0": InstanceInfo("p0", "prefill", "a:1", "h", "cpu:0"),
                             "d0": InstanceInfo("d0", "decode", "a:2", "h", "cpu:1")}
     dispatcher.local_load.update({"p0": 4400.0})
-    gate = SloGate(dispatcher.registry, dispatcher, "refuse", RequestSLO(), 512)
+    gate = SloGate(dispatcher.registry, dispatcher, "refuse", SLO(), 512)
     gate.loads, gate.local_at_read = {"d0": 700.0}, {"p0": 4400.0}  # p0's entry missing from the book
     (p0,) = gate._candidates("prefill")
     (d0,) = gate._candidates("decode")

@@ -2,9 +2,9 @@
 
 import pytest
 
+from services.common.slo import SLO
 from services.router.admission import Candidate, FittedModel, Margin, decide, predict
 from services.router.margin import ErrorWindow
-from services.router.slo import RequestSLO
 
 MODEL = FittedModel.from_json({"fitted_at": 5.0, "kinds": {
     "prefill@cpu:0": {"prefill": {"c0": 0.01, "per_token": 1e-4, "per_sq": 0.0}, "decode": None},
@@ -54,7 +54,7 @@ def test_the_margin_is_the_conformal_quantile_of_the_last_errors():
 def test_a_request_the_bare_prediction_admits_is_refused_with_the_margin():
     prediction = predict(MODEL, [Candidate("p0", "prefill@cpu:0", 1000)], [Candidate("d0", "decode@cpu:1", 0)],
                          100, 10, batch_tokens=512)
-    slo = RequestSLO(ttft_s=prediction.ttft_s + 0.1)
+    slo = SLO(ttft=prediction.ttft_s + 0.1)
     assert decide(prediction, slo, "refuse").admit
     refused = decide(prediction, slo, "refuse", Margin(ttft_s=0.15))
     assert not refused.admit

@@ -3,15 +3,15 @@
 from prometheus_client import REGISTRY
 
 from services.common.sampling import SamplingParams
+from services.common.slo import SLO
 from services.router import slo_metrics
 from services.router.admission import Prediction
 from services.router.request import RouterRequest
-from services.router.slo import RequestSLO
 
 
 def test_attainment_per_phase_as_predicted_and_as_measured():
     window = slo_metrics.AttainmentWindow(size=4)
-    slo = RequestSLO(ttft_s=0.2, tpot_s=0.05)
+    slo = SLO(ttft=0.2, tpot=0.05)
     # predicted: all meet; measured: the first two miss TTFT, one misses TPOT
     for ttft, tpot in ((0.3, 0.01), (0.25, 0.01), (0.1, 0.06), (0.1, 0.01), (0.1, 0.01)):
         window.add(slo_metrics.outcome(Prediction(0.15, 0.02), slo, ttft, tpot))
@@ -19,7 +19,7 @@ def test_attainment_per_phase_as_predicted_and_as_measured():
     assert window.share("ttft", "measured") == 0.75  # the window keeps the last four
     assert window.share("tpot", "measured") == 0.75 and window.share("both", "measured") == 0.5
     assert REGISTRY.get_sample_value("distserve_slo_attainment", {"phase": "both", "source": "measured"}) == 0.5
-    no_tpot = slo_metrics.outcome(Prediction(0.15, None), RequestSLO(0.2, None), 0.1, None)
+    no_tpot = slo_metrics.outcome(Prediction(0.15, None), SLO(0.2, None), 0.1, None)
     assert no_tpot.predicted == {"ttft": True, "tpot": None, "both": True}
 
 

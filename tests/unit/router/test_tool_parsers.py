@@ -77,6 +77,22 @@ def test_streamed_pieces_add_up_to_the_whole_message(family: str, step: int) -> 
     assert (streamed.reasoning, streamed.content, streamed.calls) == (whole.reasoning, whole.content, whole.calls)
 
 
+@pytest.mark.parametrize("family", ["hermes", "llama3_json"])
+def test_a_call_is_sent_as_soon_as_it_closes(family: str) -> None:
+    output = ChatOutput(False, PARSERS[family])
+    first_end = WRITTEN[family].index("}}") + 2 + len("\n</tool_call>" if family == "hermes" else "")
+    sent = [output.push(ch).calls for ch in WRITTEN[family]]
+    assert _same([c for piece in sent[:first_end] for c in piece]) == _same(CALLS[:1])
+    assert _same([c for piece in sent for c in piece] + output.finish().calls) == _same(CALLS)
+
+
+def test_a_broken_call_after_good_ones_is_content() -> None:
+    text = WRITTEN["hermes"].replace('"zone":"utc"', '"zone":utc')
+    whole = _streamed(ChatOutput(False, PARSERS["hermes"]), text, len(text))
+    assert _same(whole.calls) == _same(CALLS[:1]) and whole.content.startswith("\n<tool_call>")
+    assert _streamed(ChatOutput(False, PARSERS["hermes"]), text, 1) == whole
+
+
 @pytest.mark.parametrize("step", [1, 2, 1000])
 def test_text_that_only_looks_like_a_call_or_a_tag_is_content(step: int) -> None:
     text = "<tool_ca is not a call; {json} is not either"

@@ -38,8 +38,6 @@ import numpy as np
 import ucxx
 
 from services.kvxfer.errors import Failure, XferError
-from services.kvxfer.frames import Frame, Staging, plan_frames
-from services.kvxfer.iov import helper
 from services.kvxfer.orders import (
     OFFSET,
     PullOrder,
@@ -51,8 +49,10 @@ from services.kvxfer.orders import (
     range_body,
 )
 from services.kvxfer.pools import PoolRanges
-from services.kvxfer.sealing import Sealer, chunked
-from services.kvxfer.ucx_loop import UcxLoop
+from services.kvxfer.ucx.frames import Frame, Staging, plan_frames
+from services.kvxfer.ucx.iov import helper
+from services.kvxfer.ucx.loop import UcxLoop
+from services.kvxfer.ucx.sealing import Sealer, chunked
 
 log = logging.getLogger(__name__)
 IDLE_PER_PEER = 16

@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable, Sequence
 import numpy as np
 import ucxx
 
-from services.kvxfer.conn_filter import client_address, reject
-from services.kvxfer.iov import IovMessages, IovRequest
-from services.kvxfer.ucxx_private import (
+from services.kvxfer.ucx.conn_filter import client_address, reject
+from services.kvxfer.ucx.iov import IovMessages, IovRequest
+from services.kvxfer.ucx.ucxx_private import (
     Array,
     Tag,
     TagMaskFull,

@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from services.kvxfer.errors import Failure, XferError
-from services.kvxfer.frames import FRAME_BYTES, Frame, Staging
 from services.kvxfer.pools import PoolRanges
+from services.kvxfer.ucx.frames import FRAME_BYTES, Frame, Staging
 
 NONCE_BYTES, TAG_BYTES = 12, 16
 OVERHEAD = NONCE_BYTES + TAG_BYTES  # a sealed chunk's bytes beyond its clear bytes
