@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     prof = subparsers.add_parser("profile", help="time prefill and decode on the real engine; write a profile file")
     prof.add_argument("--model", required=True, help="model folder or preset (made on first use)")
-    prof.add_argument("--device", default="cpu:0", help="cpu:N (one pinned core) or cuda:N")
+    prof.add_argument("--device", default="cpu:0", help="cpu:N (one pinned core), cpu:a-b (those cores, a thread on each) or cuda:N")
     prof.add_argument("--out", default="profile.json", help="profile file to write")
     prof.add_argument("--max-tokens", type=int, default=4096, help="largest batch in tokens")
     prof.add_argument("--repeats", type=int, default=3, help="timed runs per shape (median kept)")
