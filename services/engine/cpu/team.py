@@ -15,7 +15,8 @@ KERNELS = ("small_gemm", "paged_attention")
 
 
 def set_team(threads: int, cores: tuple[int, ...] = ()) -> None:
-    """Runs torch's ops and the C kernels on `threads` threads, kernel worker i pinned to cores[i] where given."""
+    """Runs torch's ops and the C kernels on `threads` threads; with `cores`, a kernel's worker i >= 1 is pinned to
+    cores[i] (the calling thread keeps the process's cores)."""
     torch.set_num_threads(threads)
     pinned = (ctypes.c_int * len(cores))(*cores)
     for name in KERNELS:
