@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import llguidance
+from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from services.common.errors import EngineInputError
 
@@ -48,9 +49,13 @@ def from_choice(choices: list[str], field: str) -> str:
     return check("start: " + " | ".join(_literal(c) for c in choices), field)
 
 
-def from_lark(text: str, field: str) -> str:
+def from_grammar(text: str, field: str) -> str:
+    """A Lark grammar as given, or a GBNF one (llama.cpp's, as vLLM takes it: `root ::= ...`) in Lark."""
     if "::=" in text:
-        raise EngineInputError(field, "GBNF grammars are not supported: give a Lark grammar (llguidance's dialect)")
+        try:
+            text = gbnf_to_lark(text).removeprefix("%llguidance {}").strip()
+        except Exception as exc:  # the converter raises what its parser meets; the field is the user's
+            raise EngineInputError(field, f"not a GBNF grammar: {exc}") from None
     return check(text, field)
 
 
@@ -70,7 +75,7 @@ def structured_grammar(*, json: str | dict | None = None, json_object: bool = Fa
         return from_regex(regex, f"{field}.regex")
     if choice is not None:
         return from_choice(choice, f"{field}.choice")
-    return "" if grammar is None else from_lark(grammar, f"{field}.grammar")
+    return "" if grammar is None else from_grammar(grammar, f"{field}.grammar")
 
 
 def _schema(schema: str | dict, field: str) -> dict:

@@ -14,14 +14,21 @@ from services.common.generation_config import eos_ids, read_generation_config
 Arch = Literal["llama", "gemma", "opt"]
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
-SUPPORTED_TYPES = ("opt", *LLAMA_TYPES, *GEMMA_TYPES)
 FULL, SLIDING = "full_attention", "sliding_attention"  # layer types, named as transformers names them
 SERVED_DTYPES = ("float32", "bfloat16", "float16")
 _DEFAULTS = {  # what transformers' config classes assume where a config.json leaves a key out
     "gemma2": {"query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
                "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"},
-    "gemma3_text": {"query_pre_attn_scalar": 256, "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"},
+    # Gemma 3's multimodal checkpoints (model_type gemma3) publish a text_config of a few keys and rely on these
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
+                    "max_position_embeddings": 131072, "rope_theta": 1e6, "query_pre_attn_scalar": 256,
+                    "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh", "bos_token_id": 2,
+                    "eos_token_id": 1},
 }
+MULTIMODAL = {"gemma3": "gemma3_text"}  # served as its language model alone: model type of its text_config
+SUPPORTED_TYPES = ("opt", *LLAMA_TYPES, *GEMMA_TYPES, *MULTIMODAL)
+_TOP_KEYS = ("eos_token_id", "bos_token_id", "tie_word_embeddings", "dtype", "torch_dtype")  # kept from the top
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,9 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, raw: dict) -> ModelConfig:
         model_type = raw.get("model_type", "llama")
+        if model_type in MULTIMODAL:  # its language model: text_config, with what the top level says of it
+            model_type = MULTIMODAL[model_type]
+            raw = {**{k: raw[k] for k in _TOP_KEYS if k in raw}, **raw.get("text_config", {}), "model_type": model_type}
         dtype = raw.get("dtype") or raw.get("torch_dtype") or "float32"
         if dtype not in SERVED_DTYPES:
             raise ValueError(f"config.json dtype {dtype!r} is not served; --dtype takes {', '.join(SERVED_DTYPES)}")

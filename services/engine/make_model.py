@@ -85,7 +85,11 @@ def make_model(preset: str, out: str | Path, seed: int = 0, overrides: dict | No
 
 def _write_with_transformers(raw: dict, out: Path, seed: int) -> None:
     """The family's transformers class from the preset's config, its parameters drawn as `_init` draws ours."""
-    import transformers
+    try:
+        import transformers
+    except ModuleNotFoundError as err:  # a dev extra: the wheel alone serves, and writes the Llama and OPT presets
+        raise ModuleNotFoundError(f"make-model: {raw['model_type']} presets are written by transformers' own "
+                                  "classes; pip install transformers") from err
 
     config = transformers.AutoConfig.for_model(**raw)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)

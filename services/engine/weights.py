@@ -30,7 +30,19 @@ def checkpoint_files(folder: Path) -> list[Path]:
     return files
 
 
-def _canonical(name: str) -> str:
+# A multimodal checkpoint's language model, named as a text-only one (Gemma 3: as published, and as transformers 5
+# names it in memory); its vision tower and projector are not served.
+LANGUAGE_MODEL = {"language_model.model.": "model.", "language_model.lm_head.": "lm_head.", "model.language_model.": "model."}
+NOT_SERVED = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
+def _canonical(name: str) -> str | None:
+    """The checkpoint tensor's name in a text-only model, or None for a part that is not served."""
+    if name.startswith(NOT_SERVED):
+        return None
+    for prefix, text_only in LANGUAGE_MODEL.items():
+        if name.startswith(prefix):
+            return text_only + name[len(prefix):]
     # Original OPT checkpoints name parameters "decoder.*" without the "model." prefix.
     return f"model.{name}" if name.startswith("decoder.") else name
 
@@ -69,6 +81,16 @@ def _parts(name: str, whole: Any, fused: dict[str, list[tuple[str, int]]]) -> It
         start += rows
 
 
+def _served(f: Any, fused: dict[str, list[tuple[str, int]]]) -> Iterator[tuple[str, str, Any]]:
+    """(checkpoint key, canonical name, lazy slice) of each tensor, or tensor part, of an open safetensors file that
+    a text-only model holds."""
+    for key in f.keys():
+        name = _canonical(key)
+        if name is not None:
+            for part_name, part in _parts(name, f.get_slice(key), fused):
+                yield key, part_name, part
+
+
 # (canonical name, the checkpoint's lazy slice: index it to read a part) → (this model's name, tensor), or None
 Transform = Callable[[str, Any], "tuple[str, torch.Tensor] | None"]
 
@@ -84,7 +106,7 @@ def load_weights(model: nn.Module, folder: str | Path, transform: Transform | No
     fused = fused_parts(ModelConfig.from_folder(folder))
     for path in checkpoint_files(Path(folder)):
         with safe_open(str(path), framework="pt") as f:
-            for key, name, part in ((k, *p) for k in f.keys() for p in _parts(_canonical(k), f.get_slice(k), fused)):
+            for key, name, part in _served(f, fused):
                 tensor = None
                 if transform is not None:
                     kept = transform(name, part)

@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from services.common.model_config import ModelConfig
 from services.engine.presets import PRESETS as ENGINE_PRESETS
 
 
@@ -44,7 +45,10 @@ class ModelShape:
 
 
 def shape_from_config(config: dict, name: str) -> ModelShape:
-    """Read a Hugging Face `config.json` (Llama-family, Gemma or OPT keys)."""
+    """Read a Hugging Face `config.json`: as the engine reads it where it names its model_type (every family, a
+    multimodal checkpoint's language model, the defaults transformers assumes), else by its Llama or OPT keys."""
+    if "model_type" in config:
+        return _shape_of(ModelConfig.from_dict(config), name)
     hidden = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     head_dim = int(config.get("head_dim") or hidden // heads)
@@ -58,6 +62,14 @@ def shape_from_config(config: dict, name: str) -> ModelShape:
         vocab=int(config.get("vocab_size", 32000)),
         max_context=int(config.get("max_position_embeddings", 2048)), ffn_matrices=3 if gated else 2,
         head_size=0 if head_dim == hidden // heads else head_dim,  # 0 where it says what hidden / heads says
+    )
+
+
+def _shape_of(c: ModelConfig, name: str) -> ModelShape:
+    return ModelShape(
+        name=name, hidden=c.hidden_size, layers=c.num_layers, heads=c.num_heads, kv_heads=c.num_kv_heads,
+        ffn=c.intermediate_size, vocab=c.vocab_size, max_context=c.max_position, ffn_matrices=2 if c.arch == "opt" else 3,
+        head_size=0 if c.head_dim == c.hidden_size // c.num_heads else c.head_dim,
     )
 
 

@@ -56,7 +56,7 @@ class StructuredOutputs(BaseModel):
     json_object: bool = False
     regex: str | None = None
     choice: list[str] | None = None
-    grammar: str | None = Field(None, description="a Lark grammar (llguidance's dialect)")
+    grammar: str | None = Field(None, description="a Lark grammar (llguidance's dialect), or GBNF (root ::= ...)")
 
 
 class SamplingBody(BaseModel):

@@ -12,7 +12,7 @@ import pytest
 from services.engine.make_model import make_model
 from services.launcher.stack import Stack
 from tests.e2e.helpers import generate, running_stack, wait_idle
-from tests.integration.engine.family_reference import PARAMS, PROMPTS, assert_equal, reference
+from tests.family_reference import PARAMS, PROMPTS, assert_equal, reference
 
 pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(600)]  # some 40 s: two stacks start
 pytest.importorskip("transformers")

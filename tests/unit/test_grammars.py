@@ -15,7 +15,7 @@ from services.common.grammars import structured_grammar
     ({"regex": "[a-"}, "structured_outputs.regex", "invalid regex"),
     ({"regex": ""}, "structured_outputs.regex", "empty"),
     ({"choice": []}, "structured_outputs.choice", "non-empty"),
-    ({"grammar": "root ::= \"a\""}, "structured_outputs.grammar", "GBNF"),
+    ({"grammar": "root ::= ("}, "structured_outputs.grammar", "not a GBNF grammar"),
     ({"grammar": "start: undefined_rule"}, "structured_outputs.grammar", "undefined_rule"),
     ({"regex": "a", "choice": ["b"]}, "structured_outputs", "regex, choice"),
 ])
@@ -28,5 +28,6 @@ def test_a_bad_structured_output_is_refused_naming_its_field(kwargs: dict, field
 def test_each_kind_compiles_and_none_asks_nothing() -> None:
     assert structured_grammar() == ""
     for kwargs in ({"json": {}}, {"json": '{"type": "integer"}'}, {"json_object": True}, {"regex": "a/b+"},
-                   {"choice": ["yes", 'say "no"']}, {"grammar": 'start: "x" NUM\nNUM: /[0-9]+/'}):
+                   {"choice": ["yes", 'say "no"']}, {"grammar": 'start: "x" NUM\nNUM: /[0-9]+/'},
+                   {"grammar": 'root ::= answer\nanswer ::= "yes" | "no"'}):
         assert structured_grammar(**kwargs).startswith("start:"), kwargs

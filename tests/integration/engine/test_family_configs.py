@@ -49,3 +49,18 @@ def test_unsupported_model_type_names_itself_and_the_supported_ones() -> None:
     with pytest.raises(ValueError) as err:
         ModelConfig.from_dict({"model_type": "deepseek_v3", **SIZE, "num_hidden_layers": 2})
     assert "'deepseek_v3'" in str(err.value) and all(t in str(err.value) for t in SUPPORTED_TYPES)
+
+
+def test_gemma3_multimodal_config_reads_as_its_language_model() -> None:
+    """A Gemma 3 checkpoint as published for 4B and up (model_type gemma3) lists a few text_config keys and relies
+    on Gemma3TextConfig's defaults for the rest: read as transformers fills them in."""
+    published = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "eos_token_id": [1, 106],
+                 "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                                 "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                                 "sliding_window": 1024},
+                 "vision_config": {"model_type": "siglip_vision_model"}}
+    text = transformers.Gemma3Config(**{k: v for k, v in published.items() if k != "model_type"}).text_config
+    ours = ModelConfig.from_dict(published)
+    assert ours == ModelConfig.from_dict({**text.to_dict(), "eos_token_id": [1, 106]})
+    assert (ours.num_heads, ours.head_dim, ours.vocab_size, ours.sliding_window) == (8, 256, 262208, 1024)
+    assert ours.rope["full_attention"]["rope_theta"] == 1e6 and ours.rope["sliding_attention"]["rope_theta"] == 1e4

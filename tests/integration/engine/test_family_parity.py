@@ -13,9 +13,9 @@ import torch
 
 from services.common.sampling import TokenLogprobs
 from services.engine.engine import EngineConfig, LLMEngine, StepOutput
-from services.engine.make_model import make_model
+from services.engine.make_model import make_model, write_tokenizer
 from services.engine.preset_configs import FAMILY_PRESETS
-from tests.integration.engine.family_reference import LONG, PARAMS, PROMPTS, assert_equal, reference
+from tests.family_reference import LONG, PARAMS, PROMPTS, assert_equal, reference
 
 transformers = pytest.importorskip("transformers")
 torch.set_num_threads(1)
@@ -131,3 +131,26 @@ def test_bf16_logits_equal_transformers_in_bf16(preset: str, tmp_path) -> None:
     with torch.no_grad():
         theirs = model(torch.tensor([LONG])).logits[0].float()
     assert (ours - theirs).abs().max().item() <= 1e-2
+
+
+@pytest.mark.long  # building transformers' multimodal model takes some 10 s (its vision tower's imports)
+def test_gemma3_multimodal_checkpoint_serves_its_language_model(tmp_path) -> None:
+    """Gemma 3 as published from 4B up: Gemma3ForConditionalGeneration, a vision tower and projector beside the
+    language model (named language_model.model.*). Its language model is served: the prompt's logits equal those of
+    transformers' whole model given the text alone (fp32, 1e-4)."""
+    text = {k: v for k, v in FAMILY_PRESETS["tiny-gemma3"].items() if k not in ("architectures", "torch_dtype")}
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "image_size": 28, "patch_size": 14}
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForConditionalGeneration(
+        transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4)).eval()
+    model.save_pretrained(tmp_path)
+    write_tokenizer(tmp_path, text["vocab_size"])
+    engine = LLMEngine(EngineConfig(str(tmp_path), num_blocks=32, block_size=4))
+    try:
+        ours = engine.runner.full_logits(LONG, list(range(engine.blocks.blocks_for(len(LONG)))))
+    finally:
+        engine.close()
+    with torch.no_grad():
+        theirs = model(input_ids=torch.tensor([LONG])).logits[0]
+    assert (ours - theirs).abs().max().item() <= 1e-4

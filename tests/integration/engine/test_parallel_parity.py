@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,30 @@ def _rank_processes() -> list[int]:
         if ppid == os.getpid() and b"services.engine.parallel.rank_main" in cmdline:
             found.append(int(entry.name))
     return found
+
+
+@pytest.mark.long  # 6 to 10 s: a rank process starts
+def test_a_parallel_instance_samples_under_a_grammar_as_one_rank_does(tiny_llama_dir: str) -> None:
+    import json
+
+    from services.common.grammars import from_json_schema
+    from services.common.tokenizer import load_tokenizer
+
+    schema = {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "n": {"type": "integer", "maximum": 99}},
+              "required": ["unit", "n"], "additionalProperties": False}
+    params = [SamplingParams(max_tokens=40, temperature=1.0, seed=i, grammar=from_json_schema(schema, "f"))
+              for i in range(len(PROMPTS))]
+    outputs = []
+    for layout in ({}, {"tp": 2}):
+        engine = LLMEngine(_config(tiny_llama_dir, **layout))
+        try:
+            outputs.append(engine.generate(PROMPTS, [replace(p) for p in params]))
+        finally:
+            engine.close()
+    assert outputs[0] == outputs[1]
+    tokenizer = load_tokenizer(tiny_llama_dir)
+    assert all(json.loads(tokenizer.decode(tokens))["unit"] in "cf" for tokens in outputs[1])
+    assert not _rank_processes()
 
 
 def test_tp_not_dividing_the_heads_names_tp_and_starts_nothing(tiny_llama_dir: str) -> None:

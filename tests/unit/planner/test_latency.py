@@ -83,6 +83,17 @@ def test_family_presets_count_their_own_head_width():
     assert shape_from_config({**FAMILY_PRESETS["tiny-mistral"], "head_dim": 16}, "tiny-mistral") == mistral
 
 
+def test_a_multimodal_gemma3_folder_is_planned_as_its_language_model(tmp_path):
+    """Gemma 3 4B's config.json as published: a sparse text_config, the rest transformers' defaults."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "gemma3", "torch_dtype": "bfloat16", "text_config": {
+            "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}}))
+    shape = load_shape(str(tmp_path))
+    assert (shape.layers, shape.heads, shape.kv_heads, shape.head_dim, shape.vocab) == (34, 8, 4, 256, 262208)
+    assert shape.kv_bytes_per_token() == 2 * 34 * 4 * 256 * 2
+
+
 SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data"  # CI keeps shared/ beside the clone
 
 
