@@ -3,13 +3,16 @@
 Prefill is compared with plain matmuls of the model's own shapes (how close to compute-bound it runs);
 decode at batch 1 with the bytes a step must read (weights + KV) at memcpy bandwidth (memory-bound).
 Every time is this thread's CPU time, best of several runs, so other processes sharing the core do not
-count against the engine or the references (on an idle core it equals wall time).
+count against the engine or the references (on an idle core it equals wall time); on a multi-core device
+(`cpu:0-1`) it is wall time, the other threads' work being no part of this thread's.
 
 `--layouts 1x1,2x1,1x2` times TP x PP instances instead: prefill and decode step wall times (the ranks run in other
 processes), best of several runs; each rank pinned to one core, the cores taken in order and reused round robin
-when the layout has more ranks than the host has cores.
+when the layout has more ranks than the host has cores. `--devices cpu:0,cpu:0-1` times one instance on each device
+the same way (threads on several cores), with its speed-up over the first and the host's load average beside it.
 
     python3 -m benchmarks.engine [--model small-llama] [--device cpu:0] [--json] [--layouts 1x1,2x1,1x2]
+    python3 -m benchmarks.engine --model medium-llama --devices cpu:0,cpu:0-1
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from services.common import defaults
+from services.common.devices import split_devices
 from services.common.model_config import ModelConfig
 from services.common.sampling import SamplingParams
 from services.engine.device import setup_device
@@ -38,7 +42,12 @@ DECODE_STEPS = 16
 REPEATS = 3
 MEMCPY_BYTES = 256 << 20  # well past the last-level cache
 GOAL = 0.5
-clock = time.thread_time  # torch runs single-threaded in this thread (setup_device), so this is all the work
+
+
+def clock() -> float:
+    """This thread's CPU time where torch runs single-threaded in it (`cpu:N`: all the work, and other processes on
+    the core do not count), else wall time (`cpu:a-b`: the other threads' work is not this thread's)."""
+    return time.thread_time() if torch.get_num_threads() == 1 else time.perf_counter()
 
 
 def _best_seconds(fn: Callable[[], object], repeats: int = REPEATS, timer: Callable[[], float] = clock) -> float:
@@ -170,7 +179,8 @@ def measure(model_dir: str, device: str) -> dict:
         d["bandwidth_ratio"] = d["gb_per_s"] * 1e9 / memcpy
     prefill_rate = prefill_flops(mc, PREFILL_TOKENS) / prefill_s
     return {
-        "model": model_dir, "device": device, "threads": torch.get_num_threads(), "clock": "thread CPU time",
+        "model": model_dir, "device": device, "threads": torch.get_num_threads(),
+        "clock": "thread CPU time" if torch.get_num_threads() == 1 else "wall time",
         "matmul_gflops": matmul / 1e9, "memcpy_gb_per_s": memcpy / 1e9, "gemv_gb_per_s": gemv / 1e9,
         "prefill": {"tokens": PREFILL_TOKENS, "seconds": prefill_s, "tokens_per_s": PREFILL_TOKENS / prefill_s,
                     "gflops": prefill_rate / 1e9},
@@ -186,7 +196,7 @@ def _table(r: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"benchmarks.engine {r['model']} on {r['device']} ({r['threads']} thread)")
+    table = Table(title=f"benchmarks.engine {r['model']} on {r['device']} ({r['threads']} thread(s), {r['clock']})")
     for col in ("phase", "time", "tokens/s", "achieved", "core reference", "ratio"):
         table.add_column(col, justify="right" if col != "phase" else "left")
     p = r["prefill"]
@@ -225,39 +235,60 @@ def parse_layouts(text: str) -> list[tuple[int, int]]:
         raise SystemExit(f"--layouts: {text!r} is not a list of TPxPP such as 1x1,2x1,1x2") from None
 
 
-def measure_layout(model_dir: str, tp: int, pp: int, cores: list[int]) -> dict:
-    devices = tuple(f"cpu:{cores[r % len(cores)]}" for r in range(tp * pp))
+def measure_layout(model_dir: str, tp: int, pp: int, devices: tuple[str, ...]) -> dict:
+    """Wall times of an instance of TP x PP ranks on `devices` (one per rank)."""
     setup_device(devices[0])
     blocks = (max(LAYOUT_BATCHES) * (DECODE_CONTEXT + DECODE_STEPS + 2) + PREFILL_TOKENS) // 16 + 64
     engine = LLMEngine(EngineConfig(model_dir, block_size=16, num_blocks=blocks, max_batch_tokens=PREFILL_TOKENS,
                                     max_num_seqs=max(LAYOUT_BATCHES), tp=tp, pp=pp, devices=devices))
     rng = random.Random(0)
+    load = os.getloadavg()[0]
     try:
         prefill = bench_prefill(engine, rng, timer=time.perf_counter)
         decode = {b: bench_decode(engine, b, rng, timer=time.perf_counter) for b in LAYOUT_BATCHES}
     finally:
         engine.close()
-    return {"tp": tp, "pp": pp, "devices": list(devices), "prefill_ms": round(prefill * 1e3, 2),
+    return {"tp": tp, "pp": pp, "devices": list(devices), "threads": torch.get_num_threads(),
+            "load_1min": [round(load, 2), round(os.getloadavg()[0], 2)], "prefill_ms": round(prefill * 1e3, 2),
             **{f"decode_b{b}_ms": round(s * 1e3, 2) for b, s in decode.items()}}
 
 
-def run_bench_layouts(model_dir: str, layouts: list[tuple[int, int]], as_json: bool) -> int:
+def with_speedups(rows: list[dict]) -> list[dict]:
+    """Each row's speed over the first row's (its time divided by theirs), per phase."""
+    first = rows[0]
+    keys = [k for k in first if k.endswith("_ms")]
+    return [{**r, **{f"{k[:-3]}_speedup": round(first[k] / r[k], 2) for k in keys}} for r in rows]
+
+
+def run_bench_layouts(model_dir: str, layouts: list[tuple[int, int]], devices: tuple[str, ...], as_json: bool) -> int:
+    """`layouts`: TP x PP instances on one core per rank; else one instance on each of `devices`."""
     cores = sorted(os.sched_getaffinity(0))  # before the first layout pins this process
-    rows = [measure_layout(model_dir, tp, pp, cores) for tp, pp in layouts]
+    if layouts:
+        rows = [measure_layout(model_dir, tp, pp, tuple(f"cpu:{cores[r % len(cores)]}" for r in range(tp * pp)))
+                for tp, pp in layouts]
+    else:
+        rows = []
+        for device in devices:
+            os.sched_setaffinity(0, cores)  # the previous device's pinning is not this one's
+            rows.append(measure_layout(model_dir, 1, 1, (device,)))
+    rows = with_speedups(rows)
     if as_json:
         print(json.dumps(rows))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"benchmarks.engine --layouts {model_dir}: wall ms, best of runs")
-    for col in ("TP x PP", "devices", f"prefill {PREFILL_TOKENS}", *(f"decode step b{b}" for b in LAYOUT_BATCHES)):
+    table = Table(title=f"benchmarks.engine {model_dir}: wall ms, best of runs; speed-up over the first row")
+    for col in ("TP x PP", "devices", "threads", "load 1 min", f"prefill {PREFILL_TOKENS}",
+                *(f"decode step b{b}" for b in LAYOUT_BATCHES)):
         table.add_column(col, justify="left" if col in ("TP x PP", "devices") else "right")
     for r in rows:
-        table.add_row(f"{r['tp']} x {r['pp']}", ",".join(r["devices"]), f"{r['prefill_ms']:.1f}",
-                      *(f"{r[f'decode_b{b}_ms']:.2f}" for b in LAYOUT_BATCHES))
+        table.add_row(f"{r['tp']} x {r['pp']}", " ".join(r["devices"]), str(r["threads"]),
+                      " → ".join(map(str, r["load_1min"])), f"{r['prefill_ms']:.1f} ({r['prefill_speedup']:.2f}x)",
+                      *(f"{r[f'decode_b{b}_ms']:.2f} ({r[f'decode_b{b}_speedup']:.2f}x)" for b in LAYOUT_BATCHES))
     Console().print(table)
     return 0
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.engine", description=__doc__.split("\n\n")[0])
@@ -266,11 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--layouts", default="", help="TPxPP instances to time instead, e.g. 1x1,2x1,1x2: prefill and "
                                                       "decode step wall times, a core per rank")
+    parser.add_argument("--devices", default="", help="one instance on each of these devices to time instead, e.g. "
+                                                      "cpu:0,cpu:0-1: wall times and speed-ups over the first")
     args = parser.parse_args(argv)
     from services.engine.presets import resolve_model
 
-    if args.layouts:
-        return run_bench_layouts(resolve_model(args.model), parse_layouts(args.layouts), args.json)
+    if args.layouts or args.devices:
+        layouts = parse_layouts(args.layouts) if args.layouts else []
+        return run_bench_layouts(resolve_model(args.model), layouts, split_devices(args.devices), args.json)
     return run_bench_engine(resolve_model(args.model), args.device, args.json)
 
 

@@ -43,6 +43,7 @@ from benchmarks.self_signed import Authority
 from services.bench.xfer import KB, MB
 from services.common.api_keys import add_key
 from services.common.auth import TOOL, instance_principal
+from services.common.devices import split_devices
 from services.common.kv_layout import KVLayout
 from services.common.links import internal_channel
 from services.common.net import free_port
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     from services.engine.presets import resolve_model
 
     return run_security_bench(resolve_model(args.model), args.rounds, args.tokens, args.rpc_calls, args.device,
-                              tuple(d for d in args.stack_devices.split(",") if d))
+                              split_devices(args.stack_devices))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import os
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from services.common.devices import split_devices
     from services.common.sampling import SamplingParams
 
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
@@ -17,7 +18,7 @@ def _generate(args: argparse.Namespace) -> int:
         from services.engine.parallel.shard import ParallelConfigError
         from services.engine.presets import resolve_model
 
-        devices = tuple(d for d in args.devices.split(",") if d) if args.devices else ()
+        devices = split_devices(args.devices)
         try:
             result = generate_local(resolve_model(args.model), args.device, args.prompt, params, args.tp, args.pp, devices)
         except ParallelConfigError as exc:

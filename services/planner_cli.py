@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from services.common.devices import split_devices
 from services.common.settings_cli import add_settings_arguments, settings_values
 from services.deploy.cli import (
     add_actuator_arguments,
@@ -59,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     prof = subparsers.add_parser("profile", help="time prefill and decode on the real engine; write a profile file")
     prof.add_argument("--model", required=True, help="model folder or preset (made on first use)")
-    prof.add_argument("--device", default="cpu:0", help="cpu:N (one pinned core) or cuda:N")
+    prof.add_argument("--device", default="cpu:0", help="cpu:N (one pinned core), cpu:a-b (those cores, a thread on each) or cuda:N")
     prof.add_argument("--out", default="profile.json", help="profile file to write")
     prof.add_argument("--max-tokens", type=int, default=4096, help="largest batch in tokens")
     prof.add_argument("--repeats", type=int, default=3, help="timed runs per shape (median kept)")
@@ -161,7 +162,7 @@ def _profile(args: argparse.Namespace) -> int:
 
     folder = resolve_model(args.model)
     shape = load_shape(folder)
-    devices = tuple(d for d in args.devices.split(",") if d)
+    devices = split_devices(args.devices)
     engine = open_engine(folder, setup_device(devices[0] if devices else args.device), args.max_tokens,
                          tp=args.tp, pp=args.pp, devices=devices)
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import get_args
 
 from services.bench.workload import SYSTEM_PROMPTS, THINK_S, WORKLOADS
+from services.common.devices import split_devices
 from services.common.engine_settings import add_engine_arguments, engine_fields
 from services.engine.fingerprint import engine_fingerprint
 from services.launcher.cores import cores_argument
@@ -64,8 +65,8 @@ def _config(args: argparse.Namespace):
     if not args.start and not (args.router and args.redis_url):
         raise SystemExit("give --start, or --router and --redis-url of a running stack")
     modes = _names(args.compare, MODES, "--compare") if args.compare else (args.mode,)
-    if not args.start and (len(modes) > 1 or args.vary):
-        raise SystemExit("--compare and --vary start a stack per variant: they need --start")
+    if not args.start and (len(modes) > 1 or args.vary or args.other_devices):
+        raise SystemExit("--compare, --vary and --other-devices start a stack per variant: they need --start")
     workloads = _names(args.workload, WORKLOADS, "--workload")
     if args.simulate and "multi-turn" in workloads:
         raise SystemExit("--simulate: the simulator has no conversations (think time, cached history); "
@@ -73,7 +74,7 @@ def _config(args: argparse.Namespace):
     if args.at_knee and (not args.simulate or args.rate):
         raise SystemExit("--at-knee measures multiples of the fitted simulator's knee: it needs --simulate, and no --rate")
     model = resolve_model(args.model)
-    devices = tuple(d for d in args.devices.split(",") if d)
+    devices = split_devices(args.devices)
     seconds = args.ttft is not None and args.tpot is not None
     profile = ensure_profile(model, devices[0], args.profile) if (args.simulate or not seconds or args.profile) else ""
     fields = {**(QUICK if args.quick else {}),
@@ -82,6 +83,7 @@ def _config(args: argparse.Namespace):
                                        ("window_s", args.window)) if v is not None}}
     return BenchConfig(
         model=model, modes=modes, workloads=workloads, devices=devices,
+        other_devices=tuple(split_devices(part) for part in args.other_devices.split(";") if part.strip()),
         start=args.start, router=args.router or "", redis_url=args.redis_url or "", prompt_scale=args.prompt_scale,
         output_scale=args.output_scale, cv=args.cv, seed=args.seed, think_s=args.think_time,
         system_prompts=args.system_prompts, routing=args.routing,
@@ -130,6 +132,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--compare", default="", help="modes to compare with --start, e.g. disagg,colocated,chunked")
     where.add_argument("--model", default=None, help="model folder or preset (default small-llama)")
     where.add_argument("--devices", default="cpu:0,cpu:1", help="devices; disagg puts the first half on prefill")
+    where.add_argument("--other-devices", default="", help="with --start: further device sets, ';'-separated, each mode "
+                       "also served on each, e.g. cpu:0-1 against --devices cpu:0,cpu:1 (per device: per core; the "
+                       "simulator's predictions only for --devices, the profile's)")
     add_engine_arguments(where)
     where.add_argument("--routing", choices=get_args(RouterSettings.model_fields["routing"].annotation),
                        default=RouterSettings.model_fields["routing"].default,

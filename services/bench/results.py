@@ -67,10 +67,11 @@ class ModeResult:
     fitted_knee: float | None = None  # req/s: the fitted simulator's goodput the `--at-knee` rates are multiples of
     prefix_caching: str = "on"  # the instances' setting
     routing: str = "model"  # the router's prefill pick (disagg)
+    device_set: str = ""  # the stack's devices, space-separated
 
     @property
     def settings(self) -> str:
-        return f"cache {self.prefix_caching} route {self.routing}"
+        return f"cache {self.prefix_caching} route {self.routing}" + (f" on {self.device_set}" if self.device_set else "")
 
     def point_at(self, rate: float) -> Point | None:
         return next((p for p in self.points if p.rate == rate), None)

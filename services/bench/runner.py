@@ -26,6 +26,7 @@ from services.bench.served import joins_of, loaded_overheads, path_overheads, pr
 from services.bench.slo import ScaledSLO, lone_latencies, scaled_slo
 from services.bench.sweep import fixed_rates_goodput, goodput_search, pooled_runs
 from services.bench.workload import SYSTEM_PROMPTS, THINK_S, BenchWorkload, Sample
+from services.common.devices import device_units
 from services.common.engine_settings import EngineSettings, OnOff, engine_fields
 from services.common.net import free_port
 from services.common.slo import SLO
@@ -50,6 +51,7 @@ class BenchConfig(EngineSettings):
     modes: tuple[str, ...] = ("disagg",)
     workloads: tuple[str, ...] = ("chatbot",)
     devices: tuple[str, ...] = ("cpu:0", "cpu:1")
+    other_devices: tuple[tuple[str, ...], ...] = ()  # with start: each variant also runs on each of these device sets
     start: bool = True  # start a stack per mode; else use `router` and `redis_url`
     router: str = ""
     redis_url: str = ""
@@ -95,15 +97,17 @@ class Variant:
     mode: str
     prefix_caching: OnOff
     routing: str  # of ROUTINGS
+    devices: tuple[str, ...] = ()  # the stack's devices (empty: the configured ones)
 
 
 def variants(cfg: BenchConfig) -> list[Variant]:
-    """Each mode with the configured settings, and with every combination of the varied ones flipped."""
+    """Each mode with the configured settings, and with every combination of the varied ones flipped; each of those
+    on every further device set."""
 
     def values(setting: str, given: str, both: tuple[str, ...]) -> tuple[str, ...]:
         return (given, *(v for v in both if v != given)) if setting in cfg.vary else (given,)
 
-    return [Variant(mode, caching, routing) for mode in cfg.modes
+    return [Variant(mode, caching, routing, devices) for devices in ((), *cfg.other_devices) for mode in cfg.modes
             for caching in values("prefix-caching", cfg.prefix_caching, get_args(OnOff))
             for routing in (values("routing", cfg.routing, ROUTINGS) if mode == "disagg" else (cfg.routing,))]
 
@@ -113,6 +117,7 @@ class Served:
     mode: str
     address: str
     redis_url: str
+    devices: tuple[str, ...]
     stack: Stack | None = None  # the stack the bench started, with the router's admission and metrics (`live`)
 
     @property
@@ -132,18 +137,19 @@ def serving(cfg: BenchConfig, variant: Variant) -> Iterator[Served]:
     router (serving as it was started)."""
     mode = variant.mode
     if not cfg.start:
-        yield Served(mode, cfg.router, cfg.redis_url)
+        yield Served(mode, cfg.router, cfg.redis_url, cfg.devices)
         return
-    n = len(cfg.devices)
+    devices = variant.devices or cfg.devices
+    n = len(devices)
     admission = bool(cfg.overload) and mode == "disagg"  # the router predicts from the planner's online fit
     env = {ROUTING_ENV: variant.routing, **(admission_env(cfg.max_batch_tokens) if admission else {})}
     engine = engine_fields(replace(cfg, prefix_caching=variant.prefix_caching))
-    stack = Stack(StackConfig(model=cfg.model, mode=mode, prefill=n // 2, decode=n - n // 2, devices=cfg.devices,
+    stack = Stack(StackConfig(model=cfg.model, mode=mode, prefill=n // 2, decode=n - n // 2, devices=devices,
                               grpc_port=free_port(), http_port=0, **engine, service_cores=cfg.service_cores,
                               log_level="WARNING", planner_port=free_port() if admission else 0, extra_env=env))
     stack.start()
     try:
-        yield Served(mode, stack.router_address, stack.redis_url, stack if admission else None)
+        yield Served(mode, stack.router_address, stack.redis_url, devices, stack if admission else None)
     finally:
         stack.stop()
 
@@ -299,7 +305,7 @@ class Bench:
                 calibration = {}
                 fit_since = 0.0  # unix seconds: the fitted model learns from the steps served since then
                 joins: Counter[float] = Counter()  # ... and the hand-offs of the requests served since then
-                if self.cfg.simulate and mode in PREDICTED_MODES:
+                if self.cfg.simulate and mode in PREDICTED_MODES and not variant.devices:  # the profile's devices
                     predictors["simulated"] = self._predictor(warm.link_gbps, mode, variant.prefix_caching)
                     if warm.lone_points():
                         predictors["calibrated"], calibration = predictors["simulated"].calibrated(warm.lone_points())
@@ -314,13 +320,14 @@ class Bench:
                     result = self.measure(served, wl, predictors, fit_since, joins)
                     result.lone, result.calibration = warm.served_lone(), calibration
                     result.prefix_caching, result.routing = variant.prefix_caching, variant.routing
+                    result.device_set = " ".join(served.devices)
                     out.append(result)
         return out
 
     def overload(self, served: Served, workload: str, knee: float) -> list[OverloadPoint]:
         """The load at each `--overload` multiple of the knee, run with admission off, then (the router restarted
         to refuse) on, with the SLO as metadata throughout (`overload.py`)."""
-        slo, devices = self.slos[workload], len(self.cfg.devices)
+        slo, devices = self.slos[workload], device_units(served.devices)
         loads = [(m, m * knee, self.sample_at(workload)(m * knee).conversations(m * knee, f"over-{uuid.uuid4().hex[:6]}"))
                  for m in self.cfg.overload]
         out: dict[tuple[float, bool], OverloadPoint] = {}
@@ -401,7 +408,7 @@ class Bench:
             goodput = goodput_search(at, self.start_rates[workload], slo.base.attainment, self.cfg.factor,
                                      self.cfg.bisect_steps, self.cfg.max_steps)
         refit()  # the goodput and curve of the fitted model: every step served
-        devices = len(self.cfg.devices)
+        devices = device_units(served.devices)  # each core of a multi-core CPU device
         result = ModeResult(served.mode, workload, devices, slo.as_dict(), goodput, goodput / devices,
                             sorted(points, key=lambda p: p.rate), sample.stats(), fitted_knee=fitted_knee)
         if self.cfg.overload and served.mode == "disagg":

@@ -11,5 +11,6 @@
 - model facts: `model_config`, `generation_config`, `tokenizer`, `chat_template`, `grammars`, `kv_layout`.
 - settings: `defaults` (one default per setting), `engine_settings`, `settings_cli` (settings as flags).
 - processes and hosts: `logs`, `metrics`, `net`, `lifetime` (children die with their parent), `pool_files`
-  (KV pool files in /dev/shm), `cuda_ipc`, `cbuild` (C kernels compiled on first use), `step_journal`.
+  (KV pool files in /dev/shm), `cuda_ipc`, `cbuild` (C kernels compiled on first use), `step_journal`, `devices`
+  (device strings: the cores of `cpu:a-b`, device lists).
 """

@@ -36,10 +36,10 @@ def _cpu_signature() -> str:
 
 @functools.cache
 def kernel_function(name: str, symbol: str, argtypes: tuple, restype: object,
-                    folder: Path) -> Kernel | None:
+                    folder: Path, flags: tuple[str, ...] = ()) -> Kernel | None:
     """`symbol` of the compiled `folder/name.c`, typed; None where load_kernel gives none (its caller then falls back
     to Python or torch)."""
-    lib = load_kernel(name, folder)
+    lib = load_kernel(name, folder, flags)
     if lib is None:
         return None
     fn = getattr(lib, symbol)
@@ -69,7 +69,8 @@ def load_kernel(name: str, folder: Path, flags: tuple[str, ...] = ()) -> ctypes.
     if compiler is None:
         log.warning("no C compiler: %s is not used", name)
         return None
-    parts = [source.read_text(), compiler, *FLAGS, *flags, _cpu_signature()]
+    headers = [h.read_text() for h in sorted(folder.glob("*.h"))]  # what the source may include
+    parts = [source.read_text(), *headers, compiler, *FLAGS, *flags, _cpu_signature()]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     target = CACHE_DIR / f"{name}-{key}.so"
     if not target.exists():

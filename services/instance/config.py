@@ -20,7 +20,8 @@ class InstanceSettings(EngineSettingsFields):
 
     role: Role = Field(description="which engine policy this instance runs")
     model: str = Field(description="model folder")
-    device: str = Field("cpu", description="cpu, cpu:N (pinned to core N) or cuda:N")
+    device: str = Field("cpu", description="cpu, cpu:N (pinned to core N), cpu:a-b or cpu:a,b (those cores, a thread on "
+                        "each) or cuda:N")
     tp: int = Field(1, description="tensor-parallel ranks per pipeline stage (one process and device each)")
     pp: int = Field(1, description="pipeline stages")
     devices: str = Field("", description="comma-separated device per rank when tp x pp > 1 (default: consecutive "

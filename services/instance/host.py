@@ -14,6 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.common.auth import instance_principal
+from services.common.devices import split_devices
 from services.common.engine_settings import engine_fields
 from services.common.links import add_port, internal_server
 from services.common.metrics import KV_TOTAL, serve_metrics
@@ -47,7 +48,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     engine = LLMEngine(EngineConfig(
         model=settings.model, policy=settings.role, device=settings.device, **engine_fields(settings),
         pool_path=pool_path, tp=settings.tp, pp=settings.pp,
-        devices=tuple(d for d in settings.devices.split(",") if d), rendezvous=settings.rendezvous), device)
+        devices=split_devices(settings.devices), rendezvous=settings.rendezvous), device)
     incarnation = uuid.uuid4().hex[:8]
     if settings.step_journal:
         engine.journal = StepJournal(instance_id, incarnation)

@@ -7,6 +7,7 @@ import signal
 import threading
 
 from services.common import defaults
+from services.common.devices import split_devices
 from services.common.engine_settings import add_engine_arguments, engine_fields
 from services.common.net import bindable
 from services.common.settings_cli import add_settings_arguments, settings_values
@@ -27,7 +28,7 @@ def config_from_args(args: argparse.Namespace, model: str) -> StackConfig:
     return StackConfig(
         model=model, mode=args.mode, prefill=args.prefill, decode=args.decode,
         prefill_tp=args.prefill_tp, prefill_pp=args.prefill_pp, decode_tp=args.decode_tp, decode_pp=args.decode_pp,
-        devices=tuple(d for d in args.devices.split(",") if d) if args.devices else (), host=args.host,
+        devices=split_devices(args.devices), host=args.host,
         grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
         redis_url=args.redis_url or "", **engine_fields(args),
         log_level=args.log_level, service_cores=args.service_cores, drain_grace_s=args.drain_grace_s,
@@ -98,7 +99,7 @@ def _check_model(model: str, args: argparse.Namespace) -> None:
         SamplingDefaults.from_folder(model, args.generation_config or "auto")
     except (ValueError, OSError) as exc:
         raise SystemExit(f"distserve up: model {model}: {exc}") from None
-    devices = len([d for d in args.devices.split(",") if d]) if args.devices else None
+    devices = len(split_devices(args.devices)) if args.devices else None
     for role in ("prefill", "decode"):
         tp, pp = getattr(args, f"{role}_tp"), getattr(args, f"{role}_pp")
         try:
@@ -118,7 +119,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "process (the worker protocol, real block accounting, steps timed by the fitted latency model; "
                    "DISTSERVE_MOCK_* set their timing), for measuring the control plane at scale")
     p.add_argument("--devices", default="", help="comma-separated devices, one per rank of each instance in order "
-                   "(default cpu:0, cpu:1, ...)")
+                   "(default cpu:0, cpu:1, ...); cpu:0-1 or cpu:0,1 is one device on those cores, a thread on each")
     for role in ("prefill", "decode"):
         p.add_argument(f"--{role}-tp", type=int, default=1, help=f"tensor-parallel ranks per stage of each {role} instance")
         p.add_argument(f"--{role}-pp", type=int, default=1, help=f"pipeline stages of each {role} instance")

@@ -1,7 +1,7 @@
 """Which cores a local stack's host services (router, Redis, planner) run on.
 
-On a CPU host each instance is pinned to its own core (`--device cpu:N`), so a host service's CPU time comes out of
-whichever instance's core the OS runs it on. Disaggregated, the decode cores set TPOT, an objective of a few
+On a CPU host each instance is pinned to its own cores (`--device cpu:N` or `cpu:a-b`), so a host service's CPU time
+comes out of whichever instance's core the OS runs it on. Disaggregated, the decode cores set TPOT, an objective of a few
 milliseconds a token, while the prefill cores set TTFT, which usually has slack: by default the host services run on
 the prefill instances' cores. The router relays every token, so it matters most. kvxfer is left to the OS: a pull's
 copy is on the hand-off's path and should not wait behind a prefill step. Colocated and chunked instances serve
@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+
+from services.common.devices import cpu_cores
 
 
 def parse_cores(text: str) -> tuple[int, ...] | None:
@@ -44,9 +46,8 @@ def host_service_cores(mode: str, roles: list[str], devices: list[str]) -> tuple
         return ()
     cores: set[int] = set()
     for role, device in zip(roles, devices):
-        kind, _, index = device.partition(":")
-        if role == "prefill" and kind == "cpu" and index:
-            cores.add(int(index))
+        if role == "prefill" and device.startswith("cpu"):
+            cores.update(cpu_cores(device))
     return tuple(sorted(cores))
 
 

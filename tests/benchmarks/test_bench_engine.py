@@ -17,3 +17,13 @@ def test_bench_engine_json(tiny_llama_dir: str, capsys: pytest.CaptureFixture[st
     assert all(d["tokens_per_s"] > 0 and d["bytes_per_step"] > 0 for d in result["decode"])
     assert result["matmul_gflops"] > 0 and result["memcpy_gb_per_s"] > 0
     assert result["prefill_flops_ratio"] > 0 and result["decode_bandwidth_ratio"] == result["decode"][0]["bandwidth_ratio"]
+
+
+def test_bench_engine_devices_json(tiny_llama_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An instance per device, each row with its speed-ups over the first (here the same device twice, unpinned)."""
+    assert main(["--model", tiny_llama_dir, "--devices", "cpu,cpu", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["devices"] for r in rows] == [["cpu"], ["cpu"]] and [r["threads"] for r in rows] == [1, 1]
+    assert rows[0]["prefill_speedup"] == rows[0]["decode_b1_speedup"] == 1.0
+    assert rows[1]["decode_b8_speedup"] == pytest.approx(rows[0]["decode_b8_ms"] / rows[1]["decode_b8_ms"], abs=0.01)
+    assert all(len(r["load_1min"]) == 2 for r in rows)

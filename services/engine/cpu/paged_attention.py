@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
 import torch
 
 from services.common.cbuild import Kernel, kernel_function
-
-HERE = Path(__file__).parent  # the .c sources
-
+from services.engine.cpu.team import HERE, OPENMP
 
 # q, cache, table, lens, out; sizes; scale, window, softcap
 ARGTYPES = (ctypes.c_void_p,) * 5 + (ctypes.c_long,) * 7 + (ctypes.c_float, ctypes.c_long, ctypes.c_float)
 
 
 def _function() -> Kernel | None:
-    return kernel_function("paged_attention", "paged_decode_attention", ARGTYPES, ctypes.c_int, HERE)
+    return kernel_function("paged_attention", "paged_decode_attention", ARGTYPES, ctypes.c_int, HERE, OPENMP)
 
 
 def available() -> bool:

@@ -7,13 +7,11 @@ batch-1 to batch-32 GEMVs, this kernel close to it (`python -m benchmarks.engine
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
 import torch
 
 from services.common.cbuild import Kernel, kernel_function
-
-HERE = Path(__file__).parent  # the .c sources
+from services.engine.cpu.team import HERE, OPENMP
 
 MAX_ROWS = 32  # above this MKL's blocked GEMM is as fast or faster (prefill)
 
@@ -22,7 +20,7 @@ ARGTYPES = (ctypes.c_void_p,) * 4 + (ctypes.c_long,) * 3  # x, w_t, bias, y, M, 
 
 
 def _function() -> Kernel | None:
-    return kernel_function("small_gemm", "small_gemm", ARGTYPES, None, HERE)
+    return kernel_function("small_gemm", "small_gemm", ARGTYPES, None, HERE, OPENMP)
 
 
 def available() -> bool:

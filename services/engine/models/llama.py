@@ -10,6 +10,7 @@ from torch import nn
 
 from services.common.model_config import ModelConfig
 from services.engine.attention import AttentionMetadata, AttentionSpec, paged_attention
+from services.engine.cpu import glue
 from services.engine.models.linear import Linear
 from services.engine.models.packed import PackedLinear
 from services.engine.models.rope import apply_rotary, rope_tables
@@ -31,6 +32,8 @@ class RMSNorm(nn.Module):
         if self.offset:
             return F.rms_norm(x.float(), shape, self.weight.float() + self.offset, self.eps).type_as(x)
         if x.dtype == torch.float32:
+            if glue.takes(x) and x.is_contiguous():
+                return glue.rms_norm(x, self.weight, self.eps)
             return F.rms_norm(x, shape, self.weight, self.eps)
         return self.weight * F.rms_norm(x.float(), shape, None, self.eps).to(x.dtype)
 
@@ -74,6 +77,8 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
+        if self.act is F.silu and glue.takes(gate) and gate.dim() == 2:
+            return self.down_proj(glue.silu_mul(gate, up))
         return self.down_proj(self.act(gate) * up)
 
 

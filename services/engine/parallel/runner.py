@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from services.common.cuda_ipc import CudaIpcHandle
+from services.common.devices import cpu_cores
 from services.common.model_config import ModelConfig
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
 from services.engine.parallel.plan import MicroPlan, StepPlan
@@ -33,7 +34,8 @@ from services.engine.scheduler import SchedulerOutput
 
 
 def rank_devices(device: str, world: int, devices: tuple[str, ...] = ()) -> list[str]:
-    """One device per rank: the given list in order, else consecutive indices from the instance's device."""
+    """One device per rank: the given list in order, else consecutive indices from the instance's device (a
+    multi-core CPU device: its cores in equal consecutive shares)."""
     if devices:
         if len(devices) < world:
             raise ParallelConfigError("--devices", f"{world} ranks (TP x PP) but {len(devices)} devices given: {', '.join(devices)}")
@@ -41,6 +43,13 @@ def rank_devices(device: str, world: int, devices: tuple[str, ...] = ()) -> list
     kind, _, index = device.partition(":")
     if not index:
         return [device] * world  # unpinned CPU ranks
+    if kind == "cpu" and not index.isdigit():  # cpu:a-b: the instance's cores shared out, the same count per rank
+        cores = cpu_cores(device)
+        if len(cores) % world:
+            raise ParallelConfigError("--devices", f"{world} ranks (TP x PP) cannot share the {len(cores)} cores of "
+                                                   f"{device} evenly; name a device per rank")
+        per = len(cores) // world
+        return [f"cpu:{','.join(map(str, cores[r * per:(r + 1) * per]))}" for r in range(world)]
     first = int(index)
     available = torch.cuda.device_count() if kind == "cuda" else os.cpu_count() or 1
     if first + world > available:

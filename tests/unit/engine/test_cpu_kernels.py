@@ -1,6 +1,10 @@
-"""The C kernels (small_gemm, paged decode attention) against torch on the same inputs."""
+"""The C kernels (small_gemm, paged decode attention) against torch on the same inputs, and on 1 to 3 threads."""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,7 +13,7 @@ from torch import nn
 
 from services.common.cbuild import why_not_buildable
 from services.engine.attention import AttentionMetadata, AttentionSpec, gathered_decode_attention
-from services.engine.cpu import paged_attention, small_gemm
+from services.engine.cpu import glue, paged_attention, small_gemm, team
 from services.engine.models.linear import Linear, use_small_gemm
 
 UNBUILDABLE = why_not_buildable()
@@ -20,6 +24,7 @@ def test_every_kernel_builds_where_a_compiler_exists() -> None:
     """A kernel that fails to compile must fail here: the product would quietly fall back to torch."""
     assert small_gemm.available(), "small_gemm.c did not build (see the warning logged above)"
     assert paged_attention.available(), "paged_attention.c did not build (see the warning logged above)"
+    assert glue.takes(torch.randn(1, 8)), "glue.c did not build (see the warning logged above)"
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 512, 1408), (3, 13, 7), (32, 1408, 512), (5, 8, 1), (2, 7, 100)])
@@ -119,3 +124,59 @@ def test_paged_decode_attention_declines_other_dtypes_and_layouts() -> None:
     q, cache, _ = _decode_case(2, 8, 4, [5, 9], seed=1)
     assert not paged_attention.takes(q.double(), cache.double())
     assert not paged_attention.takes(q, cache.transpose(2, 3))
+
+
+@pytest.fixture
+def threads() -> Iterator[None]:
+    """Each test sets its own team; afterwards the process is back on one thread."""
+    yield
+    team.set_team(1)
+
+
+def test_small_gemm_result_does_not_depend_on_the_thread_count(threads) -> None:
+    """Threads take slices of the columns (N = 300 leaves a ragged last one): every element bit for bit as on one."""
+    gen = torch.Generator().manual_seed(11)
+    x, w_t, b = torch.randn(5, 200, generator=gen), torch.randn(200, 300, generator=gen), torch.randn(300, generator=gen)
+    team.set_team(1)
+    alone = small_gemm.small_gemm(x, w_t, b)
+    for count in (2, 3):
+        team.set_team(count)
+        assert torch.equal(small_gemm.small_gemm(x, w_t, b), alone)
+        assert torch.equal(small_gemm.small_gemm(x[3:4].contiguous(), w_t, b), alone[3:4])
+
+
+def test_paged_decode_attention_does_not_depend_on_the_thread_count_or_the_batch(threads) -> None:
+    q, cache, meta = _decode_case(4, 8, 4, [17, 3, 160, 48], seed=5)
+    table, lens = meta.decode_table, meta.decode_lens
+    for window, softcap in ((None, None), (20, 2.0)):
+        team.set_team(1)
+        alone = paged_attention.paged_decode_attention(q, cache, table, lens, 0.125, window, softcap)
+        for count in (2, 3):
+            team.set_team(count)
+            assert torch.equal(paged_attention.paged_decode_attention(q, cache, table, lens, 0.125, window, softcap), alone)
+            one = paged_attention.paged_decode_attention(q[2:3], cache, table[2:3], lens[2:3], 0.125, window, softcap)
+            assert torch.equal(one, alone[2:3])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_the_kernels_run_on_torchs_pool_with_the_workers_pinned(threads) -> None:
+    """One OpenMP runtime in the process (no second pool beside torch's), and a kernel's worker runs on its core."""
+    core = max(os.sched_getaffinity(0))
+    team.set_team(2, (core, core))
+    small_gemm.small_gemm(torch.randn(1, 256), torch.randn(256, 256), None)
+    libraries = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "libgomp" in line}
+    assert len(libraries) == 1, libraries
+    pinned = [task for task in Path("/proc/self/task").iterdir()
+              if f"Cpus_allowed_list:\t{core}\n" in (task / "status").read_text()]
+    assert pinned, "no thread of the team was pinned to its core"
+
+
+def test_glue_equals_torch_and_a_row_does_not_depend_on_the_batch() -> None:
+    gen = torch.Generator().manual_seed(3)
+    x, w, gate_up = torch.randn(9, 300, generator=gen), torch.randn(300, generator=gen), torch.randn(9, 2 * 70, generator=gen)
+    torch.testing.assert_close(glue.rms_norm(x, w, 1e-5), F.rms_norm(x, (300,), w, 1e-5), rtol=1e-6, atol=1e-6)
+    gate, up = gate_up.split([70, 70], -1)
+    torch.testing.assert_close(glue.silu_mul(gate, up), F.silu(gate) * up, rtol=1e-6, atol=1e-6)
+    assert torch.equal(glue.rms_norm(x[4:5].contiguous(), w, 1e-5), glue.rms_norm(x, w, 1e-5)[4:5])
+    assert torch.equal(glue.silu_mul(gate[4:5], up[4:5]), glue.silu_mul(gate, up)[4:5])
+    assert not glue.takes(torch.randn(small_gemm.MAX_ROWS + 1, 8)) and not glue.takes(x.double())
