@@ -4,11 +4,12 @@
   `links` (the one way to make internal servers and channels), `local_socket`, `api_keys`, `front_door`,
   `redis_auth`.
 - Redis: `registry` (instances, load book, request records), `registry_cache` (the prefix-cache index),
-  `redis_server` (the embedded server).
+  `redis_server` (the embedded server), `redis_breaker` (a circuit breaker over a Redis client).
 - wire types and request facts: `sampling`, `slo`, `stamps` (a request's timestamps), `errors` (the one error →
   status table), `validation`, `convert` (protobuf ⇄ dataclasses), `prefix_hash`, `step_model` (the latency
   model's step lines, shared by the planner's fit and the router's predictions).
-- model facts: `model_config`, `generation_config`, `tokenizer`, `chat_template`, `grammars`, `kv_layout`.
+- model facts: `model_config` (with `moe_config`, `mla_config`), `generation_config`, `tokenizer`, `chat_template`,
+  `grammars`, `kv_layout`.
 - settings: `defaults` (one default per setting), `engine_settings`, `settings_cli` (settings as flags).
 - processes and hosts: `logs`, `metrics`, `net`, `lifetime` (children die with their parent), `pool_files`
   (KV pool files in /dev/shm), `cuda_ipc`, `cbuild` (C kernels compiled on first use), `step_journal`, `devices`
