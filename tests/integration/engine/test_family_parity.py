@@ -141,10 +141,10 @@ def test_bf16_logits_equal_transformers_in_bf16(preset: str, tmp_path) -> None:
     the prompt's logits equal transformers' in bf16 (measured: bit for bit), well inside bf16's usual 1e-2."""
     folder = str(make_model(preset, tmp_path, overrides={"torch_dtype": "bfloat16"}))
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
-    engine = LLMEngine(EngineConfig(folder, num_blocks=32, block_size=4))
+    engine = LLMEngine(EngineConfig(folder, num_blocks=64, block_size=4))
     try:
         assert engine.layout.dtype == "bfloat16"
-        ours = engine.runner.full_logits(LONG, list(range(engine.blocks.blocks_for(len(LONG))))).float()
+        ours = engine.runner.full_logits(LONG, list(range(engine.groups.count * engine.blocks.blocks_for(len(LONG))))).float()
     finally:
         engine.close()
     with torch.no_grad():
@@ -165,9 +165,9 @@ def test_gemma3_multimodal_checkpoint_serves_its_language_model(tmp_path) -> Non
         transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4)).eval()
     model.save_pretrained(tmp_path)
     write_tokenizer(tmp_path, text["vocab_size"])
-    engine = LLMEngine(EngineConfig(str(tmp_path), num_blocks=32, block_size=4))
+    engine = LLMEngine(EngineConfig(str(tmp_path), num_blocks=64, block_size=4))
     try:
-        ours = engine.runner.full_logits(LONG, list(range(engine.blocks.blocks_for(len(LONG)))))
+        ours = engine.runner.full_logits(LONG, list(range(engine.groups.count * engine.blocks.blocks_for(len(LONG)))))
     finally:
         engine.close()
     with torch.no_grad():
