@@ -47,6 +47,10 @@ class KVGroups:
         return len(self.groups)
 
     @property
+    def num_layers(self) -> int:
+        return sum(len(g.layers) for g in self.groups)
+
+    @property
     def sliding(self) -> bool:
         return any(g.window is not None for g in self.groups)
 
@@ -92,11 +96,17 @@ class KVGroups:
         it = iter(flat)
         return [[next(it) if j in self.kept(g, num_tokens) else NULL_BLOCK for j in range(nb)] for g in range(self.count)]
 
-    def peak_blocks(self, prompt_tokens: int, total_tokens: int) -> int:
-        """The most blocks a request holds at once: its whole prompt in every group while it is computed in one
-        step, or, at its last decode step, the full groups' every block and the sliding groups' window."""
-        last = sum(self.blocks_for(total_tokens) - self.first_kept(g, total_tokens - 1) for g in range(self.count))
-        return max(self.count * self.blocks_for(prompt_tokens), last)
+    def peak_blocks(self, prompt_tokens: int, total_tokens: int, chunk: int) -> int:
+        """The most blocks a request holds at once: while its prompt is computed in chunks of at most `chunk`
+        tokens (each chunk's blocks besides the window in a sliding group), or at its last decode step."""
+        def held(g: int, tokens: int, new: int) -> int:
+            window = self.groups[g].window
+            full = self.blocks_for(tokens + new)
+            return full if window is None else min(full, (window + new) // self.block_size + 2)
+
+        prefill = sum(held(g, prompt_tokens - min(chunk, prompt_tokens), min(chunk, prompt_tokens))
+                      for g in range(self.count))
+        return max(prefill, sum(held(g, total_tokens - 1, 1) for g in range(self.count)))
 
     def num_kept(self, num_tokens: int) -> int:
         """Blocks a sequence of `num_tokens` computed tokens keeps, all groups together."""

@@ -56,7 +56,8 @@ class DecodeCore:
                  local_prefill_share: float = 1.0) -> None:
         self.engine = engine
         lay = engine.layout  # this instance's rank pools (TP/PP); none given: its single pool
-        self.shards = list(shards) or [PoolShard(instance_id, Span(0, lay.num_layers), Span(0, lay.num_kv_heads), lay)]
+        self.shards = list(shards) or [PoolShard(instance_id, Span(0, engine.groups.num_layers),
+                                                 Span(0, lay.num_kv_heads), lay)]
         self.kv = kv
         self.kv_of = dict(kv_of or {})  # per rank pool on another host than rank 0's: that host's kvxfer
         self.instance_id = instance_id
@@ -204,7 +205,7 @@ class DecodeCore:
             return
         groups = self.engine.groups
         wanted = groups.missing(handle.num_tokens, cached_blocks, handle.num_tokens) or []
-        copies = reshard_copies(shards_from_handle(handle), [handle.block_ids[i] for _, i in wanted], self.shards,
+        copies = reshard_copies(shards_from_handle(handle, groups), [handle.block_ids[i] for _, i in wanted], self.shards,
                                 [blocks[i] for _, i in wanted], groups, [g for g, _ in wanted])
         # Ranks on several hosts (the source's, this instance's): one pull per (source kvxfer, destination kvxfer),
         # each through the kvxfer that serves its destination pools, under its source site's lease. All run to

@@ -132,7 +132,8 @@ class LLMEngine:
             self._constrained(Sequence("", prompt_ids, params))
         if params.prompt_logprobs is not None and self.config.tp * self.config.pp > 1:
             raise EngineInputError("logprobs", "prompt logprobs (echo with logprobs) need a single-rank instance")
-        needed = self.groups.peak_blocks(len(prompt_ids), len(prompt_ids) + params.max_tokens)
+        chunk = self.config.max_batch_tokens if self.config.policy == "chunked" else len(prompt_ids)
+        needed = self.groups.peak_blocks(len(prompt_ids), len(prompt_ids) + params.max_tokens, chunk)
         if needed > self.blocks.num_blocks:
             raise EngineInputError(
                 "max_tokens", f"prompt + max_tokens needs {needed} KV blocks, the pool has {self.blocks.num_blocks}")
