@@ -130,9 +130,13 @@ def test_moe_on_ranks_equals_transformers(preset: str, policy: str, tp: int, pp:
 
 @pytest.mark.long  # some 30 s: rank processes start
 @pytest.mark.timeout(240)
-def test_gemma2_with_tp2_equals_transformers(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """TP 2 (gloo rank processes, one KV head each), chunked, of the sliding-window family with the most parts."""
-    _assert_ranks_equal_transformers(str(make_model("tiny-gemma2", tmp_path_factory.mktemp("tp2"))), "chunked", 8)
+@pytest.mark.parametrize(("preset", "tp", "pp"), [("tiny-gemma2", 2, 1), ("tiny-gemma3", 1, 2)])
+def test_sliding_window_families_on_ranks_equal_transformers(preset: str, tp: int, pp: int,
+                                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Chunked, on rank processes: Gemma 2 with TP 2 (gloo, one KV head each), the sliding-window family with the
+    most parts; Gemma 3 with PP 2, whose stages hold different layers of its layer groups (a sliding and the full
+    layer, then a sliding one: each stage's pool has its own slots of the groups' blocks)."""
+    _assert_ranks_equal_transformers(str(make_model(preset, tmp_path_factory.mktemp(preset))), "chunked", 8, tp, pp)
 
 
 @pytest.mark.parametrize("preset", list(FAMILY_PRESETS))
