@@ -30,13 +30,13 @@ from services.common.devices import device_units
 from services.common.engine_settings import EngineSettings, OnOff, engine_fields
 from services.common.net import free_port
 from services.common.slo import SLO
+from services.common.step_model.latency import TPCoefficients
+from services.common.step_model.profile_fit import fit_profile, read_profile
+from services.common.step_model.served_fit import ServedFit, fit_steps
 from services.launcher.stack import Stack, StackConfig
-from services.planner.latency import TPCoefficients
 from services.planner.online_fit import served_steps
-from services.planner.profile import fit_profile, read_profile
 from services.planner.serving import ServingOverheads
 from services.planner.shapes import load_shape
-from services.planner.step_fit import ServedFit, fit_steps
 from services.router.config import RouterSettings
 
 DEFAULT_LINK_GBPS = 10.0  # used for the simulator's guess before any transfer was measured

@@ -21,8 +21,8 @@ from typing import Literal
 import numpy as np
 
 from services.common.step_model import prompt_sq
+from services.common.step_model.latency import TPCoefficients
 from services.planner.instances import INF
-from services.planner.latency import TPCoefficients
 from services.planner.serving import ServingOverheads
 from services.planner.simulator import SimResult, at_client
 

@@ -14,7 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from services.common.slo import SLO
-from services.planner.latency import LatencyModel
+from services.common.step_model.latency import LatencyModel
 from services.planner.placement import Cluster, Parallel, Placement
 from services.planner.simulator import simulate, simulate_decode, simulate_prefill
 from services.planner.workload import Workload, unit_arrivals

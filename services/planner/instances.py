@@ -13,7 +13,7 @@ from collections.abc import Callable
 from operator import attrgetter
 
 from services.common.step_model import prompt_sq
-from services.planner.latency import TPCoefficients
+from services.common.step_model.latency import TPCoefficients
 
 INF = float("inf")
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.common.slo import SLO
+from services.common.step_model.latency import LatencyModel, TPCoefficients
 from services.planner.instances import INF, DecodeInstance, PrefillInstance
-from services.planner.latency import LatencyModel, TPCoefficients
 from services.planner.placement import Cluster, Instance, Placement
 from services.planner.serving import ServingOverheads
 
