@@ -23,7 +23,8 @@ from services.bench.predict import Predictor
 from services.bench.runner import BenchConfig, bench_sample, point_sample
 from services.bench.slo import ScaledSLO
 from services.common.slo import SLO
-from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import TPCoefficients
 from services.planner.serving import ServingOverheads
 
 SAME_BATCH_S = 0.045  # first tokens of one batch reach the client within this; a prefill step takes longer

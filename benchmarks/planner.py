@@ -13,9 +13,10 @@ import time
 import numpy as np
 
 from services.common.slo import SLO
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import TPCoefficients
 from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
-from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
 from services.planner.placement import Cluster, Parallel, pack
 from services.planner.search import high_affinity, low_affinity
 from services.planner.shapes import load_shape

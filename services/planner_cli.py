@@ -149,14 +149,10 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
+    from services.common.step_model.profile_fit import appendix_a_constants, fit_profile, write_profile
     from services.engine.device import setup_device
     from services.engine.presets import resolve_model
     from services.planner.engine_timing import engine_timers, open_engine
-    from services.planner.profile import (
-        appendix_a_constants,
-        fit_profile,
-        write_profile,
-    )
     from services.planner.profiler import record_profile
     from services.planner.shapes import load_shape
 
@@ -186,9 +182,9 @@ def _profile(args: argparse.Namespace) -> int:
 def _parallel_fit(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from services.common.step_model.parallel_fit import fit_parallel
+    from services.common.step_model.profile_fit import read_profile
     from services.planner.hardware import profile_files
-    from services.planner.parallel_fit import fit_parallel
-    from services.planner.profile import read_profile
 
     c = fit_parallel([read_profile(f) for f in profile_files(args.profiles)]).parallel
     if args.json:

@@ -18,12 +18,13 @@ from dataclasses import dataclass, replace
 
 from services.bench.slo import ScaledSLO
 from services.bench.workload import Sample
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import LatencyModel, TPCoefficients
+from services.common.step_model.profile_fit import fit_profile, read_profile
 from services.planner import simulator
 from services.planner.colocated import simulate_colocated
 from services.planner.goodput import max_rate
-from services.planner.latency import DecodeCoeffs, LatencyModel, PrefillCoeffs, TPCoefficients
 from services.planner.placement import Cluster, Parallel, pack
-from services.planner.profile import fit_profile, read_profile
 from services.planner.serving import ServingOverheads
 
 PREDICTED_MODES = ("disagg", "colocated", "chunked")
@@ -70,7 +71,7 @@ class Predictor:
         else:
             result = simulate_colocated(self.model.at(1), self.mode, self.cluster.gpus_per_node,
                                         self.model.kv_capacity(1, 1), self.max_batch_tokens, sample.prompts,
-                                        sample.outputs, sample.arrivals(rate), self.serving)
+                                        sample.outputs, sample.arrivals(rate), self.serving, self.model.shape.kv_tokens)
         limits = slo.limits
         return result.attainment(limits)
 

@@ -1,6 +1,6 @@
 """The request path's overheads as the served stack shows them, and the hand-offs the step fit needs.
 
-The latency model itself is fitted to the served steps by the planner's code (`services/planner/step_fit.py`,
+The latency model itself is fitted to the served steps by the latency model's home (`services/common/step_model/served_fit.py`,
 the same the planner service fits online). The fixed costs of the request path (hops, step-boundary waits,
 relays) come from the router's records of lone requests (docs/architecture.md §3 timestamps) and the client's
 clock.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.common.slo import SLO
-from services.planner.latency import TPCoefficients
+from services.common.step_model.latency import TPCoefficients
 
 
 @dataclass(frozen=True, slots=True)

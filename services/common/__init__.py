@@ -6,8 +6,9 @@
 - Redis: `registry` (instances, load book, request records), `registry_cache` (the prefix-cache index),
   `redis_server` (the embedded server), `redis_breaker` (a circuit breaker over a Redis client).
 - wire types and request facts: `sampling`, `slo`, `stamps` (a request's timestamps), `errors` (the one error →
-  status table), `validation`, `convert` (protobuf ⇄ dataclasses), `prefix_hash`, `step_model` (the latency
-  model's step lines, shared by the planner's fit and the router's predictions).
+  status table), `validation`, `convert` (protobuf ⇄ dataclasses), `prefix_hash`.
+- the latency model: `step_model/` (fit and predict, one home for the planner, the router's admission and the
+  bench; its `__init__` lists its modules).
 - model facts: `model_config` (with `moe_config`, `mla_config`), `generation_config`, `tokenizer`, `chat_template`,
   `grammars`, `kv_layout`.
 - settings: `defaults` (one default per setting), `engine_settings`, `settings_cli` (settings as flags).

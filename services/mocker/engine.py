@@ -1,6 +1,6 @@
 """One mock instance's engine: the real block manager (block accounting, the prefix cache and the events its index
 is published from), FCFS prefill batches of up to Lm tokens and continuous decode batches, each step lasting what
-the fitted latency model says (`services/common/step_model.py`) instead of running a model. A token is a function
+the fitted latency model says (`services/common/step_model/`) instead of running a model. A token is a function
 of the prompt's first token and its position, so a re-prefill of prompt + output streams on unchanged."""
 
 from __future__ import annotations

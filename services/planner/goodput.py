@@ -14,7 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from services.common.slo import SLO
-from services.planner.latency import LatencyModel
+from services.common.step_model.latency import LatencyModel
 from services.planner.placement import Cluster, Parallel, Placement
 from services.planner.simulator import simulate, simulate_decode, simulate_prefill
 from services.planner.workload import Workload, unit_arrivals
@@ -59,7 +59,7 @@ class Scenario:
     def fits(self, par: Parallel) -> bool:
         """The weights fit and the longest request's KV fits in one instance of `par`."""
         prompts, outputs, _ = self.pool
-        return self.model.kv_capacity(par.tp, par.pp) >= int((prompts + outputs).max())
+        return self.model.kv_capacity(par.tp, par.pp) >= self.model.shape.kv_tokens(int((prompts + outputs).max()))
 
     def lm(self, tp: int) -> int:
         return self.max_batch_tokens or self.model.at(tp).saturation_tokens()
@@ -74,7 +74,7 @@ class Scenario:
         capacity = self.model.kv_capacity(par.tp, par.pp)
         misses = int((1 - self.slo.attainment) * len(prompts))  # beyond this the target is lost: stop early
         tpot = simulate_decode(self.model.at(par.tp, par.pp), par.pp, capacity, prompts, outputs, arrivals,
-                               self.slo.tpot, misses)
+                               self.slo.tpot, misses, self.model.shape.kv_tokens)
         return float(np.mean(tpot <= self.slo.tpot))
 
     def attainment(self, placement: Placement, rate: float) -> float:

@@ -8,13 +8,9 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
-from services.planner.latency import (
-    DecodeCoeffs,
-    LatencyModel,
-    PrefillCoeffs,
-    TPCoefficients,
-)
-from services.planner.shapes import ModelShape
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import LatencyModel, TPCoefficients
+from services.common.step_model.shape import ModelShape
 
 DATA = Path(__file__).parent / "data"
 SHIPPED = {"a100-80gb": ("a100-80gb.json", "a100-80gb-kv-tokens.csv", 80.0)}
@@ -67,10 +63,10 @@ def profile_files(spec: str) -> list[Path]:
 def load_latency_model(hardware: str, shape: ModelShape, gpu_memory_gb: float = 80.0) -> LatencyModel:
     """`hardware` is a shipped set name, a profile file written by `distserve profile`, or several (comma-separated,
     or a folder of *.json) of one model at TP/PP layouts, TP 1 x PP 1 among them: the parallel model is then
-    fitted to them (parallel_fit.py)."""
+    fitted to them (`services.common.step_model.parallel_fit`)."""
     if hardware in SHIPPED:
         return shipped_model(hardware, shape)
-    from services.planner.profile import fit_profile, read_profile
+    from services.common.step_model.profile_fit import fit_profile, read_profile
 
     try:
         files = profile_files(hardware)
@@ -78,7 +74,7 @@ def load_latency_model(hardware: str, shape: ModelShape, gpu_memory_gb: float = 
         raise ValueError(f"hardware: {hardware!r} is neither a shipped set ({', '.join(SHIPPED)}) nor {e}") from e
     if len(files) == 1:
         return fit_profile(read_profile(files[0]), shape, gpu_memory_gb)
-    from services.planner.parallel_fit import fit_parallel
+    from services.common.step_model.parallel_fit import fit_parallel
 
     model = fit_parallel([read_profile(f) for f in files])
     if replace(shape, name=model.shape.name) != model.shape:

@@ -2,9 +2,9 @@
 (their Stats RPC, `steps_since`), refitted on a timer per instance kind and device, published at `ds:model`.
 
 A profile (`distserve profile`) only seeds the fit: it gives the attention terms, which one workload's served
-batches do not span (`step_fit.fit_steps`); without one every term is fitted to the window. The published model
-(`OnlineFit.model`, also `GET /v1/model`) is what the router's admission predicts with and what replanning plans
-with.
+batches do not span (`services.common.step_model.served_fit`); without one every term is fitted to the window.
+The published model (`OnlineFit.model`, also `GET /v1/model`) is what the router's admission predicts with and
+what replanning plans with.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from distserve.v1 import worker_pb2, worker_pb2_grpc
 from services.common.auth import PLANNER
 from services.common.links import internal_channel
 from services.common.registry import InstanceInfo, Registry
+from services.common.step_model.latency import TPCoefficients
+from services.common.step_model.served_fit import fit_decode_steps, fit_prefill_steps, residuals
 from services.engine.step_log import StepRecord
-from services.planner.latency import TPCoefficients
-from services.planner.step_fit import fit_decode_steps, fit_prefill_steps, residuals
 
 log = logging.getLogger(__name__)
 STUBS = {"prefill": worker_pb2_grpc.PrefillStub, "decode": worker_pb2_grpc.DecodeStub}

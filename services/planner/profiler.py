@@ -1,7 +1,7 @@
 """Recording a profile: time prefills and decode steps over a grid of batch shapes, keep the median of repeats.
 
 The timing callables come from the engine (`distserve profile` wires them); this module only chooses the
-shapes and writes the points in the profile file format of `profile.py`.
+shapes and writes the points in the profile file format of `services.common.step_model.profile_fit`.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from services.planner.profile import DecodePoint, PrefillPoint, ProfileFile
-from services.planner.shapes import ModelShape
+from services.common.step_model.profile_fit import DecodePoint, PrefillPoint, ProfileFile
+from services.common.step_model.shape import ModelShape
 
 Timer = Callable[[list[int]], float]  # batch of lengths → seconds
 

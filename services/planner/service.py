@@ -6,14 +6,14 @@ import numpy as np
 
 from services.common.registry import Registry
 from services.common.slo import SLO
+from services.common.step_model.profile_fit import fit_profile, read_profile
+from services.common.step_model.stored import describe, with_fit
 from services.planner.config import PlannerSettings
-from services.planner.fitted_model import describe, with_fit
 from services.planner.goodput import Scenario
 from services.planner.hardware import load_latency_model
 from services.planner.online_fit import OnlineFit
 from services.planner.placement import Cluster, Parallel, Placement, pack
 from services.planner.prefix import PrefixHits, hit_rate
-from services.planner.profile import fit_profile, read_profile
 from services.planner.records import RecordedWorkload
 from services.planner.schemas import (
     PlanRequest,

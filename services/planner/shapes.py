@@ -1,4 +1,4 @@
-"""Model shapes the latency model and the memory estimate need, from a preset name or a Hugging Face folder.
+"""The `ModelShape` of a preset name or a Hugging Face folder (the shape itself: `services.common.step_model.shape`).
 
 The engine team will later point `PRESETS` at the engine's own presets; the planner only needs these fields.
 """
@@ -6,54 +6,13 @@ The engine team will later point `PRESETS` at the engine's own presets; the plan
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from services.common.mla_config import MLAConfig
 from services.common.model_config import ModelConfig
+from services.common.step_model.shape import ModelShape
 from services.engine.presets import PRESETS as ENGINE_PRESETS
-
-
-@dataclass(frozen=True, slots=True)
-class ModelShape:
-    name: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    ffn: int
-    vocab: int
-    max_context: int
-    ffn_matrices: int = 2  # 3 for a gated (SwiGLU, GeGLU) FFN
-    head_size: int = 0  # a head's width where the config sets one apart from hidden / heads (Qwen3, Gemma)
-    # mixture of experts: `ffn` is the width a token passes through (its top-k experts and the shared one);
-    # `idle_ffn` the experts' width it does not (held in memory, not computed for that token)
-    idle_ffn: int = 0
-    kv_entry: int = 0  # latent attention: values per token and layer (latent + rotary key); 0: K and V heads
-    attn_size: int = 0  # latent attention: parameters of one layer's attention where the GQA count does not hold
-
-    @property
-    def head_dim(self) -> int:
-        return self.head_size or self.hidden // self.heads
-
-    @property
-    def params(self) -> int:
-        """Parameter count (what memory holds): attention (q, o per query head; k, v per kv head), the FFN matrices
-        (every expert), embeddings."""
-        return self.active_params + self.layers * self.ffn_matrices * self.hidden * self.idle_ffn
-
-    @property
-    def active_params(self) -> int:
-        """Parameters one token passes through (all of them for a dense model)."""
-        attn = self.attn_size or 2 * self.hidden * (self.heads + self.kv_heads) * self.head_dim
-        return self.layers * (attn + self.ffn_matrices * self.hidden * self.ffn) + self.vocab * self.hidden
-
-    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """Bytes of KV one token occupies across all layers (K and V heads, or latent attention's entry)."""
-        return self.layers * (self.kv_entry or 2 * self.kv_heads * self.head_dim) * dtype_bytes
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def shape_from_config(config: dict, name: str) -> ModelShape:
@@ -82,6 +41,7 @@ def _shape_of(c: ModelConfig, name: str) -> ModelShape:
         name=name, hidden=c.hidden_size, layers=c.num_layers, heads=c.num_heads, kv_heads=c.num_kv_heads,
         ffn=c.intermediate_size, vocab=c.vocab_size, max_context=c.max_position, ffn_matrices=2 if c.arch == "opt" else 3,
         head_size=0 if c.head_dim == c.hidden_size // c.num_heads else c.head_dim,
+        sliding_layers=sum(c.window(layer) is not None for layer in range(c.num_layers)), window=c.sliding_window or 0,
     )
     if c.moe is not None:  # the sparse layers' active width; the idle experts averaged over all layers
         moe = c.moe

@@ -18,8 +18,9 @@ from redis.exceptions import RedisError
 from services.common.errors import SloUnmet
 from services.common.registry import Registry
 from services.common.slo import SLO
+from services.common.step_model.stored import FittedModel
 from services.router import slo_metrics
-from services.router.admission import Candidate, FittedModel, Placed, Policy, RecentMix, decide, predict
+from services.router.admission import Candidate, Placed, Policy, RecentMix, decide, predict
 from services.router.dispatch import Dispatcher
 from services.router.margin import ErrorWindow
 from services.router.request import RouterRequest

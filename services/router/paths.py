@@ -18,7 +18,8 @@ from typing import Literal
 from prometheus_client import Counter
 
 from services.common.step_model import PrefillCoeffs
-from services.router.admission import Candidate, Mix, predict_ttft
+from services.common.step_model.predict import Mix, predict_ttft
+from services.router.admission import Candidate
 
 Path = Literal["pull", "delta", "reverse", "local"]
 DECISIONS = Counter("distserve_disagg_decision", "admitted disaggregated requests by the path their K/V took (after "

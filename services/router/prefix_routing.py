@@ -18,7 +18,9 @@ from redis.exceptions import RedisError
 
 from services.common.prefix_hash import block_hashes
 from services.common.registry import InstanceInfo, Registry
-from services.router.admission import Candidate, FittedModel, Mix, predict_ttft
+from services.common.step_model.predict import Mix, predict_ttft
+from services.common.step_model.stored import FittedModel
+from services.router.admission import Candidate
 from services.router.dispatch import Dispatcher
 from services.router.index_feed import IndexFeed
 from services.router.paths import PathLimits, Route, choose_path, pick_decode

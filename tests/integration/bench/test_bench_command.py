@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from services.planner.profile import DecodePoint, PrefillPoint, ProfileFile, write_profile
+from services.common.step_model.profile_fit import DecodePoint, PrefillPoint, ProfileFile, write_profile
 from services.planner.shapes import load_shape
 
 pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(600)]

@@ -3,8 +3,8 @@
 import subprocess
 import sys
 
+from services.common.step_model.profile_fit import read_profile
 from services.planner.hardware import load_latency_model
-from services.planner.profile import read_profile
 from services.planner.shapes import load_shape
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from services.bench.predict import Predictor
-from services.planner.profile import DecodePoint, PrefillPoint, ProfileFile, write_profile
+from services.common.step_model.profile_fit import DecodePoint, PrefillPoint, ProfileFile, write_profile
 from services.planner.shapes import PRESETS
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from services.bench.slo import ScaledSLO, attainment, lone_latencies, scaled_slo, tightest_scale
 from services.common.slo import SLO
-from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import TPCoefficients
 
 INF = float("inf")
 

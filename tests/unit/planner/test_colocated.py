@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import TPCoefficients
 from services.planner.colocated import simulate_colocated
-from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
 from services.planner.serving import ServingOverheads
 
 DECODE = DecodeCoeffs(0.01, 1e-5, 1e-3)

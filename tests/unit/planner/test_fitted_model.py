@@ -2,7 +2,7 @@
 
 from dataclasses import asdict
 
-from services.planner.fitted_model import describe, with_fit
+from services.common.step_model.stored import describe, with_fit
 from services.planner.hardware import shipped_model
 from services.planner.shapes import load_shape
 

@@ -2,8 +2,9 @@
 
 import pytest
 
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import TPCoefficients
 from services.engine.step_log import StepRecord
-from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
 from services.planner.online_fit import OnlineFit
 
 SEED = TPCoefficients(PrefillCoeffs(1e-3, 1e-4, 3e-7), DecodeCoeffs(2e-3, 5e-6, 1e-4), DecodeCoeffs(2e-3, 5e-6, 1e-4))

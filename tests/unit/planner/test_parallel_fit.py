@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from services.common.step_model.parallel_fit import fit_parallel
+from services.common.step_model.profile_fit import DecodePoint, PrefillPoint, ProfileFile, read_profile, write_profile
 from services.planner.hardware import load_latency_model
-from services.planner.parallel_fit import fit_parallel
-from services.planner.profile import DecodePoint, PrefillPoint, ProfileFile, read_profile, write_profile
 from services.planner.shapes import PRESETS
 
 RECORDED = Path(__file__).parent / "data" / "parallel"  # `distserve profile --tp/--pp` on the development host

@@ -3,15 +3,8 @@
 import numpy as np
 import pytest
 
+from services.common.step_model.profile_fit import DecodePoint, PrefillPoint, ProfileFile, appendix_a_constants, fit_profile, write_profile
 from services.planner.hardware import load_latency_model
-from services.planner.profile import (
-    DecodePoint,
-    PrefillPoint,
-    ProfileFile,
-    appendix_a_constants,
-    fit_profile,
-    write_profile,
-)
 from services.planner.shapes import PRESETS
 
 

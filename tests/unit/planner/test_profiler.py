@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.planner.profile import fit_profile
+from services.common.step_model.profile_fit import fit_profile
 from services.planner.profiler import decode_grid, prefill_grid, record_profile
 from services.planner.shapes import PRESETS
 

@@ -3,12 +3,8 @@
 import numpy as np
 import pytest
 
-from services.planner.latency import (
-    DecodeCoeffs,
-    LatencyModel,
-    PrefillCoeffs,
-    TPCoefficients,
-)
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import LatencyModel, TPCoefficients
 from services.planner.placement import Cluster, Parallel, pack, pack_units
 from services.planner.serving import ServingOverheads
 from services.planner.shapes import PRESETS

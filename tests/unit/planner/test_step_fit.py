@@ -5,9 +5,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import TPCoefficients
+from services.common.step_model.served_fit import fit_steps, residuals
 from services.engine.step_log import StepRecord
-from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
-from services.planner.step_fit import fit_steps, residuals
 
 PROFILED = TPCoefficients(PrefillCoeffs(3e-3, 8e-4, 1e-7), DecodeCoeffs(0.011, 3e-6, 8e-4), DecodeCoeffs(0.011, 3e-6, 8e-4))
 
@@ -82,7 +83,7 @@ def test_a_hand_off_is_fitted_per_request_beside_the_decode_terms(joined: dict[i
 
 
 def test_without_a_profile_every_term_is_fitted_and_the_residuals_of_an_exact_fit_are_nil():
-    from services.planner.step_fit import fit_decode_steps, fit_prefill_steps
+    from services.common.step_model.served_fit import fit_decode_steps, fit_prefill_steps
 
     true_p, true_d = PrefillCoeffs(0.004, 5e-4, 2e-7), DecodeCoeffs(0.003, 4e-6, 6e-4)
     batches = [[40], [120], [300], [480], [200, 150], [60, 60, 60], [700], [30, 900]]

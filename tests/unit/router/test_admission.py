@@ -8,18 +8,9 @@ import pytest
 from services.common.errors import EngineInputError, SloUnmet, status_of
 from services.common.slo import SLO
 from services.common.step_model import PrefillCoeffs
-from services.router.admission import (
-    Candidate,
-    FittedModel,
-    Mix,
-    RecentMix,
-    decide,
-    heading_to_decode,
-    least_after,
-    predict,
-    predict_tpot,
-    predict_ttft,
-)
+from services.common.step_model.predict import Mix, predict_tpot, predict_ttft
+from services.common.step_model.stored import FittedModel
+from services.router.admission import Candidate, RecentMix, decide, heading_to_decode, least_after, predict
 from services.router.slo import default_slo, requested_slo
 
 MODEL = FittedModel.from_json({"fitted_at": 5.0, "kinds": {

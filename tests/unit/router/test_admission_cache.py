@@ -4,7 +4,9 @@ reverse pull, a local prefill's queue (none) and running step, and the requests 
 import pytest
 
 from services.common.sampling import SamplingParams
-from services.router.admission import Candidate, FittedModel, Mix, Placed, heading_to_decode, predict
+from services.common.step_model.predict import Mix
+from services.common.step_model.stored import FittedModel
+from services.router.admission import Candidate, Placed, heading_to_decode, predict
 from services.router.gate import placed
 from services.router.paths import Route
 from services.router.prefix_routing import PrefillPick

@@ -3,7 +3,8 @@
 import pytest
 
 from services.common.slo import SLO
-from services.router.admission import Candidate, FittedModel, Margin, decide, predict
+from services.common.step_model.stored import FittedModel
+from services.router.admission import Candidate, Margin, decide, predict
 from services.router.margin import ErrorWindow
 
 MODEL = FittedModel.from_json({"fitted_at": 5.0, "kinds": {

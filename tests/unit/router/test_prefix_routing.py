@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from services.common.step_model import PrefillCoeffs
-from services.router.admission import Candidate, FittedModel
+from services.common.step_model.stored import FittedModel
+from services.router.admission import Candidate
 from services.router.prefix_routing import pick_prefill, shareable
 
 LINE = PrefillCoeffs(c0=0.01, per_token=1e-3, per_sq=1e-6)

@@ -12,13 +12,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
-from services.planner.latency import (
-    DecodeCoeffs,
-    LatencyModel,
-    PrefillCoeffs,
-    TPCoefficients,
-)
-from services.planner.shapes import ModelShape
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import LatencyModel, TPCoefficients
+from services.common.step_model.shape import ModelShape
 
 
 class PrefillPoint(BaseModel):

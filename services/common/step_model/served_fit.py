@@ -1,25 +1,45 @@
-"""The latency model fitted to the steps a served engine logged (`services/engine/step_log.py`), and how well it
-fits them.
+"""The latency model fitted to the steps a served engine logged (`services/engine/step_log.py`'s `StepRecord`, read
+here through `ServedStep`: this core loads no engine), and how well it fits them.
 
 The profile (`distserve profile`) times forward passes on an idle engine; a served step also pays for the step
 loop, streaming its tokens over gRPC, and whatever else shares its core. Fitted to served steps, the model
 describes the running system: the bench fits it to a calibration load, the planner service to a rolling window of
-what the registered instances serve (`online_fit.py`).
+what the registered instances serve (`services/planner/online_fit.py`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from services.engine.step_log import StepRecord
-from services.planner.latency import DecodeCoeffs, PrefillCoeffs, TPCoefficients
-from services.planner.profile import fit_prefill, nonneg_lstsq
+from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.latency import TPCoefficients
+from services.common.step_model.profile_fit import fit_prefill, nonneg_lstsq
 
 MIN_TOKEN_COUNTS = 3  # distinct prefill batch token counts before the prefill terms are fitted to served steps
 MIN_BATCH_SIZES = 2  # distinct decode batch sizes before the decode terms are
+
+
+class ServedStep(Protocol):
+    """A served step as the engine's step log records it (`StepRecord`)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def seqs(self) -> int: ...
+    @property
+    def tokens(self) -> int: ...
+    @property
+    def sum_sq(self) -> int: ...
+    @property
+    def context(self) -> int: ...
+    @property
+    def start(self) -> float: ...
+    @property
+    def seconds(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +56,7 @@ class ServedFit:
                 "prefill_steps": self.prefill_steps, "decode_steps": self.decode_steps}
 
 
-def fit_decode_joins(steps: list[StepRecord], per_ctx: float | None, joins: Counter[float]) -> tuple[DecodeCoeffs, float]:
+def fit_decode_joins(steps: list[ServedStep], per_ctx: float | None, joins: Counter[float]) -> tuple[DecodeCoeffs, float]:
     """Decode terms and the cost of a hand-off, fitted together. A request joining a decode step may slow the step
     before it (its Decode RPC and the pull's RPC arrive while that one runs), its own and the next one; each
     step's seconds, less the kept attention term, are fitted by non-negative least squares to (1, requests, joins
@@ -57,7 +77,7 @@ def fit_decode_joins(steps: list[StepRecord], per_ctx: float | None, joins: Coun
     return DecodeCoeffs(float(coef[0]), float(coef[5]), float(coef[1])), float(coef[2:5].sum())
 
 
-def fit_prefill_steps(steps: list[StepRecord], per_sq: float | None) -> PrefillCoeffs | None:
+def fit_prefill_steps(steps: list[ServedStep], per_sq: float | None) -> PrefillCoeffs | None:
     """Prefill terms fitted to the prefill steps (`per_sq` kept where given); None with fewer than
     MIN_TOKEN_COUNTS distinct batch token counts, too few to tell the fixed cost from the per-token one."""
     pre = [r for r in steps if r.kind == "prefill"]
@@ -66,7 +86,7 @@ def fit_prefill_steps(steps: list[StepRecord], per_sq: float | None) -> PrefillC
     return fit_prefill([(r.tokens, r.sum_sq, r.seconds) for r in pre], per_sq)
 
 
-def fit_decode_steps(steps: list[StepRecord], per_ctx: float | None,
+def fit_decode_steps(steps: list[ServedStep], per_ctx: float | None,
                      joins: Counter[float] | None = None) -> tuple[DecodeCoeffs, float] | None:
     """Decode terms (and a hand-off's cost, with `joins`) fitted to the decode steps; None with fewer than
     MIN_BATCH_SIZES distinct batch sizes."""
@@ -76,7 +96,7 @@ def fit_decode_steps(steps: list[StepRecord], per_ctx: float | None,
     return fit_decode_joins(dec, per_ctx, joins or Counter())
 
 
-def fit_steps(steps: list[StepRecord], profiled: TPCoefficients, joins: Counter[float] | None = None) -> ServedFit:
+def fit_steps(steps: list[ServedStep], profiled: TPCoefficients, joins: Counter[float] | None = None) -> ServedFit:
     """The latency model fitted to served prefill and decode steps, by the profiler's least squares (steps that
     mix the two phases, as chunked prefill's do, are left out: the model composes their cost from both).
 
@@ -110,7 +130,7 @@ class Residuals:
                    float(np.max(np.abs(err))))
 
 
-def residuals(steps: list[StepRecord], prefill: PrefillCoeffs | None, decode: DecodeCoeffs | None) -> dict[str, Residuals]:
+def residuals(steps: list[ServedStep], prefill: PrefillCoeffs | None, decode: DecodeCoeffs | None) -> dict[str, Residuals]:
     """Residuals of each fitted phase over its steps (steps of no time are left out)."""
     out: dict[str, Residuals] = {}
     pre = [s for s in steps if s.kind == "prefill" and s.seconds > 0]

@@ -16,9 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs
-from services.planner.shapes import ModelShape
-
-__all__ = ["DecodeCoeffs", "LatencyModel", "ParallelCost", "PrefillCoeffs", "TPCoefficients"]
+from services.common.step_model.shape import ModelShape
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.planner.latency import LatencyModel, ParallelCost
-from services.planner.profile import ProfileFile, fit_coefficients, nonneg_lstsq
-from services.planner.shapes import ModelShape
+from services.common.step_model.latency import LatencyModel, ParallelCost
+from services.common.step_model.profile_fit import ProfileFile, fit_coefficients, nonneg_lstsq
+from services.common.step_model.shape import ModelShape
 
 
 @dataclass(frozen=True, slots=True)
