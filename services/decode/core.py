@@ -40,13 +40,24 @@ class DecodeChunk:
     decode_cached_tokens: int = 0  # ... and the prompt tokens of the blocks cached here (not pulled)
 
 
+@dataclass(frozen=True, slots=True)
+class Pulled:
+    """A pulled request's blocks (services/common/kv_groups.py `flat`): the prompt's first `cached_blocks` blocks
+    of every group cached here, `num_pulled` blocks pulled."""
+
+    blocks: list[int]
+    cached_blocks: int
+    num_pulled: int
+
+
 class DecodeCore:
     def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, pull_timeout_s: float, max_pending: int,
                  shards: Sequence[PoolShard] = (), kv_of: Mapping[str, KVXferClient] | None = None,
                  local_prefill_share: float = 1.0) -> None:
         self.engine = engine
         lay = engine.layout  # this instance's rank pools (TP/PP); none given: its single pool
-        self.shards = list(shards) or [PoolShard(instance_id, Span(0, lay.num_layers), Span(0, lay.num_kv_heads), lay)]
+        self.shards = list(shards) or [PoolShard(instance_id, Span(0, engine.groups.num_layers),
+                                                 Span(0, lay.num_kv_heads), lay)]
         self.kv = kv
         self.kv_of = dict(kv_of or {})  # per rank pool on another host than rank 0's: that host's kvxfer
         self.instance_id = instance_id
@@ -70,16 +81,18 @@ class DecodeCore:
         ends; None when none is cached, or on a TP/PP instance (its rank pools would need a lease each)."""
         if len(self.shards) > 1:
             return None
-        blocks = self.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
-        if not blocks:
+        prefix = self.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
+        if not prefix.num_blocks:
             return None
         bs = self.engine.block_size
+        tokens = prefix.num_blocks * bs
+        blocks = self.engine.groups.flat(prefix.tables, tokens)
         try:
-            handle = await self.leases.create_lease(blocks, len(blocks) * bs, ttl_s)
+            handle = await self.leases.create_lease(blocks, tokens, ttl_s)
         except BaseException:
             self.engine.free_blocks(blocks)
             raise
-        handle.block_hashes.extend(to_wire(block_hashes(prompt_ids, bs, cache_namespace, len(blocks))))
+        handle.block_hashes.extend(to_wire(block_hashes(prompt_ids, bs, cache_namespace, prefix.num_blocks)))
         return handle
 
     async def decode(self, request_id: str, prompt_ids: list[int], first_token: int | None, params: SamplingParams,
@@ -95,15 +108,15 @@ class DecodeCore:
             raise EngineInputError("kv.num_tokens", f"{handle.num_tokens} != prompt length {len(prompt_ids)}")
         with self.bound.slot():
             held: list[int] = []  # a local prefill's cached prefix, kept from eviction until the engine takes it
-            blocks, cached = [], 0
+            pulled = Pulled([], 0, 0)
             if handle is None:
                 held = self._local_prefix(prompt_ids, cache_namespace, local_cap)
                 stamps = Lifetime(prefill_queued=time.time())
                 outputs = self.engine.generate(request_id, prompt_ids, params, cache_namespace=cache_namespace)
             else:
                 stamps = Lifetime(decode_queued=time.time())
-                blocks, cached = await self._pulled(handle, prompt_ids, first_token, cache_namespace, stamps)
-                outputs = self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, blocks,
+                pulled = await self._pulled(handle, prompt_ids, first_token, cache_namespace, stamps)
+                outputs = self.engine.continue_prefilled(request_id, prompt_ids, first_token, params, pulled.blocks,
                                                          cache_namespace, from_wire(handle.block_hashes))
             first = True
             try:
@@ -111,14 +124,13 @@ class DecodeCore:
                     if held:  # admitted: the sequence holds its cached blocks itself now
                         self.engine.free_blocks(held)
                         held = []
-                    yield self._chunk(out, stamps if first else None, handle is None, blocks, cached)
+                    yield self._chunk(out, stamps if first else None, handle is None, pulled)
                     first = False
             finally:
                 if held:
                     self.engine.free_blocks(held)
 
-    def _chunk(self, out: StepOutput, stamps: Lifetime | None, local: bool, blocks: list[int],
-               cached: int) -> DecodeChunk:
+    def _chunk(self, out: StepOutput, stamps: Lifetime | None, local: bool, pulled: Pulled) -> DecodeChunk:
         """A step's output as a chunk; the first (`stamps` given) carries the stamps and the cache figures."""
         reason = out.finish_reason.value if out.finish_reason else ""
         chunk = DecodeChunk(out.new_token_ids, reason, stamps, out.logprobs, out.prompt_logprobs)
@@ -130,15 +142,16 @@ class DecodeCore:
             chunk.cached_tokens = out.num_cached_tokens
         else:
             stamps.decode_start = out.step_start
-            chunk.decode_cached_tokens = cached * self.engine.block_size
-            chunk.pulled_blocks = len(blocks) - cached
+            chunk.decode_cached_tokens = pulled.cached_blocks * self.engine.block_size
+            chunk.pulled_blocks = pulled.num_pulled
         return chunk
 
     def _local_prefix(self, prompt_ids: list[int], cache_namespace: str, cap: int) -> list[int]:
         """Holds the prompt's cached prefix for a prefill here, or raises LocalPrefillDeclined: more than `cap`
         tokens uncached here (0: no bound), or the step share of local prefills spent."""
-        held = self.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
-        uncached = len(prompt_ids) - len(held) * self.engine.block_size
+        prefix = self.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
+        held = prefix.held()
+        uncached = len(prompt_ids) - prefix.num_blocks * self.engine.block_size
         if cap and uncached > cap:
             reason = f"{uncached} prompt tokens uncached here, more than the cap of {cap}"
         elif not self.pacer.take(self.engine.steps, self.engine.busy()):
@@ -151,28 +164,29 @@ class DecodeCore:
         raise LocalPrefillDeclined(f"local prefill declined: {reason}")
 
     async def _pulled(self, handle: kv_pb2.KVHandle, prompt_ids: list[int], first_token: int | None,
-                      cache_namespace: str, stamps: Lifetime) -> tuple[list[int], int]:
-        """Blocks holding the handle's K/V, and how many of them (leading) the prefix cache supplied: those are held,
-        the others reserved and pulled into. A failed pull frees them all. When the pool cannot give the rest at once,
-        the cached ones are let go and the whole prompt's blocks awaited (FCFS): a waiter holds nothing, so waiters
-        cannot starve each other; then the cache is looked up again and only what it lacks pulled."""
+                      cache_namespace: str, stamps: Lifetime) -> Pulled:
+        """Blocks holding the handle's K/V (what a sequence of the prompt keeps, services/common/kv_groups.py): the
+        prompt's leading blocks the prefix cache supplied, held, and the others reserved and pulled into. A failed
+        pull frees them all. When the pool cannot give the rest at once, the cached ones are let go and the whole
+        prompt's blocks awaited (FCFS): a waiter holds nothing, so waiters cannot starve each other; then the cache
+        is looked up again and only what it lacks pulled."""
+        n, groups = len(prompt_ids), self.engine.groups
         # without first_token the last prompt position is computed again: its block is not shared
-        shareable = len(prompt_ids) - (first_token is None)
-        cached = self.engine.hold_cached(prompt_ids, cache_namespace, shareable)
-        rest = self.engine.try_reserve(len(prompt_ids) - len(cached) * self.engine.block_size) \
-            if cached else None
+        shareable = n - (first_token is None)
+        cached = self.engine.hold_cached(prompt_ids, cache_namespace, shareable, keep_tokens=n)
+        rest = self.engine.try_reserve(len(groups.flat_index(n, cached.num_blocks))) if cached.num_blocks else None
         if rest is None:
-            self.engine.free_blocks(cached)
-            rest = await self.engine.reserve_blocks(len(prompt_ids))
+            self.engine.free_blocks(cached.held())
+            rest = await self.engine.reserve_blocks(n)
             # what the pool caches of the prompt now (others' requests ran meanwhile) is not pulled again
-            cached = self.engine.hold_cached(prompt_ids, cache_namespace, shareable)
-            if cached:
-                self.engine.free_blocks(rest[:len(cached)])
-                rest = rest[len(cached):]
-        blocks = cached + rest
+            cached = self.engine.hold_cached(prompt_ids, cache_namespace, shareable, keep_tokens=n)
+            spare = len(rest) - len(groups.flat_index(n, cached.num_blocks))
+            self.engine.free_blocks(rest[:spare])
+            rest = rest[spare:]
+        blocks = groups.fill(cached.tables, rest, n)
         stamps.xfer_start = time.time()
         try:
-            await self._pull(handle, blocks, len(cached))
+            await self._pull(handle, blocks, cached.num_blocks)
         except asyncio.CancelledError:
             free_after_copy(self.engine, blocks)
             raise
@@ -180,16 +194,19 @@ class DecodeCore:
             self.engine.free_blocks(blocks)
             raise
         stamps.xfer_end = time.time()
-        return blocks, len(cached)
+        return Pulled(blocks, cached.num_blocks, len(rest))
 
-    async def _pull(self, handle: kv_pb2.KVHandle, blocks: list[int], skip: int) -> None:
-        """Pulls the handle's blocks from the `skip`-th on into `blocks[skip:]`: a whole lease between single pools
-        by block; a part of one, or between TP/PP layouts, by byte ranges (each rank pool gets its layers and
-        heads)."""
-        if not skip and not handle.shards and len(self.shards) == 1:
+    async def _pull(self, handle: kv_pb2.KVHandle, blocks: list[int], cached_blocks: int) -> None:
+        """Pulls into `blocks` (the flat blocks of the handle's tokens) those from the prompt's `cached_blocks`-th
+        block on: a whole lease between single pools by block; a part of one, or between TP/PP layouts, by byte
+        ranges (each rank pool gets its layers and heads, each layer its group's blocks)."""
+        if not cached_blocks and not handle.shards and len(self.shards) == 1:
             await self.kv.pull(handle, self.instance_id, blocks, timeout_s=self.pull_timeout_s)
             return
-        copies = reshard_copies(shards_from_handle(handle), list(handle.block_ids)[skip:], self.shards, blocks[skip:])
+        groups = self.engine.groups
+        wanted = groups.missing(handle.num_tokens, cached_blocks, handle.num_tokens) or []
+        copies = reshard_copies(shards_from_handle(handle, groups), [handle.block_ids[i] for _, i in wanted], self.shards,
+                                [blocks[i] for _, i in wanted], groups, [g for g, _ in wanted])
         # Ranks on several hosts (the source's, this instance's): one pull per (source kvxfer, destination kvxfer),
         # each through the kvxfer that serves its destination pools, under its source site's lease. All run to
         # their end before a failure is raised, so no copy still lands once the blocks are freed. Nothing to copy

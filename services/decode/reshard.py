@@ -1,10 +1,11 @@
 """The byte ranges of a re-sharding pull: each destination rank's pool gets exactly its layers and KV heads of
 the pulled blocks, from whichever source ranks' pools hold them.
 
-A pool is `[blocks, layers, 2, kv_heads, block_size, head_dim]` (services/common/kv_layout.py). For one block,
-layer and K or V, a run of KV heads is contiguous (block_size rows each); runs that follow each other on both
-sides merge (a whole block when source and destination hold the same layers and heads). Built with numpy: no
-Python loop per block, layer or head.
+A pool is `[blocks, slots, 2, kv_heads, block_size, head_dim]` (services/common/kv_layout.py): a block holds the
+layers of one layer group (services/common/kv_groups.py), so a layer's K/V is in its group's blocks, at its slot in
+that pool. For one block, layer and K or V, a run of KV heads is contiguous (block_size rows each); runs that
+follow each other on both sides merge (a whole block when source and destination hold the same layers and heads).
+Built with numpy: no Python loop per block or head.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from services.common.kv_groups import KVGroups
 from services.engine.parallel.shard import Span
 from services.instance.kv_shards import PoolShard
 from services.kvxfer.api import RangeCopy
@@ -23,11 +25,19 @@ def _overlap(a: Span, b: Span) -> Span | None:
     return Span(start, stop - start) if stop > start else None
 
 
-def _offsets(shard: PoolShard, blocks: np.ndarray, layers: Span, heads: Span) -> np.ndarray:
-    """Byte offsets [B, layers, 2] of the first of `heads` in K and V of each of `layers` of `blocks`."""
+def _slots(shard: PoolShard, layers: list[int], groups: KVGroups | None) -> np.ndarray:
+    """The slots of `layers` in the shard's pool (one group: a block holds every layer of the pool in order)."""
+    if groups is None:
+        return np.asarray(layers) - shard.layers.start
+    places = groups.placement(shard.layers.start, shard.layers.stop)
+    return np.asarray([places[layer - shard.layers.start][1] for layer in layers])
+
+
+def _offsets(shard: PoolShard, blocks: np.ndarray, slots: np.ndarray, heads: Span) -> np.ndarray:
+    """Byte offsets [B, layers, 2] of the first of `heads` in K and V of the layers at `slots` of `blocks`."""
     lay = shard.layout
     b = blocks[:, None, None]
-    layer = np.arange(layers.start - shard.layers.start, layers.stop - shard.layers.start)[None, :, None]
+    layer = slots[None, :, None]
     kv = np.arange(2)[None, None, :]
     head = ((b * lay.num_layers + layer) * 2 + kv) * lay.num_kv_heads + heads.start - shard.kv_heads.start
     return head * lay.block_size * lay.head_dim * lay.itemsize
@@ -43,13 +53,16 @@ def _merge(src: np.ndarray, dst: np.ndarray, unit: int) -> tuple[np.ndarray, np.
 
 
 def reshard_copies(src: Sequence[PoolShard], src_blocks: Sequence[int], dst: Sequence[PoolShard],
-                   dst_blocks: Sequence[int]) -> list[RangeCopy]:
-    """One RangeCopy per (source pool, destination pool) that share layers and heads; src_blocks[i] → dst_blocks[i].
+                   dst_blocks: Sequence[int], groups: KVGroups | None = None,
+                   block_groups: Sequence[int] | None = None) -> list[RangeCopy]:
+    """One RangeCopy per (source pool, destination pool) that share layers and heads; src_blocks[i] → dst_blocks[i],
+    blocks of layer group block_groups[i] (of `groups`; none given: one group of every layer).
 
     Where several source pools hold the same heads (KV replicated across TP ranks) the first one is read."""
     if len(src_blocks) != len(dst_blocks):
         raise ValueError(f"{len(src_blocks)} source blocks but {len(dst_blocks)} destination blocks")
     sb, db = np.asarray(src_blocks, np.int64), np.asarray(dst_blocks, np.int64)
+    bg = np.zeros(len(sb), np.int64) if block_groups is None else np.asarray(block_groups, np.int64)
     copies = []
     for d in dst:
         covered: list[tuple[Span, Span]] = []  # (layers, heads) of d already taken from an earlier source
@@ -62,7 +75,12 @@ def reshard_copies(src: Sequence[PoolShard], src_blocks: Sequence[int], dst: Seq
                 continue
             covered.append((layers, heads))
             unit = heads.count * d.layout.block_size * d.layout.head_dim * d.layout.itemsize
-            so = _offsets(s, sb, layers, heads).ravel()
-            do = _offsets(d, db, layers, heads).ravel()
-            copies.append(RangeCopy(s.pool_id, d.pool_id, *_merge(so, do, unit)))
+            so, do = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+            for g in range(groups.count if groups else 1):
+                members = [layer for layer in range(layers.start, layers.stop) if groups is None or groups.group_of(layer) == g]
+                pick = bg == g
+                if members and pick.any():
+                    so.append(_offsets(s, sb[pick], _slots(s, members, groups), heads).ravel())
+                    do.append(_offsets(d, db[pick], _slots(d, members, groups), heads).ravel())
+            copies.append(RangeCopy(s.pool_id, d.pool_id, *_merge(np.concatenate(so), np.concatenate(do), unit)))
     return copies

@@ -15,10 +15,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 from services.common.errors import EngineFailed, RequestFailed
+from services.common.kv_groups import KVGroups
 from services.common.kv_layout import KVLayout
 from services.common.sampling import FinishReason, SamplingParams
 from services.engine.engine import LLMEngine, StepOutput, fork_id
 from services.engine.engine_thread import EngineThread
+from services.engine.kv_tables import CachedPrefix, Tables
 from services.engine.step_log import EngineStats
 
 __all__ = ["AsyncEngine", "StepOutput", "fork_id"]
@@ -112,17 +114,23 @@ class AsyncEngine:
         """The KV pool's layout (rank 0's, for a TP/PP instance)."""
         return self.engine.layout
 
-    def hold_cached(self, prompt_ids: list[int], cache_namespace: str, num_tokens: int) -> list[int]:
+    @property
+    def groups(self) -> KVGroups:
+        """The model's layer groups: which blocks a sequence keeps (services/common/kv_groups.py)."""
+        return self.engine.groups
+
+    def hold_cached(self, prompt_ids: list[int], cache_namespace: str, num_tokens: int,
+                    keep_tokens: int | None = None) -> CachedPrefix:
         """Holds the prompt's longest cached prefix within its first `num_tokens` tokens (LLMEngine.hold_cached)."""
-        return self.engine.hold_cached(prompt_ids, cache_namespace, num_tokens)
+        return self.engine.hold_cached(prompt_ids, cache_namespace, num_tokens, keep_tokens)
 
     def vouched(self, prompt_ids: list[int], cache_namespace: str, carried: list[int]) -> bool:
         """Whether a KV handle's hashes are this prompt's own (LLMEngine.vouched)."""
         return self.engine.vouched(prompt_ids, cache_namespace, carried)
 
-    def cache_prefix(self, block_ids: list[int], hashes: list[int]) -> None:
+    def cache_prefix(self, tables: Tables, hashes: list[int]) -> None:
         """Registers held blocks pulled from another instance under their vouched hashes (LLMEngine.cache_prefix)."""
-        self.engine.cache_prefix(block_ids, hashes)
+        self.engine.cache_prefix(tables, hashes)
 
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises EngineInputError naming the field when the request cannot be served (reads only the config)."""
@@ -163,9 +171,9 @@ class AsyncEngine:
                 self._grant_blocks()
             raise
 
-    def try_reserve(self, num_tokens: int) -> list[int] | None:
-        """Blocks for `num_tokens` tokens now, or None when the pool cannot hold them or earlier waiters queue."""
-        return None if self._block_waiters else self.engine.reserve_blocks(num_tokens)
+    def try_reserve(self, num_blocks: int) -> list[int] | None:
+        """`num_blocks` blocks now, or None when the pool cannot give them or earlier waiters queue."""
+        return None if self._block_waiters else self.engine.blocks.try_allocate(num_blocks)
 
     def _grant_blocks(self) -> None:
         """Reserves blocks for the waiters at the head of the queue, in order, until one does not fit."""

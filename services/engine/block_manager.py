@@ -2,8 +2,9 @@
 
 A block may be shared (the n samples of one prompt hold its K/V once; requests with a common prefix hold its
 cached blocks): it counts its holders. A full block can be registered under its content hash
-(services/common/prefix_hash.py); when its last holder lets go it stays cached, found by `match`, until the pool
-needs it and evicts it, least recently released first. A block with a holder (a sequence, a kvxfer lease) is never
+(services/common/prefix_hash.py) and its layer group (services/common/kv_groups.py: each group keeps its own
+blocks of a prefix); when its last holder lets go it stays cached, found by `match`, until the pool needs it and
+evicts it, least recently released first. A block with a holder (a sequence, a kvxfer lease) is never
 evicted.
 
 Thread-safe: the engine thread grows and frees sequences' blocks while a decode instance's event loop reserves
@@ -15,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from itertools import takewhile
 
 
 @dataclass(slots=True)
@@ -27,6 +29,7 @@ class CacheCounters:
 
 MAX_EVENTS = 1 << 16  # kept between two takes; past it the index resyncs
 CacheEvent = tuple[bool, int]  # (stored: True, evicted: False), the block's content hash
+CacheKey = tuple[int, int]  # (layer group, content hash); only group 0's are told to an index of the pool
 
 
 class BlockManager:
@@ -37,10 +40,10 @@ class BlockManager:
         self._free: deque[int] = deque(range(num_blocks))  # hold nothing: neither holders nor cached content
         self._refs: dict[int, int] = {}  # allocated block → its holders
         self._cached: OrderedDict[int, None] = OrderedDict()  # cached blocks without holders, least recent first
-        self._hash_of: dict[int, int] = {}  # registered block → its content hash
-        self._by_hash: dict[int, int] = {}
+        self._key_of: dict[int, CacheKey] = {}  # registered block → its group and content hash
+        self._by_key: dict[CacheKey, int] = {}
         self._events: list[CacheEvent] | None = []  # None: more than MAX_EVENTS since the last take
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     @property
     def num_free(self) -> int:
@@ -92,42 +95,53 @@ class BlockManager:
                 self._refs[b] -= 1
                 if not self._refs[b]:
                     del self._refs[b]
-                    if b in self._hash_of:
+                    if b in self._key_of:
                         self._cached[b] = None
                     else:
                         self._free.append(b)
 
-    def match(self, hashes: list[int]) -> list[int]:
-        """Holds and returns the cached blocks of the longest prefix of `hashes`; the caller frees them like
+    def locked(self) -> threading.RLock:
+        """Held around several calls that must see one state (a lookup, then holding what it found)."""
+        return self._lock
+
+    def cached(self, keys: list[CacheKey]) -> list[bool]:
+        """Whether each key's block is cached now (holds nothing)."""
+        with self._lock:
+            return [k in self._by_key for k in keys]
+
+    def hold(self, keys: list[CacheKey]) -> list[int]:
+        """Holds and returns the cached blocks of these keys, each one `cached`; the caller frees them like
         allocated ones."""
         with self._lock:
-            blocks: list[int] = []
-            for h in hashes:
-                b = self._by_hash.get(h)
-                if b is None:
-                    break
-                blocks.append(b)
+            blocks = [self._by_key[k] for k in keys]
             for b in blocks:
                 if b in self._cached:
                     del self._cached[b]
                 self._refs[b] = self._refs.get(b, 0) + 1
             return blocks
 
-    def register(self, block: int, content_hash: int) -> None:
-        """Records that held `block` is full and holds the content `content_hash` addresses. A second block of
-        the same content stays unregistered (it goes back to the pool when freed)."""
+    def match(self, hashes: list[int]) -> list[int]:
+        """Holds and returns group 0's cached blocks of the longest prefix of `hashes`."""
         with self._lock:
-            if not self.caching or content_hash in self._by_hash or block in self._hash_of:
+            return self.hold(list(takewhile(self._by_key.__contains__, ((0, h) for h in hashes))))
+
+    def register(self, block: int, content_hash: int, group: int = 0) -> None:
+        """Records that held `block` is full and holds the content `content_hash` addresses in layer group
+        `group`. A second block of the same content stays unregistered (it goes back to the pool when freed)."""
+        with self._lock:
+            key = (group, content_hash)
+            if not self.caching or key in self._by_key or block in self._key_of:
                 return
             self._check([block])
-            self._hash_of[block] = content_hash
-            self._by_hash[content_hash] = block
-            self._record(True, content_hash)
+            self._key_of[block] = key
+            self._by_key[key] = block
+            if not group:
+                self._record(True, content_hash)
 
     def cached_hashes(self) -> list[int]:
-        """The content hashes of every registered block, held or not (what an index of this pool lists)."""
+        """The content hashes of group 0's registered blocks, held or not (what an index of this pool lists)."""
         with self._lock:
-            return list(self._by_hash)
+            return [h for g, h in self._by_key if not g]
 
     def take_events(self) -> list[CacheEvent] | None:
         """The hashes registered and evicted since the last call, in order (an index of this pool applies them);
@@ -146,9 +160,10 @@ class BlockManager:
         if self._free:
             return self._free.popleft()
         b, _ = self._cached.popitem(last=False)
-        evicted = self._hash_of.pop(b)
-        del self._by_hash[evicted]
-        self._record(False, evicted)
+        group, evicted = self._key_of.pop(b)
+        del self._by_key[(group, evicted)]
+        if not group:
+            self._record(False, evicted)
         return b
 
     def _check(self, blocks: list[int]) -> None:

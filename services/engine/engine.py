@@ -16,6 +16,7 @@ import torch
 
 from services.common.engine_settings import EngineSettings
 from services.common.errors import EngineInputError
+from services.common.kv_groups import KVGroups
 from services.common.kv_layout import KVLayout
 from services.common.model_config import ModelConfig
 from services.common.prefix_hash import block_hashes
@@ -25,6 +26,7 @@ from services.common.validation import validate_request
 from services.engine.block_manager import BlockManager
 from services.engine.finish import FinishRule
 from services.engine.grammar import GrammarViolation, compile_grammar, tokenizer_for
+from services.engine.kv_tables import CachedPrefix, KVTables, Tables, present
 from services.engine.model_runner import ModelRunner
 from services.engine.sampler import Sampled
 from services.engine.scheduler import SCHEDULERS, Advanced, Policy, SchedulerConfig, SchedulerOutput
@@ -88,7 +90,9 @@ class LLMEngine:
         self.model_config = ModelConfig.from_folder(config.model)
         mc = self.model_config
         dtype = mc.dtype if config.dtype == "auto" else config.dtype
-        self.layout = KVLayout(config.num_blocks, mc.num_layers, config.block_size, mc.num_kv_heads, mc.head_dim, dtype)
+        self.groups = KVGroups.of_model(mc, config.block_size)
+        self.layout = KVLayout(config.num_blocks, self.groups.slots(0, mc.num_layers), config.block_size,
+                               mc.num_kv_heads, mc.head_dim, dtype)
         self.runner: ModelRunner | ParallelRunner
         if config.tp * config.pp > 1:
             from services.engine.parallel.runner import ParallelRunner
@@ -97,10 +101,12 @@ class LLMEngine:
                                          config.device, config.tp, config.pp, config.devices, config.pool_path,
                                          config.rendezvous)
         else:
-            self.runner = ModelRunner(Path(config.model), mc, self.layout, device or torch.device(config.device), config.pool_path)
+            self.runner = ModelRunner(Path(config.model), mc, self.layout, self.groups,
+                                      device or torch.device(config.device), config.pool_path)
         self.blocks = BlockManager(config.num_blocks, config.block_size, caching=config.prefix_caching == "on")
+        self.kv = KVTables(self.blocks, self.groups)
         self.scheduler = SCHEDULERS[config.policy](
-            self.blocks, SchedulerConfig(config.max_batch_tokens, config.max_num_seqs, mc.max_position))
+            self.kv, SchedulerConfig(config.max_batch_tokens, config.max_num_seqs, mc.max_position))
         self.prefilled: dict[str, Prefilled] = {}
         self._ids: set[str] = set()
         self.last_step: StepRecord | None = None  # the shape of the latest step (seconds: its forward pass)
@@ -126,7 +132,8 @@ class LLMEngine:
             self._constrained(Sequence("", prompt_ids, params))
         if params.prompt_logprobs is not None and self.config.tp * self.config.pp > 1:
             raise EngineInputError("logprobs", "prompt logprobs (echo with logprobs) need a single-rank instance")
-        needed = self.blocks.blocks_for(len(prompt_ids) + params.max_tokens)
+        chunk = self.config.max_batch_tokens if self.config.policy == "chunked" else len(prompt_ids)
+        needed = self.groups.peak_blocks(len(prompt_ids), len(prompt_ids) + params.max_tokens, chunk)
         if needed > self.blocks.num_blocks:
             raise EngineInputError(
                 "max_tokens", f"prompt + max_tokens needs {needed} KV blocks, the pool has {self.blocks.num_blocks}")
@@ -176,27 +183,29 @@ class LLMEngine:
         return [f.request_id for f in seq.all_forks()]
 
     def reserve_blocks(self, num_tokens: int) -> list[int] | None:
-        """Decode: blocks for a pulled prompt's K/V, or None when the pool cannot hold it now (any thread)."""
-        return self.blocks.try_allocate(self.blocks.blocks_for(num_tokens))
+        """Decode: blocks for a pulled prompt's K/V (what a sequence of `num_tokens` keeps, its layer groups' in
+        turn), or None when the pool cannot hold it now (any thread)."""
+        return self.blocks.try_allocate(self.groups.num_kept(num_tokens))
 
-    def hold_cached(self, prompt_ids: list[int], cache_namespace: str, num_tokens: int) -> list[int]:
+    def hold_cached(self, prompt_ids: list[int], cache_namespace: str, num_tokens: int,
+                    keep_tokens: int | None = None) -> CachedPrefix:
         """Holds the cached blocks of the longest cached prefix of the prompt's full blocks within its first
-        `num_tokens` tokens (any thread); the caller frees them like reserved blocks."""
+        `num_tokens` tokens, as a sequence of `keep_tokens` tokens keeps them (None: of the prefix itself; any
+        thread); the caller frees them like reserved blocks."""
         if not self.blocks.caching:
-            return []
+            return CachedPrefix(self.kv.empty(), 0)
         bs = self.blocks.block_size
-        return self.blocks.match(block_hashes(prompt_ids, bs, cache_namespace, num_tokens // bs))
+        return self.kv.match(block_hashes(prompt_ids, bs, cache_namespace, num_tokens // bs), keep_tokens)
 
     def vouched(self, prompt_ids: list[int], cache_namespace: str, carried: list[int]) -> bool:
         """Whether the hashes a KV handle carries are this prompt's own, in its namespace, for as many of its first
         full blocks: only then may the handle's blocks join the prefix cache (any thread)."""
         return carried == block_hashes(prompt_ids, self.blocks.block_size, cache_namespace, len(carried))
 
-    def cache_prefix(self, block_ids: list[int], hashes: list[int]) -> None:
+    def cache_prefix(self, tables: Tables, hashes: list[int]) -> None:
         """Registers held blocks pulled from another instance under the hashes its handle carries, once `vouched`
         (any thread)."""
-        for block, content in zip(block_ids, hashes):
-            self.blocks.register(block, content)
+        self.kv.register(tables, hashes, 0)
 
     def free_blocks(self, block_ids: list[int]) -> None:
         """Returns reserved blocks (any thread)."""
@@ -225,7 +234,7 @@ class LLMEngine:
             self.blocks.free(block_ids)
             self._ids.discard(request_id)
             raise EngineInputError("first_token", f"refused by the request's grammar: {exc}") from None
-        seq.block_table = list(block_ids)
+        seq.block_tables = self.groups.tables(list(block_ids), len(prompt_ids))
         seq.num_computed = len(prompt_ids) - (first_token is None)
         self.scheduler.add_running(seq)
 
@@ -313,15 +322,16 @@ class LLMEngine:
         copies = copier is not None
         for child in parent.forks:
             child.prompt_logprobs = parent.prompt_logprobs  # one list: this step's entries join it in the update
-            copy = self.blocks.try_allocate(1) if partial and copies else []
+            copy = self.blocks.try_allocate(self.groups.count) if partial and copies else []
             if copy is None:  # no block for the copy now: this choice computes its prompt itself
                 self.scheduler.add(child)
                 continue
-            child.block_table = parent.block_table[:whole]
-            self.blocks.share(child.block_table)
+            child.block_tables = [table[:whole] for table in parent.block_tables]
+            self.blocks.share(present(child.block_tables))
             if copier is not None and copy:
-                copier.copy_block(parent.block_table[whole], copy[0])
-                child.block_table = [*child.block_table, *copy]
+                for table, own, block in zip(child.block_tables, parent.block_tables, copy):
+                    copier.copy_block(own[whole], block)  # a sliding group's too: it holds the last position
+                    table.append(block)
             child.num_computed = last if copies else whole * self.blocks.block_size
             self.scheduler.add_running(child)
         parent.forks = []
@@ -335,8 +345,8 @@ class LLMEngine:
 
     def _hold(self, seq: Sequence) -> list[int]:
         """Prefill: the blocks of a prompt the scheduler set aside are held here until pulled."""
-        self.prefilled[seq.request_id] = Prefilled(seq, seq.block_table)
-        seq.block_table = []
+        self.prefilled[seq.request_id] = Prefilled(seq, self.groups.flat(seq.block_tables, seq.num_computed))
+        seq.block_tables = []
         return list(self.prefilled[seq.request_id].block_ids)
 
     def stats(self, steps: int, steps_since: float | None = None) -> EngineStats:
@@ -346,7 +356,7 @@ class LLMEngine:
         used = self.blocks.num_used
         return EngineStats(
             blocks_total=self.blocks.num_blocks, blocks_used=used,
-            blocks_reserved=used - held - len({b for s in seqs for b in s.block_table}), blocks_held=held,
+            blocks_reserved=used - held - len({b for s in seqs for b in present(s.block_tables)}), blocks_held=held,
             waiting=len(self.scheduler.waiting), running=len(self.scheduler.running), held=len(self.prefilled),
             steps=steps, step_log=self.step_log.since(steps_since) if steps_since else [],
             blocks_cached=self.blocks.num_cached, computed_tokens=self.computed_tokens,

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import torch
 
+from services.common.kv_groups import KVGroups
 from services.common.kv_layout import KVLayout
 from services.common.model_config import ModelConfig
 from services.common.sampling import TokenLogprobs
 from services.engine.attention import AttentionMetadata
 from services.engine.device import keep_freed_memory
 from services.engine.kv_pool import KVPool
+from services.engine.kv_view import KVView, group_metadata, split_tables
 from services.engine.models import materialize
 from services.engine.models.linear import use_small_gemm
 from services.engine.sampler import Sampled, sample, token_logprobs
@@ -34,9 +36,11 @@ class PromptPositions:
 
 
 class ModelRunner:
-    def __init__(self, model_dir: str | Path, config: ModelConfig, layout: KVLayout, device: torch.device,
-                 pool_path: str | None = None) -> None:
+    def __init__(self, model_dir: str | Path, config: ModelConfig, layout: KVLayout, groups: KVGroups,
+                 device: torch.device, pool_path: str | None = None) -> None:
         self.config = config
+        self.groups = groups
+        self.placement = groups.placement(0, config.num_layers)
         self.device = device
         self.block_size = layout.block_size
         if device.type == "cpu":
@@ -48,41 +52,28 @@ class ModelRunner:
         self.model = model.eval()
         self.pool = KVPool(layout, device, pool_path)
 
-    def _metadata(self, batch: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+    def _inputs(self, batch: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, KVView]:
         ids: list[int] = []
         positions: list[int] = []
-        slot_blocks: list[int] = []
-        slot_offsets: list[int] = []
-        bs = self.block_size
         for it in batch.items:
-            seq, start = it.seq, it.seq.num_computed
-            ids.extend(seq.token_slice(start, start + it.num_new))
-            for pos in range(start, start + it.num_new):
-                positions.append(pos)
-                slot_blocks.append(seq.block_table[pos // bs])
-                slot_offsets.append(pos % bs)
+            start = it.seq.num_computed
+            ids.extend(it.seq.token_slice(start, start + it.num_new))
+            positions.extend(range(start, start + it.num_new))
+        metas = group_metadata([it.num_new for it in batch.items], [it.seq.num_computed for it in batch.items],
+                               [it.seq.block_tables for it in batch.items], [it.reach for it in batch.items],
+                               self.block_size, self.device)
         dev = self.device
-        meta = AttentionMetadata(
-            q_lens=[it.num_new for it in batch.items],
-            starts=[it.seq.num_computed for it in batch.items],
-            block_tables=[it.seq.block_table for it in batch.items],
-            slot_blocks=torch.tensor(slot_blocks, device=dev),
-            slot_offsets=torch.tensor(slot_offsets, device=dev),
-            reach=[it.reach for it in batch.items],
-        )
-        if batch.is_decode:
-            width = max(len(it.seq.block_table) for it in batch.items)
-            table = [it.seq.block_table + [0] * (width - len(it.seq.block_table)) for it in batch.items]
-            meta.decode_table = torch.tensor(table, device=dev)
-            meta.decode_lens = torch.tensor([it.seq.num_computed + 1 for it in batch.items], device=dev)
-        return torch.tensor(ids, device=dev), torch.tensor(positions, device=dev), meta
+        return torch.tensor(ids, device=dev), torch.tensor(positions, device=dev), self._view(metas)
+
+    def _view(self, metas: list[AttentionMetadata]) -> KVView:
+        return KVView(self.pool.tensor, metas, self.placement)
 
     @torch.inference_mode()
     def execute(self, batch: SchedulerOutput) -> Sampled:
         """Computes the batch's K/V and returns one sampled token per item that finished its prompt/step."""
-        input_ids, positions, meta = self._metadata(batch)
-        hidden = self.model(input_ids, positions, self.pool.tensor, meta)  # [T, hidden]
-        ends = torch.tensor(meta.q_lens, device=self.device).cumsum(0) - 1
+        input_ids, positions, kv = self._inputs(batch)
+        hidden = self.model(input_ids, positions, kv)  # [T, hidden]
+        ends = torch.tensor(kv.meta.q_lens, device=self.device).cumsum(0) - 1
         sampling = [i for i, it in enumerate(batch.items) if it.samples]
         sampled = sample(self.model.compute_logits(hidden[ends[sampling]]), [batch.items[i].seq for i in sampling],
                          self.config.eos_token_ids) if sampling else Sampled()
@@ -112,18 +103,17 @@ class ModelRunner:
         return {w.seq.request_id: [next(items) for _ in range(w.first, w.last)] for w in wanted}
 
     @torch.inference_mode()
-    def full_logits(self, input_ids: list[int], block_table: list[int]) -> torch.Tensor:
-        """All-position logits of one prompt through the paged path (a correctness check against references)."""
+    def full_logits(self, input_ids: list[int], blocks: list[int]) -> torch.Tensor:
+        """All-position logits of one prompt through the paged path (a correctness check against references);
+        `blocks`: the prompt's table of each layer group in turn."""
         n = len(input_ids)
-        bs = self.block_size
-        meta = AttentionMetadata([n], [0], [block_table],
-                                 torch.tensor([block_table[p // bs] for p in range(n)], device=self.device),
-                                 torch.arange(n, device=self.device) % bs)
-        hidden = self.model(torch.tensor(input_ids, device=self.device), torch.arange(n, device=self.device), self.pool.tensor, meta)
+        tables = split_tables(blocks, self.groups.count, n, self.block_size)
+        kv = self._view(group_metadata([n], [0], [tables], None, self.block_size, self.device))
+        hidden = self.model(torch.tensor(input_ids, device=self.device), torch.arange(n, device=self.device), kv)
         return self.model.compute_logits(hidden)
 
     def copy_block(self, src: int, dst: int) -> None:
-        """Copies one KV block (all layers): a choice's own copy of the block holding its shared prompt's end."""
+        """Copies one KV block (its group's layers): a choice's own copy of the block holding its shared prompt's end."""
         self.pool.tensor[dst].copy_(self.pool.tensor[src])
 
     def lost_rank(self) -> str | None:

@@ -15,6 +15,7 @@ from services.common import defaults
 from services.common.sampling import FinishReason, TokenLogprobs
 from services.engine.block_manager import BlockManager, CacheCounters
 from services.engine.finish import FinishRule
+from services.engine.kv_tables import KVTables
 from services.engine.sampler import Sampled
 from services.engine.sequence import SeqStatus, Sequence
 
@@ -70,8 +71,9 @@ class SchedulerConfig:
 class Scheduler:
     """Queues and blocks common to all policies; subclasses decide `schedule()`."""
 
-    def __init__(self, blocks: BlockManager, config: SchedulerConfig) -> None:
-        self.blocks = blocks
+    def __init__(self, kv: KVTables, config: SchedulerConfig) -> None:
+        self.kv = kv
+        self.blocks: BlockManager = kv.blocks
         self.config = config
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -96,28 +98,25 @@ class Scheduler:
 
     def _grow(self, seq: Sequence, num_tokens: int) -> bool:
         """Gives `seq` blocks for `num_tokens` tokens if the pool can; False if not."""
-        extra = self.blocks.blocks_for(num_tokens) - len(seq.block_table)
-        if extra <= 0:
-            return True
-        blocks = self.blocks.try_allocate(extra)
-        if blocks is None:
-            return False
-        seq.block_table.extend(blocks)
-        return True
+        if not seq.block_tables:
+            seq.block_tables = self.kv.empty()
+        return self.kv.grow(seq.block_tables, num_tokens)
 
     def free(self, seq: Sequence) -> None:
-        self.blocks.free(seq.block_table)
-        seq.block_table = []
+        if seq.block_tables:
+            self.kv.free(seq.block_tables)
+        seq.block_tables = []
         seq.num_registered = 0
 
     def _start_cached(self, seq: Sequence) -> None:
         """A sequence without blocks starts on the cached blocks of its longest cached prefix (at least its last
         token is computed, to sample from). Prompt logprobs ask for every position, so they skip the cache."""
-        if seq.block_table or not self.blocks.caching or seq.params.prompt_logprobs is not None:
+        if seq.block_tables or not self.blocks.caching or seq.params.prompt_logprobs is not None:
             return
         bs = self.blocks.block_size
-        seq.block_table = self.blocks.match(seq.hashes(bs, (seq.num_tokens - 1) // bs))
-        seq.num_registered = len(seq.block_table)
+        prefix = self.kv.match(seq.hashes(bs, (seq.num_tokens - 1) // bs))
+        seq.block_tables = prefix.tables if prefix.num_blocks else []
+        seq.num_registered = prefix.num_blocks
         seq.num_computed = seq.num_registered * bs
 
     def _drop_cached(self, seq: Sequence) -> None:
@@ -126,14 +125,15 @@ class Scheduler:
         seq.num_computed = 0
 
     def _register(self, seq: Sequence) -> None:
-        """Registers the blocks that its computed tokens filled since the last call."""
+        """Registers the blocks that its computed tokens filled since the last call, then lets go of those that
+        its sliding layers no longer read."""
         bs = self.blocks.block_size
-        full = min(seq.num_computed // bs, len(seq.block_table))
-        if not self.blocks.caching or not seq.cacheable or full <= seq.num_registered:
-            return
-        for i, h in enumerate(seq.hashes(bs, full)[seq.num_registered:], seq.num_registered):
-            self.blocks.register(seq.block_table[i], h)
-        seq.num_registered = full
+        full = min(seq.num_computed // bs, len(seq.block_tables[0]) if seq.block_tables else 0)
+        if self.blocks.caching and seq.cacheable and full > seq.num_registered:
+            self.kv.register(seq.block_tables, seq.hashes(bs, full), seq.num_registered)
+            seq.num_registered = full
+        if seq.block_tables:
+            self.kv.trim(seq.block_tables, seq.num_computed)
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -221,7 +221,7 @@ class Scheduler:
                     self.waiting.remove(seq)
                     seq.status = SeqStatus.FINISHED
                     seq.finish_reason = FinishReason.ABORT
-                    if seq.block_table:
+                    if seq.block_tables:
                         self.free(seq)
                 else:
                     self.finish(seq, FinishReason.ABORT)

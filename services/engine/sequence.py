@@ -24,7 +24,7 @@ class Sequence:
     prompt_ids: list[int]
     params: SamplingParams
     output_ids: list[int] = field(default_factory=list)
-    block_table: list[int] = field(default_factory=list)
+    block_tables: list[list[int]] = field(default_factory=list)  # per layer group (services/engine/kv_tables.py)
     num_computed: int = 0  # tokens whose K/V is in the cache
     status: SeqStatus = SeqStatus.WAITING
     finish_reason: FinishReason | None = None
@@ -33,7 +33,7 @@ class Sequence:
     forks: list[Sequence] = field(default_factory=list)  # choices that take this prompt's K/V once it is computed
     cache_namespace: str = ""  # prefix caching: blocks are shared only within one namespace (tenant, salt)
     block_hashes: list[int] = field(default_factory=list)  # content hashes of its first full blocks, as computed
-    num_registered: int = 0  # leading blocks of block_table registered in (or found in) the prefix cache
+    num_registered: int = 0  # leading blocks of its tables registered in (or found in) the prefix cache
     cacheable: bool = True  # False: its K/V came under a handle whose hashes are not its prompt's; none is registered
     num_cached: int = 0  # prompt tokens whose K/V was found in the prefix cache at admission
     grammar: GrammarState | None = None  # structured output: its matcher, in step with output_ids

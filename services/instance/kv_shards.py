@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from distserve.v1 import kv_pb2
 from services.common.auth import instance_principal
+from services.common.kv_groups import KVGroups
 from services.common.kv_layout import KVLayout
 from services.engine.async_engine import AsyncEngine
 from services.engine.parallel.pools import RankPool, rank_pools
@@ -26,7 +27,7 @@ class PoolShard:
     pool_id: str
     layers: Span
     kv_heads: Span
-    layout: KVLayout  # the pool's own: layout.num_layers == layers.count, layout.num_kv_heads == kv_heads.count
+    layout: KVLayout  # the pool's own: its layer slots (services/common/kv_groups.py), kv_heads.count heads
 
 
 def rank_pool_id(instance_id: str, rank: int) -> str:
@@ -137,11 +138,14 @@ def site_pulls(handle: kv_pb2.KVHandle, copies: list[RangeCopy], kv: KVXferClien
         [SitePull(kv, source, [], 1) for source in unread.values()]
 
 
-def shards_from_handle(handle: kv_pb2.KVHandle) -> list[PoolShard]:
-    """The source pools of a handle: its shards, or the instance's one pool holding every layer and head."""
+def shards_from_handle(handle: kv_pb2.KVHandle, groups: KVGroups | None = None) -> list[PoolShard]:
+    """The source pools of a handle: its shards, or the instance's one pool holding every layer and head; with the
+    model's layer `groups` (None: one group, a block holding every layer of a pool)."""
     full = layout_from_pb(handle.layout)
     if not handle.shards:
-        return [PoolShard(handle.instance_id, Span(0, full.num_layers), Span(0, full.num_kv_heads), full)]
+        layers = groups.num_layers if groups else full.num_layers
+        return [PoolShard(handle.instance_id, Span(0, layers), Span(0, full.num_kv_heads), full)]
     return [PoolShard(s.pool_id, Span(s.layer_start, s.num_layers), Span(s.kv_head_start, s.num_kv_heads),
-                      KVLayout(full.num_blocks, s.num_layers, full.block_size, s.num_kv_heads, full.head_dim, full.dtype))
+                      KVLayout(full.num_blocks, groups.slots(s.layer_start, s.layer_start + s.num_layers) if groups
+                               else s.num_layers, full.block_size, s.num_kv_heads, full.head_dim, full.dtype))
             for s in handle.shards]

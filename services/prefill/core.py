@@ -141,25 +141,29 @@ class PrefillCore:
         usable = params.prompt_logprobs is None and not self.shards and not prefix.shards \
             and prefix.layout.block_size == bs
         # the prefill computes at least the prompt's last token: never the block holding it
-        full = min(prefix.num_tokens // bs, len(prefix.block_ids), (len(prompt_ids) - 1) // bs) if usable else 0
+        full = min(prefix.num_tokens // bs, (len(prompt_ids) - 1) // bs) if usable else 0
         carried = from_wire(prefix.block_hashes[:full])
         if not engine.vouched(prompt_ids, cache_namespace, carried):
             log.warning("a leased prefix's hashes are not the prompt's: computing it here")
             carried = []
         full = len(carried)
         own = engine.hold_cached(prompt_ids, cache_namespace, full * bs)
-        dst = (self.engine.try_reserve((full - len(own)) * bs) or []) if len(own) < full else []
-        copies = [RangeCopy.of_blocks(prefix.instance_id, self.instance_id, prefix.block_ids[len(own):full], dst,
-                                      engine.layout.block_bytes)] if dst else []
+        # the lease's blocks this pool lacks; none where a sliding layer would need blocks before the lease's window
+        wanted = (engine.groups.missing(full * bs, own.num_blocks, prefix.num_tokens) or []) if own.num_blocks < full else []
+        dst = (self.engine.try_reserve(len(wanted)) or []) if wanted else []
+        copies = [RangeCopy.of_blocks(prefix.instance_id, self.instance_id, [prefix.block_ids[i] for _, i in wanted],
+                                      dst, engine.layout.block_bytes)] if dst else []
         try:
             await self.kv.pull_ranges(prefix, copies, timeout_s=self.pull_timeout_s)
         except asyncio.CancelledError:
-            self.engine.free_blocks(own)  # the copy never writes these
+            self.engine.free_blocks(own.held())  # the copy never writes these
             free_after_copy(self.engine, dst)
             raise
         except PullFailed as exc:
             log.warning("could not pull a leased prefix (computing it here): %s", exc)
             self.engine.free_blocks(dst)
-            return own, 0
-        engine.cache_prefix(own + dst, carried)
-        return own + dst, len(dst)
+            return own.held(), 0
+        if dst:
+            tokens = full * bs
+            engine.cache_prefix(engine.groups.tables(engine.groups.fill(own.tables, dst, tokens), tokens), carried)
+        return own.held() + dst, len(dst)

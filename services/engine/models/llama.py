@@ -11,6 +11,7 @@ from torch import nn
 from services.common.model_config import ModelConfig
 from services.engine.attention import AttentionMetadata, AttentionSpec, paged_attention
 from services.engine.cpu import glue
+from services.engine.kv_view import KVView
 from services.engine.models.linear import Linear
 from services.engine.models.packed import PackedLinear
 from services.engine.models.rope import apply_rotary, rope_tables
@@ -117,19 +118,19 @@ class LlamaForCausalLM(nn.Module):
         if self.config.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """input_ids, positions: [T]; kv_pool: [N, layers, 2, KVH, bs, D] → hidden states [T, hidden]."""
-        return self.final_norm(self.run_layers(self.embed(input_ids, positions), positions, kv_pool, meta))
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: KVView) -> torch.Tensor:
+        """input_ids, positions: [T] → hidden states [T, hidden]."""
+        return self.final_norm(self.run_layers(self.embed(input_ids, positions), positions, kv))
 
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids)  # [T, hidden]
 
-    def run_layers(self, x: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def run_layers(self, x: torch.Tensor, positions: torch.Tensor, kv: KVView) -> torch.Tensor:
         """The decoder layers this model holds (a pipeline stage holds some): x [T, hidden] → [T, hidden]."""
-        rotary = {kind: tuple(t.to(x.dtype) for t in table.cos_sin(positions, meta))  # as transformers casts
+        rotary = {kind: tuple(t.to(x.dtype) for t in table.cos_sin(positions, kv.meta))  # as transformers casts
                   for kind, table in self.rope.items()}
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, *rotary[self.config.layer_type(i)], kv_pool[:, i], meta)
+            x = layer(x, *rotary[self.config.layer_type(i)], *kv.layer(i))
         return x
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ from torch import nn
 
 from services.common.model_config import ModelConfig
 from services.engine.attention import AttentionMetadata, AttentionSpec, paged_attention
+from services.engine.kv_view import KVView
 from services.engine.models.linear import Linear
 from services.engine.models.packed import PackedLinear
 
@@ -72,18 +73,18 @@ class OPTForCausalLM(nn.Module):
         """OPT always shares the embedding with the head (again after `to_empty`, which unties)."""
         self.lm_head.weight = self.model.decoder.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """input_ids, positions: [T]; kv_pool: [N, layers, 2, KVH, bs, D] → hidden states [T, hidden]."""
-        return self.final_norm(self.run_layers(self.embed(input_ids, positions), positions, kv_pool, meta))
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: KVView) -> torch.Tensor:
+        """input_ids, positions: [T] → hidden states [T, hidden]."""
+        return self.final_norm(self.run_layers(self.embed(input_ids, positions), positions, kv))
 
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         decoder = self.model.decoder
         return decoder.embed_tokens(input_ids) + decoder.embed_positions(positions + POSITION_OFFSET)  # [T, hidden]
 
-    def run_layers(self, x: torch.Tensor, positions: torch.Tensor, kv_pool: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def run_layers(self, x: torch.Tensor, positions: torch.Tensor, kv: KVView) -> torch.Tensor:
         """The decoder layers this model holds (a pipeline stage holds some): x [T, hidden] → [T, hidden]."""
         for i, layer in enumerate(self.model.decoder.layers):
-            x = layer(x, kv_pool[:, i], meta)
+            x = layer(x, *kv.layer(i))
         return x
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:

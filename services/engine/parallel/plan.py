@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from services.engine.attention import AttentionMetadata
+from services.engine.kv_view import group_metadata
 from services.engine.scheduler import ScheduledSeq, SchedulerOutput
 
 
@@ -21,7 +22,7 @@ class MicroPlan:
     token_ids: list[int]            # [T] the new tokens of every sequence, in order
     q_lens: list[int]               # [B] new tokens per sequence
     starts: list[int]               # [B] tokens already cached per sequence
-    block_tables: list[list[int]]   # [B][blocks] each sequence's blocks
+    block_tables: list[list[list[int]]]  # [B][group][blocks] each sequence's blocks
     samples: list[bool]             # [B] whether its last new token's logits are wanted
     reach: list[int]                # [B] the longer of its prompt and its tokens after this step
 
@@ -32,7 +33,7 @@ class MicroPlan:
             start = it.seq.num_computed
             ids.extend(it.seq.token_slice(start, start + it.num_new))
         return cls(ids, [it.num_new for it in items], [it.seq.num_computed for it in items],
-                   [list(it.seq.block_table) for it in items], [it.samples for it in items],
+                   [[list(t) for t in it.seq.block_tables] for it in items], [it.samples for it in items],
                    [it.reach for it in items])
 
     @property
@@ -54,22 +55,11 @@ class MicroPlan:
                 rows.append(ends - 1)
         return rows
 
-    def tensors(self, block_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-        """input_ids [T], positions [T] and the attention metadata of this micro-batch."""
-        positions: list[int] = []
-        slot_blocks: list[int] = []
-        for n, start, table in zip(self.q_lens, self.starts, self.block_tables):
-            for pos in range(start, start + n):
-                positions.append(pos)
-                slot_blocks.append(table[pos // block_size])
-        pos_t = torch.tensor(positions, device=device)
-        meta = AttentionMetadata(list(self.q_lens), list(self.starts), self.block_tables,
-                                 torch.tensor(slot_blocks, device=device), pos_t % block_size, reach=self.reach)
-        if self.is_decode:
-            width = max(len(t) for t in self.block_tables)
-            meta.decode_table = torch.tensor([t + [0] * (width - len(t)) for t in self.block_tables], device=device)
-            meta.decode_lens = torch.tensor([s + 1 for s in self.starts], device=device)
-        return torch.tensor(self.token_ids, device=device), pos_t, meta
+    def tensors(self, block_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, list[AttentionMetadata]]:
+        """input_ids [T], positions [T] and the attention metadata of each layer group for this micro-batch."""
+        positions = [pos for n, start in zip(self.q_lens, self.starts) for pos in range(start, start + n)]
+        metas = group_metadata(self.q_lens, self.starts, self.block_tables, self.reach, block_size, device)
+        return torch.tensor(self.token_ids, device=device), torch.tensor(positions, device=device), metas
 
 
 @dataclass(slots=True)

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import torch
 
+from services.common.kv_groups import KVGroups
 from services.common.kv_layout import KVLayout
 from services.common.model_config import ModelConfig
 from services.engine.kv_pool import DTYPES, KVPool
+from services.engine.kv_view import KVView
 from services.engine.parallel.comm import Groups
 from services.engine.parallel.layers import build_rank_model
 from services.engine.parallel.plan import StepPlan
@@ -38,8 +40,10 @@ class RankSpec:
 
 
 def rank_layout(config: ModelConfig, shard: Shard, num_blocks: int, block_size: int, dtype: str) -> KVLayout:
-    """The layout of a rank's pool: the instance's blocks, its stage's layers, its KV heads."""
-    return KVLayout(num_blocks, shard.layers.count, block_size, shard.kv_heads.count, config.head_dim, dtype)
+    """The layout of a rank's pool: the instance's blocks, slots for its stage's layers of each group, its KV
+    heads."""
+    slots = KVGroups.of_model(config, block_size).slots(shard.layers.start, shard.layers.stop)
+    return KVLayout(num_blocks, slots, block_size, shard.kv_heads.count, config.head_dim, dtype)
 
 
 class RankRunner:
@@ -50,6 +54,7 @@ class RankRunner:
         self.model = build_rank_model(Path(spec.model_dir), config, shard, device, self.dtype, groups.tp)
         self.layout = rank_layout(config, shard, spec.num_blocks, spec.block_size, spec.dtype)
         self.pool = KVPool(self.layout, device, spec.pool_path)
+        self.placement = KVGroups.of_model(config, spec.block_size).placement(shard.layers.start, shard.layers.stop)
 
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> torch.Tensor | None:
@@ -57,13 +62,13 @@ class RankRunner:
         s, data = self.shard, self.groups.data
         outs: list[torch.Tensor] = []
         for i, mb in enumerate(plan.micro):
-            ids, positions, meta = mb.tensors(self.block_size, self.device)
+            ids, positions, metas = mb.tensors(self.block_size, self.device)
             if s.first_stage:
                 x = self.model.embed(ids, positions)  # [T, hidden]
             else:
                 x = torch.empty(mb.num_tokens, self.config.hidden_size, dtype=self.dtype, device=self.device)
                 data.recv(x, s.rank_of(s.tp_rank, s.pp_rank - 1), i)
-            x = self.model.run_layers(x, positions, self.pool.tensor, meta)
+            x = self.model.run_layers(x, positions, KVView(self.pool.tensor, metas, self.placement))
             if not s.last_stage:
                 data.send(x, s.rank_of(s.tp_rank, s.pp_rank + 1), i)
             elif s.tp_rank == 0:

@@ -15,7 +15,9 @@ import torch.distributed as dist
 
 from services.common.cuda_ipc import CudaIpcHandle
 from services.common.devices import cpu_cores
+from services.common.kv_groups import KVGroups
 from services.common.model_config import ModelConfig
+from services.engine.kv_view import split_tables
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
 from services.engine.parallel.plan import MicroPlan, StepPlan
 from services.engine.parallel.procs import (
@@ -126,10 +128,12 @@ class ParallelRunner:
         sampling = [it.seq for it in batch.items if it.samples]
         return sample(logits, sampling, self.config.eos_token_ids) if sampling else Sampled()
 
-    def full_logits(self, input_ids: list[int], block_table: list[int]) -> torch.Tensor:
-        """All-position logits [T, V] of one prompt through every rank's paged path (a correctness check)."""
+    def full_logits(self, input_ids: list[int], blocks: list[int]) -> torch.Tensor:
+        """All-position logits [T, V] of one prompt through every rank's paged path (a correctness check);
+        `blocks`: the prompt's table of each layer group in turn."""
         n = len(input_ids)
-        plan = StepPlan([MicroPlan(list(input_ids), [n], [0], [list(block_table)], [True], [n])], all_logits=True)
+        tables = split_tables(blocks, KVGroups.of_model(self.config, self.block_size).count, n, self.block_size)
+        plan = StepPlan([MicroPlan(list(input_ids), [n], [0], [tables], [True], [n])], all_logits=True)
         return self._run(plan)
 
     def close(self) -> None:

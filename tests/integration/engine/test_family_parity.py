@@ -130,9 +130,13 @@ def test_moe_on_ranks_equals_transformers(preset: str, policy: str, tp: int, pp:
 
 @pytest.mark.long  # some 30 s: rank processes start
 @pytest.mark.timeout(240)
-def test_gemma2_with_tp2_equals_transformers(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """TP 2 (gloo rank processes, one KV head each), chunked, of the sliding-window family with the most parts."""
-    _assert_ranks_equal_transformers(str(make_model("tiny-gemma2", tmp_path_factory.mktemp("tp2"))), "chunked", 8)
+@pytest.mark.parametrize(("preset", "tp", "pp"), [("tiny-gemma2", 2, 1), ("tiny-gemma3", 1, 2)])
+def test_sliding_window_families_on_ranks_equal_transformers(preset: str, tp: int, pp: int,
+                                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Chunked, on rank processes: Gemma 2 with TP 2 (gloo, one KV head each), the sliding-window family with the
+    most parts; Gemma 3 with PP 2, whose stages hold different layers of its layer groups (a sliding and the full
+    layer, then a sliding one: each stage's pool has its own slots of the groups' blocks)."""
+    _assert_ranks_equal_transformers(str(make_model(preset, tmp_path_factory.mktemp(preset))), "chunked", 8, tp, pp)
 
 
 @pytest.mark.parametrize("preset", list(FAMILY_PRESETS))
@@ -141,10 +145,10 @@ def test_bf16_logits_equal_transformers_in_bf16(preset: str, tmp_path) -> None:
     the prompt's logits equal transformers' in bf16 (measured: bit for bit), well inside bf16's usual 1e-2."""
     folder = str(make_model(preset, tmp_path, overrides={"torch_dtype": "bfloat16"}))
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
-    engine = LLMEngine(EngineConfig(folder, num_blocks=32, block_size=4))
+    engine = LLMEngine(EngineConfig(folder, num_blocks=64, block_size=4))
     try:
         assert engine.layout.dtype == "bfloat16"
-        ours = engine.runner.full_logits(LONG, list(range(engine.blocks.blocks_for(len(LONG))))).float()
+        ours = engine.runner.full_logits(LONG, list(range(engine.groups.count * engine.blocks.blocks_for(len(LONG))))).float()
     finally:
         engine.close()
     with torch.no_grad():
@@ -165,9 +169,9 @@ def test_gemma3_multimodal_checkpoint_serves_its_language_model(tmp_path) -> Non
         transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4)).eval()
     model.save_pretrained(tmp_path)
     write_tokenizer(tmp_path, text["vocab_size"])
-    engine = LLMEngine(EngineConfig(str(tmp_path), num_blocks=32, block_size=4))
+    engine = LLMEngine(EngineConfig(str(tmp_path), num_blocks=64, block_size=4))
     try:
-        ours = engine.runner.full_logits(LONG, list(range(engine.blocks.blocks_for(len(LONG)))))
+        ours = engine.runner.full_logits(LONG, list(range(engine.groups.count * engine.blocks.blocks_for(len(LONG)))))
     finally:
         engine.close()
     with torch.no_grad():

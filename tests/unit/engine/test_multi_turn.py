@@ -22,12 +22,14 @@ def disagg_turn(prefill: LLMEngine, decode: LLMEngine, rid: str, prompt: list[in
     prefill.add_request(rid, prompt, replace(PARAMS))
     [out] = prefill.step()
     tokens, logprobs = list(out.new_token_ids), [lp.logprob for lp in out.logprobs]
-    cached = decode.hold_cached(prompt, namespace, len(prompt))
-    rest = decode.reserve_blocks(len(prompt) - len(cached) * 4)
+    n = len(prompt)
+    cached = decode.hold_cached(prompt, namespace, n, keep_tokens=n)
+    wanted = decode.groups.missing(n, cached.num_blocks, n)
+    rest = decode.blocks.allocate(len(wanted))
     held = prefill.prefilled[rid].block_ids
-    decode.runner.pool.tensor[rest] = prefill.runner.pool.tensor[held[len(cached):]]
-    decode.add_prefilled(rid, prompt, out.new_token_ids[0], replace(PARAMS), cached + rest, namespace,
-                         out.block_hashes)
+    decode.runner.pool.tensor[rest] = prefill.runner.pool.tensor[[held[i] for _, i in wanted]]
+    decode.add_prefilled(rid, prompt, out.new_token_ids[0], replace(PARAMS), decode.groups.fill(cached.tables, rest, n),
+                         namespace, out.block_hashes)
     prefill.release_prefilled(rid)
     while decode.has_work():
         for out in decode.step():
@@ -62,17 +64,20 @@ def test_blocks_pulled_into_a_prefill_and_cached_there_spare_their_computation(m
     first, _, _ = disagg_turn(*engines, "t1", SYSTEM)
     turn2 = SYSTEM + first + [11, 12, 13, 14, 15]
     leased = decode.hold_cached(turn2, "", len(turn2) - 1)
-    own = prefill.hold_cached(turn2, "", len(leased) * 4)
-    assert (len(leased), len(own)) == (11, 9)
-    pulled = prefill.reserve_blocks(len(leased[len(own):]) * 4)
-    prefill.runner.pool.tensor[pulled] = decode.runner.pool.tensor[leased[len(own):]]
-    carried = block_hashes(turn2, 4, "", len(leased))  # what the decode's lease carries
+    own = prefill.hold_cached(turn2, "", leased.num_blocks * 4)
+    assert (leased.num_blocks, own.num_blocks) == (11, 9)
+    tokens = leased.num_blocks * 4
+    wanted = prefill.groups.missing(tokens, own.num_blocks, tokens)
+    pulled = prefill.blocks.allocate(len(wanted))
+    lease = decode.groups.flat(leased.tables, tokens)
+    prefill.runner.pool.tensor[pulled] = decode.runner.pool.tensor[[lease[i] for _, i in wanted]]
+    carried = block_hashes(turn2, 4, "", leased.num_blocks)  # what the decode's lease carries
     assert prefill.vouched(turn2, "", carried)
-    prefill.cache_prefix(own + pulled, carried)
-    decode.free_blocks(leased)
+    prefill.cache_prefix(prefill.groups.tables(prefill.groups.fill(own.tables, pulled, tokens), tokens), carried)
+    decode.free_blocks(leased.held())
     prefill.add_request("t2", turn2, replace(PARAMS))
     [out] = prefill.step()
-    prefill.free_blocks(own + pulled)
+    prefill.free_blocks(own.held() + pulled)
     assert prefill.last_step.tokens == len(turn2) - 11 * 4 and out.num_cached_tokens == 11 * 4
     cold = make_engine(policy="prefill", num_blocks=64, block_size=4, prefix_caching="off")
     cold.add_request("t2", turn2, replace(PARAMS))

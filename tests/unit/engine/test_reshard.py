@@ -7,8 +7,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from services.common.kv_groups import KVGroups
 from services.common.kv_layout import KVLayout
-from services.common.model_config import ModelConfig
+from services.common.model_config import FULL, SLIDING, ModelConfig
 from services.decode.reshard import reshard_copies
 from services.engine.parallel.shard import shard_for
 from services.engine.presets import PRESETS
@@ -64,3 +65,52 @@ def test_same_layout_copies_whole_runs_of_blocks() -> None:
     copies = reshard_copies(src, [0, 1, 2, 7], dst, [4, 5, 6, 9])
     block = src[0].layout.block_bytes
     assert [c.length.tolist() for c in copies] == [[3 * block, block]] * 2
+
+
+SLIDING_MODEL = replace(MODELS["mha"], num_layers=5, layer_types=(SLIDING, FULL, SLIDING, FULL, SLIDING),
+                        sliding_window=8)
+
+
+@pytest.mark.parametrize("src_layout", LAYOUTS, ids=lambda t: f"src-tp{t[0]}pp{t[1]}")
+@pytest.mark.parametrize("dst_layout", LAYOUTS, ids=lambda t: f"dst-tp{t[0]}pp{t[1]}")
+def test_layer_groups_reshard_each_layer_from_its_groups_blocks(src_layout, dst_layout) -> None:
+    """Full layers (1, 3) in one group, sliding ones in two ((0, 2), (4,)): a block holds 2 slots of one group, and
+    each group's pulled blocks carry only its layers, into the destination's slots of them."""
+    config = SLIDING_MODEL
+    groups = KVGroups.of_model(config, BS)
+    assert [g.layers for g in groups.groups] == [(1, 3), (0, 2), (4,)]
+
+    def pools(tp: int, pp: int, name: str) -> list[PoolShard]:
+        shards = [shard_for(config, tp, pp, r) for r in range(tp * pp)]
+        return [PoolShard(f"{name}{s.rank}", s.layers, s.kv_heads,
+                          KVLayout(BLOCKS, groups.slots(s.layers.start, s.layers.stop), BS, s.kv_heads.count, D))
+                for s in shards]
+
+    src, dst = pools(*src_layout, "p"), pools(*dst_layout, "d")
+    pairs = [(0, 3, 7), (0, 4, 8), (1, 5, 2), (2, 9, 3), (2, 0, 11)]  # (group, source block, destination block)
+    rng = np.random.default_rng(1)
+    kv = {(layer, s): rng.standard_normal((2, config.num_kv_heads, BS, D)).astype(np.float32)
+          for g, s, _ in pairs for layer in groups.groups[g].layers}  # each layer's K/V in its group's blocks
+
+    def array(p: PoolShard) -> np.ndarray:
+        return np.zeros((BLOCKS, p.layout.num_layers, 2, p.kv_heads.count, BS, D), np.float32)
+
+    src_data, dst_data = {p.pool_id: array(p) for p in src}, {p.pool_id: array(p) for p in dst}
+    for p in src:
+        for i, (g, slot) in enumerate(groups.placement(p.layers.start, p.layers.stop)):
+            for group, s, _ in pairs:
+                if group == g:
+                    src_data[p.pool_id][s, slot] = kv[(p.layers.start + i, s)][:, p.kv_heads.start:p.kv_heads.stop]
+    copies = reshard_copies(src, [s for _, s, _ in pairs], dst, [d for _, _, d in pairs], groups,
+                            [g for g, _, _ in pairs])
+    for c in copies:
+        s, d = src_data[c.src_pool].reshape(-1).view(np.uint8), dst_data[c.dst_pool].reshape(-1).view(np.uint8)
+        for so, do, n in zip(c.src, c.dst, c.length):
+            d[do:do + n] = s[so:so + n]
+    for p in dst:
+        want = array(p)
+        for i, (g, slot) in enumerate(groups.placement(p.layers.start, p.layers.stop)):
+            for group, s, d in pairs:
+                if group == g:
+                    want[d, slot] = kv[(p.layers.start + i, s)][:, p.kv_heads.start:p.kv_heads.stop]
+        assert np.array_equal(dst_data[p.pool_id], want), p.pool_id
