@@ -109,10 +109,11 @@ def plan_request(args: argparse.Namespace) -> PlanRequest:
 
 
 def format_table(plan: dict) -> str:
-    rows = [f"{'phase':8} {'tp':>3} {'pp':>3} {'replicas':>8} {'goodput/inst':>13}"]
+    rows = [f"{'phase':8} {'tp':>3} {'pp':>3} {'ep':>3} {'replicas':>8} {'goodput/inst':>13} {'weights/GPU':>12}"]
     for phase in ("prefill", "decode"):
         p = plan[phase]
-        rows.append(f"{phase:8} {p['tp']:>3} {p['pp']:>3} {p['replicas']:>8} {p['goodput']:>9.2f} r/s")
+        rows.append(f"{phase:8} {p['tp']:>3} {p['pp']:>3} {p['ep']:>3} {p['replicas']:>8} {p['goodput']:>9.2f} r/s"
+                    f" {p['weights_gb_per_gpu']:>9.1f} GB")
     rows += ["", f"algorithm {plan['algorithm']}; {plan['num_gpus']} GPUs; goodput {plan['goodput']:.2f} req/s = "
                  f"{plan['goodput_per_gpu']:.3f} req/s per GPU (phase estimate {plan['estimated_goodput_per_gpu']:.3f}); "
                  f"search {plan['search_seconds']:.1f} s"]

@@ -53,7 +53,13 @@ class Actuation:
 
 
 def specs_of(placement: Placement) -> list[InstanceSpec]:
+    """The instances to launch; ValueError for a layout the engine cannot run: experts spread over more GPUs than
+    its tensor-parallel ranks (the engine's EP is its TP)."""
     par = {"prefill": placement.prefill, "decode": placement.decode}
+    for role, layout in par.items():
+        if layout.width > layout.tp:
+            raise ValueError(f"placement: {role} EP {layout.ep} over TP {layout.tp} cannot be launched (the engine's "
+                             "expert parallelism equals its tensor parallelism)")
     return [InstanceSpec(inst.role, par[inst.role].tp, par[inst.role].pp, inst.stages) for inst in placement.instances]
 
 

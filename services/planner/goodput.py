@@ -14,7 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from services.common.slo import SLO
-from services.common.step_model.latency import LatencyModel
+from services.common.step_model.latency import LatencyModel, TPCoefficients
 from services.planner.placement import Cluster, Parallel, Placement
 from services.planner.simulator import simulate, simulate_decode, simulate_prefill
 from services.planner.workload import Workload, unit_arrivals
@@ -59,21 +59,25 @@ class Scenario:
     def fits(self, par: Parallel) -> bool:
         """The weights fit and the longest request's KV fits in one instance of `par`."""
         prompts, outputs, _ = self.pool
-        return self.model.kv_capacity(par.tp, par.pp) >= self.model.shape.kv_tokens(int((prompts + outputs).max()))
+        return self.model.kv_capacity(par.tp, par.pp, par.ep) >= self.model.shape.kv_tokens(int((prompts + outputs).max()))
 
-    def lm(self, tp: int) -> int:
-        return self.max_batch_tokens or self.model.at(tp).saturation_tokens()
+    def coeffs(self, par: Parallel, stages: bool = True) -> TPCoefficients:
+        """The latency model at `par` on this cluster (`stages`: with its pipeline's hand-offs)."""
+        return self.model.at(par.tp, par.pp if stages else 1, par.ep, self.cluster.fabric)
+
+    def lm(self, par: Parallel) -> int:
+        return self.max_batch_tokens or self.coeffs(par, stages=False).saturation_tokens()
 
     def prefill_attainment(self, par: Parallel, rate: float) -> float:
         prompts, _, arrivals, cached = self.requests(rate)
-        ttft = simulate_prefill(self.model.at(par.tp, par.pp), par.pp, self.lm(par.tp), prompts, arrivals, cached)
+        ttft = simulate_prefill(self.coeffs(par), par.pp, self.lm(par), prompts, arrivals, cached)
         return float(np.mean(ttft <= self.slo.ttft))
 
     def decode_attainment(self, par: Parallel, rate: float) -> float:
         prompts, outputs, arrivals, _ = self.requests(rate)
-        capacity = self.model.kv_capacity(par.tp, par.pp)
+        capacity = self.model.kv_capacity(par.tp, par.pp, par.ep)
         misses = int((1 - self.slo.attainment) * len(prompts))  # beyond this the target is lost: stop early
-        tpot = simulate_decode(self.model.at(par.tp, par.pp), par.pp, capacity, prompts, outputs, arrivals,
+        tpot = simulate_decode(self.coeffs(par), par.pp, capacity, prompts, outputs, arrivals,
                                self.slo.tpot, misses, self.model.shape.kv_tokens)
         return float(np.mean(tpot <= self.slo.tpot))
 

@@ -1,4 +1,5 @@
-"""Shipped coefficient sets (the DistServe authors' A100-80GB fits) and resolution of a `hardware` argument."""
+"""Shipped coefficient sets (the DistServe authors' A100-80GB fits, scaled to mixture-of-experts models) and
+resolution of a `hardware` argument."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from pathlib import Path
 
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs
 from services.common.step_model.latency import LatencyModel, TPCoefficients
+from services.common.step_model.moe_scaling import moe_from_dense
 from services.common.step_model.shape import ModelShape
+from services.planner.shapes import PRESETS
 
 DATA = Path(__file__).parent / "data"
 SHIPPED = {"a100-80gb": ("a100-80gb.json", "a100-80gb-kv-tokens.csv", 80.0)}
+MOE_BASE = "opt-66b"  # the shipped fit a mixture-of-experts model is scaled from: the largest measured one
 
 
 def _coeffs(entry: dict) -> TPCoefficients:
@@ -40,7 +44,10 @@ def _table(name: str) -> tuple[dict, dict]:
 
 
 def shipped_model(name: str, shape: ModelShape) -> LatencyModel:
-    """A shipped set for a paper model (`opt-13b`, `opt-66b`, `opt-175b`)."""
+    """A shipped set for a paper model (`opt-13b`, `opt-66b`, `opt-175b`); for a mixture-of-experts model, the
+    `MOE_BASE` set scaled to it (`services.common.step_model.moe_scaling`)."""
+    if shape.experts:
+        return moe_from_dense(shipped_model(name, PRESETS[MOE_BASE]), shape)
     coeffs, kv = _table(name)
     key = f"facebook/{shape.name}"
     if key not in coeffs:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.common.step_model.experts import Fabric
+
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
@@ -17,15 +19,28 @@ class Cluster:
     def num_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    @property
+    def fabric(self) -> Fabric:
+        """The links an expert-parallel all-to-all crosses."""
+        return Fabric(self.gpus_per_node, self.intra_node_gbps, self.inter_node_gbps)
+
 
 @dataclass(frozen=True, slots=True)
 class Parallel:
+    """An instance's layout: pp pipeline stages of `width` GPUs; attention and dense layers tensor-parallel over tp
+    (width / tp replicas of them), a mixture-of-experts model's experts split over the width, whole with ep > 1."""
+
     tp: int = 1
     pp: int = 1
+    ep: int = 1  # expert parallelism: 1, or a multiple of tp (the GPUs of a stage that split the experts whole)
+
+    @property
+    def width(self) -> int:
+        return max(self.tp, self.ep)
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        return self.width * self.pp
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +53,7 @@ class Stage:
 class Instance:
     role: str  # "prefill" | "decode"
     index: int
-    stages: tuple[Stage, ...]
+    stages: tuple[Stage, ...]  # per pipeline stage its node's GPUs; a stage wider than a node: one per node
 
     @property
     def nodes(self) -> tuple[int, ...]:
@@ -62,10 +77,20 @@ class Placement:
 
 
 class _Free:
-    """Free GPU ids per node; a stage takes `tp` GPUs of one node."""
+    """Free GPU ids per node; a stage takes `tp` GPUs of one node, or whole free nodes when wider than one."""
 
     def __init__(self, cluster: Cluster) -> None:
+        self.per_node = cluster.gpus_per_node
         self.free = [list(range(cluster.gpus_per_node)) for _ in range(cluster.nodes)]
+
+    def take_wide(self, width: int) -> tuple[Stage, ...]:
+        """A stage of `width` GPUs: within a node where it fits one, else width / gpus_per_node whole nodes."""
+        if width <= self.per_node:
+            return (self.take(width),)
+        whole = [n for n, gpus in enumerate(self.free) if len(gpus) == self.per_node][:width // self.per_node]
+        if width % self.per_node or len(whole) < width // self.per_node:
+            raise ValueError(f"cluster: no {width // self.per_node} free nodes for a stage of {width} GPUs")
+        return tuple(self.take(self.per_node, n) for n in whole)
 
     def take(self, tp: int, node: int | None = None) -> Stage:
         candidates = [node] if node is not None else range(len(self.free))
@@ -80,7 +105,7 @@ def pack(cluster: Cluster, prefill: Parallel, n_prefill: int, decode: Parallel, 
     """High node-affinity placement: each stage first-fit on any node (stages of an instance may span nodes)."""
     free = _Free(cluster)
     instances = [
-        Instance(role, i, tuple(free.take(par.tp) for _ in range(par.pp)))
+        Instance(role, i, tuple(stage for _ in range(par.pp) for stage in free.take_wide(par.width)))
         for role, par, count in (("prefill", prefill, n_prefill), ("decode", decode, n_decode))
         for i in range(count)
     ]
@@ -100,8 +125,9 @@ def pack_units(cluster: Cluster, prefill: Parallel, decode: Parallel, cross: int
             node = next((n for n, g in enumerate(free.free) if len(g) >= seg), None)
             if node is None:
                 raise ValueError(f"cluster: no node has {seg} free GPUs for a segment")
-            p_stages += [free.take(prefill.tp, node) for _ in range(prefill.pp)]
-            d_stages += [free.take(decode.tp, node) for _ in range(decode.pp)]
+            p_stages += [free.take(prefill.width, node) for _ in range(prefill.pp)]
+            d_stages += [free.take(decode.width, node) for _ in range(decode.pp)]
         instances += [Instance("prefill", u, tuple(p_stages)), Instance("decode", u, tuple(d_stages))]
-    full_p, full_d = Parallel(prefill.tp, prefill.pp * cross), Parallel(decode.tp, decode.pp * cross)
+    full_p = Parallel(prefill.tp, prefill.pp * cross, prefill.ep)
+    full_d = Parallel(decode.tp, decode.pp * cross, decode.ep)
     return Placement(full_p, full_d, units, units, tuple(instances))

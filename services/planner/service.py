@@ -66,12 +66,21 @@ def placement_dict(placement: Placement) -> list[dict]:
             for inst in placement.instances]
 
 
+def memory_dict(scn: Scenario, par: Parallel) -> dict:
+    """What one GPU of an instance of `par` holds: its weights, and the KV cache the rest leaves room for."""
+    model = scn.model
+    return {"gpus_per_instance": par.gpus, "weights_gb_per_gpu": model.weight_bytes_per_gpu(par.tp, par.pp, par.ep) / 1e9,
+            "kv_tokens": model.kv_capacity(par.tp, par.pp, par.ep)}
+
+
 def plan_dict(req: PlanRequest, result: PlanResult, scn: Scenario) -> dict:
     p = result.placement
     return {
         "model": req.model, "hardware": req.hardware, "algorithm": result.algorithm,
-        "prefill": {"tp": p.prefill.tp, "pp": p.prefill.pp, "replicas": p.n_prefill, "goodput": result.prefill_goodput},
-        "decode": {"tp": p.decode.tp, "pp": p.decode.pp, "replicas": p.n_decode, "goodput": result.decode_goodput},
+        "prefill": {"tp": p.prefill.tp, "pp": p.prefill.pp, "ep": p.prefill.ep, "replicas": p.n_prefill,
+                    "goodput": result.prefill_goodput, **memory_dict(scn, p.prefill)},
+        "decode": {"tp": p.decode.tp, "pp": p.decode.pp, "ep": p.decode.ep, "replicas": p.n_decode,
+                   "goodput": result.decode_goodput, **memory_dict(scn, p.decode)},
         "goodput": result.simulated_goodput,
         "goodput_per_gpu": result.goodput_per_gpu,
         "estimated_goodput_per_gpu": result.estimated_goodput / p.num_gpus,
@@ -92,14 +101,20 @@ def run_plan(req: PlanRequest, workers: int | None = None, fit: dict | None = No
     return plan_dict(req, result, scn), result, scn
 
 
-def placement_of(req: SimulateRequest, cluster: Cluster) -> Placement:
+def placement_of(req: SimulateRequest, scn: Scenario) -> Placement:
+    """The placement a simulate request names; ValueError naming the field where an EP degree is not one."""
     pre, dec = req.placement.prefill, req.placement.decode
-    return pack(cluster, Parallel(pre.tp, pre.pp), pre.replicas, Parallel(dec.tp, dec.pp), dec.replicas)
+    experts = scn.model.shape.experts
+    for field, phase in (("placement.prefill", pre), ("placement.decode", dec)):
+        if phase.ep > 1 and (not experts or phase.ep % phase.tp or experts % phase.ep):
+            raise ValueError(f"{field}.ep: a multiple of tp dividing the routed experts ({experts or 'none'})")
+    return pack(scn.cluster, Parallel(pre.tp, pre.pp, pre.ep), pre.replicas, Parallel(dec.tp, dec.pp, dec.ep),
+                dec.replicas)
 
 
 def run_simulate(req: SimulateRequest) -> dict:
     scn = scenario_of(req)
-    placement = placement_of(req, scn.cluster)
+    placement = placement_of(req, scn)
     shape = scn.model.shape
     for field, par in (("placement.prefill", placement.prefill), ("placement.decode", placement.decode)):
         if shape.heads % par.tp or shape.layers % par.pp:

@@ -1,6 +1,7 @@
 """The `ModelShape` of a preset name or a Hugging Face folder (the shape itself: `services.common.step_model.shape`).
 
-The engine team will later point `PRESETS` at the engine's own presets; the planner only needs these fields.
+The presets are the engine's (`make-model`), and published models too large to make here that the planner plans
+for from their config.json alone (`PUBLISHED`, in data/).
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from services.common.model_config import ModelConfig
 from services.common.step_model.shape import ModelShape
 from services.engine.presets import PRESETS as ENGINE_PRESETS
 
+DATA = Path(__file__).parent / "data"
+
 
 def shape_from_config(config: dict, name: str) -> ModelShape:
     """Read a Hugging Face `config.json`: as the engine reads it where it names its model_type (every family, a
     multimodal checkpoint's language model, the defaults transformers assumes), else by its Llama or OPT keys."""
     if "model_type" in config:
-        return _shape_of(ModelConfig.from_dict(config), name)
+        fp8 = (config.get("quantization_config") or {}).get("quant_method") == "fp8"
+        return replace(_shape_of(ModelConfig.from_dict(config), name), weight_bytes=1 if fp8 else 2)
     hidden = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     head_dim = int(config.get("head_dim") or hidden // heads)
@@ -46,9 +50,12 @@ def _shape_of(c: ModelConfig, name: str) -> ModelShape:
     if c.moe is not None:  # the sparse layers' active width; the idle experts averaged over all layers
         moe = c.moe
         idle = (moe.num_experts - moe.top_k) * moe.expert_size * sum(moe.sparse) // len(moe.sparse)
-        shape = replace(shape, ffn=moe.top_k * moe.expert_size + moe.shared_size, idle_ffn=idle)
+        shape = replace(shape, ffn=moe.top_k * moe.expert_size + moe.shared_size, idle_ffn=idle,
+                        experts=moe.num_experts, top_k=moe.top_k, expert_ffn=moe.expert_size, moe_layers=sum(moe.sparse))
     if c.mla is not None:  # the pool's one "head" of half an entry is the engine's view; the planner counts the entry
-        shape = replace(shape, kv_heads=c.num_heads, head_size=0, kv_entry=c.mla.entry,
+        # a head's width: the mean of its query-key and value widths, what prefill's attention computes per position
+        width = (c.mla.nope_dim + c.mla.rope_dim + c.mla.v_dim) // 2
+        shape = replace(shape, kv_heads=c.num_heads, head_size=width, kv_entry=c.mla.entry,
                         attn_size=_mla_params(c.mla, c.hidden_size, c.num_heads))
     return shape
 
@@ -71,4 +78,8 @@ def load_shape(model: str) -> ModelShape:
     return shape_from_config(json.loads(config_file.read_text()), path.name)
 
 
-PRESETS: dict[str, ModelShape] = {name: shape_from_config(config, name) for name, config in ENGINE_PRESETS.items()}
+PUBLISHED = ("deepseek-v3",)  # planner-only shapes: a published config.json in data/, no checkpoint to make
+PRESETS: dict[str, ModelShape] = {
+    **{name: shape_from_config(config, name) for name, config in ENGINE_PRESETS.items()},
+    **{name: shape_from_config(json.loads((DATA / f"{name}-config.json").read_text()), name) for name in PUBLISHED},
+}

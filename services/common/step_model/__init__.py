@@ -6,7 +6,9 @@ decode(batch)  = c0 + per_ctx · t + per_req · b      (t context tokens, b requ
 
 - `shape`: the model's shape the terms and the memory estimate take (`ModelShape`).
 - `latency`: the lines per tensor-parallel degree (`TPCoefficients`), rescaled to other degrees and pipeline
-  stages (`ParallelCost`), with the KV capacity (`LatencyModel`).
+  stages (`ParallelCost`), with the memory and KV capacity (`LatencyModel`).
+- `experts`: a mixture-of-experts model's routed experts (expert spread, expert parallelism's all-to-all);
+  `moe_scaling`: such a model's set scaled from a dense one's.
 - fits: `profile_fit` (the profile file `distserve profile` writes, non-negative least squares), `parallel_fit`
   (TP speed-up and stage cost from TP/PP profiles), `served_fit` (the steps a served stack logged).
 - `stored`: the online fit as published at `ds:model` (read by the router and replanning).

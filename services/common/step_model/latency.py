@@ -8,6 +8,10 @@ In appendix-A terms per_token = C1·(4h² + 2hm), per_sq = C2·3h/block, per_ctx
 the tensor-parallel degree; that is how `LatencyModel.at` fills in a degree that was never profiled (divided by the
 measured intra-op speed-up K per doubling instead where TP profiles gave one, and pipeline stages adding their
 hand-offs: `ParallelCost`, parallel_fit.py).
+
+A mixture-of-experts model adds its routed experts' part to every step (`experts.py`), and an instance may split
+them over its stage's GPUs (EP): a stage then holds width = max(tp, ep) GPUs, its attention and dense layers run
+as width / tp data-parallel replicas of tp GPUs each, a batch's requests spread over them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.experts import ONE_NODE, ExpertCost, ExpertSpread, Fabric
 from services.common.step_model.shape import ModelShape
 
 
@@ -25,10 +30,15 @@ class TPCoefficients:
     decode_small: DecodeCoeffs
     decode_large: DecodeCoeffs
     large_batch: int = 1 << 30  # batch size from which `decode_large` applies
+    experts: ExpertSpread | None = None  # a mixture-of-experts model's routed experts (None: dense)
+
+    def expert_time(self, tokens: float) -> float:
+        """Seconds the routed experts add to a step computing `tokens` tokens (0 for a dense model)."""
+        return self.experts.seconds(tokens) if self.experts is not None else 0.0
 
     def prefill_time(self, tokens: int, sum_sq: int) -> float:
         """Seconds to prefill one batch on the whole model (all pipeline stages)."""
-        return self.prefill.seconds(tokens, sum_sq)
+        return self.prefill.seconds(tokens, sum_sq) + self.expert_time(tokens)
 
     def decode_coeffs(self, batch: int) -> DecodeCoeffs:
         """The decode set for a batch of `batch` requests."""
@@ -36,13 +46,14 @@ class TPCoefficients:
 
     def decode_time(self, context_tokens: int, batch: int) -> float:
         """Seconds for one decode step of `batch` requests holding `context_tokens` in all."""
-        return self.decode_coeffs(batch).seconds(context_tokens, batch)
+        return self.decode_coeffs(batch).seconds(context_tokens, batch) + self.expert_time(batch)
 
     def mixed_time(self, prompt_tokens: int, prompt_sq: int, context_tokens: int, batch: int) -> float:
         """Seconds for a step that computes prompt tokens (chunks) beside `batch` decoding requests: one fixed
         cost, the prefill's, plus the prefill terms of the prompt tokens and the decode terms of the requests."""
         d = self.decode_coeffs(batch)
-        return self.prefill_time(prompt_tokens, prompt_sq) + d.per_ctx * context_tokens + d.per_req * batch
+        return (self.prefill.seconds(prompt_tokens, prompt_sq) + d.per_ctx * context_tokens + d.per_req * batch
+                + self.expert_time(prompt_tokens + batch))
 
     def saturation_tokens(self, overhead: float = 0.1) -> int:
         """Lm: the batch size in tokens from which the fixed cost is under `overhead` of the batch time."""
@@ -59,6 +70,19 @@ class TPCoefficients:
             prefill=PrefillCoeffs(p.c0, p.per_token / factor, p.per_sq / factor),
             decode_small=DecodeCoeffs(s.c0, s.per_ctx / d, s.per_req),
             decode_large=DecodeCoeffs(large.c0, large.per_ctx / d, large.per_req),
+        )
+
+    def replicated(self, dp: int) -> TPCoefficients:
+        """Over `dp` data-parallel replicas that share one batch: the per-token, per-request and attention terms
+        shrink by dp, the fixed ones (a replica reads all its weights) stay."""
+        if dp == 1:
+            return self
+        p, s, large = self.prefill, self.decode_small, self.decode_large
+        return replace(
+            self,
+            prefill=PrefillCoeffs(p.c0, p.per_token / dp, p.per_sq / dp),
+            decode_small=DecodeCoeffs(s.c0, s.per_ctx / dp, s.per_req / dp),
+            decode_large=DecodeCoeffs(large.c0, large.per_ctx / dp, large.per_req / dp),
         )
 
     def piped(self, stages: int, prefill: tuple[float, float], decode: tuple[float, float]) -> TPCoefficients:
@@ -96,10 +120,13 @@ class LatencyModel:
     kv_tokens: dict[tuple[int, int], int] = field(default_factory=dict)  # (tp, pp) → tokens, when tabled
     gpu_memory_gb: float = 80.0
     parallel: ParallelCost | None = None  # measured K and stage cost; None: ideal speed-up, free stages
+    experts: ExpertCost | None = None  # a mixture-of-experts model's routed experts; `by_tp` then holds the rest
 
-    def at(self, tp: int, pp: int = 1) -> TPCoefficients:
+    def at(self, tp: int, pp: int = 1, ep: int = 1, fabric: Fabric = ONE_NODE) -> TPCoefficients:
         """Coefficients at `tp` (and over `pp` stages): measured ones, else the nearest measured degree rescaled
-        by appendix A (by the measured K per doubling where there is one); plus the measured stage hand-offs."""
+        by appendix A (by the measured K per doubling where there is one); plus the measured stage hand-offs.
+        A mixture-of-experts model adds its experts, split over each stage's max(tp, ep) GPUs (whole with ep > 1,
+        its all-to-all over `fabric`), the rest replicated width / tp times."""
         if tp in self.by_tp:
             coeffs = self.by_tp[tp]
         else:
@@ -110,11 +137,24 @@ class LatencyModel:
                 self.by_tp[nearest].scaled(c.k_prefill ** doublings, c.k_decode ** doublings)
         if pp > 1 and self.parallel is not None:
             coeffs = coeffs.piped(pp, self.parallel.stage_prefill, self.parallel.stage_decode)
-        return coeffs
+        if self.experts is None:
+            return coeffs
+        width = max(tp, ep)
+        spread = ExpertSpread(self.experts, width, ep > 1, fabric.seconds_per_byte(width) if ep > 1 else 0.0)
+        return replace(coeffs.replicated(width // tp), experts=spread)
 
-    def kv_capacity(self, tp: int, pp: int) -> int:
-        """KV-cache tokens an instance of tp × pp devices holds; 0 when the weights do not fit."""
+    def weight_bytes_per_gpu(self, tp: int, pp: int, ep: int = 1) -> float:
+        """Weight bytes one GPU of the layout holds: the dense part sliced over tp, the experts over max(tp, ep),
+        each stage its layers' share."""
+        s = self.shape
+        return s.weight_bytes * (s.dense_params / tp + s.routed_params / max(tp, ep)) / pp
+
+    def kv_capacity(self, tp: int, pp: int, ep: int = 1) -> int:
+        """KV-cache tokens an instance of pp stages of max(tp, ep) devices holds; 0 when the weights do not fit.
+        A latent (MLA) is whole on every tensor-parallel rank, so tp ranks hold one copy each."""
         if self.kv_tokens:
-            return self.kv_tokens.get((tp, pp), 0)
-        usable = 0.9 * self.gpu_memory_gb * 1e9 * tp * pp - 2 * self.shape.params
-        return max(0, int(usable // self.shape.kv_bytes_per_token()))
+            return self.kv_tokens.get((tp, pp), 0) if ep == 1 else 0
+        s, width = self.shape, max(tp, ep)
+        usable = 0.9 * self.gpu_memory_gb * 1e9 * width * pp - s.weight_bytes * (s.dense_params * (width // tp) + s.routed_params)
+        copies = tp if s.kv_entry else 1
+        return max(0, int(usable // (s.kv_bytes_per_token() * copies)))

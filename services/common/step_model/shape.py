@@ -27,6 +27,11 @@ class ModelShape:
     attn_size: int = 0  # latent attention: parameters of one layer's attention where the GQA count does not hold
     sliding_layers: int = 0  # layers attending to their last `window` positions only (Mistral, Gemma)
     window: int = 0
+    experts: int = 0  # routed experts of a sparse layer (0: a dense model)
+    top_k: int = 0  # routed experts per token
+    expert_ffn: int = 0  # one routed expert's intermediate width
+    moe_layers: int = 0  # layers with routed experts (DeepSeek-V3's first ones are dense)
+    weight_bytes: int = 2  # bytes per parameter as the checkpoint stores it (1: fp8, as DeepSeek-V3 publishes it)
 
     @property
     def head_dim(self) -> int:
@@ -43,6 +48,17 @@ class ModelShape:
         """Parameters one token passes through (all of them for a dense model)."""
         attn = self.attn_size or 2 * self.hidden * (self.heads + self.kv_heads) * self.head_dim
         return self.layers * (attn + self.ffn_matrices * self.hidden * self.ffn) + self.vocab * self.hidden
+
+    @property
+    def routed_params(self) -> int:
+        """Parameters of every routed expert of every sparse layer (what expert parallelism splits)."""
+        return self.moe_layers * self.experts * self.ffn_matrices * self.hidden * self.expert_ffn
+
+    @property
+    def dense_params(self) -> int:
+        """Parameters every token passes through (attention, dense and shared FFNs, embeddings): all less the
+        routed experts."""
+        return self.params - self.routed_params
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """Bytes of KV one token occupies across all layers (K and V heads, or latent attention's entry)."""

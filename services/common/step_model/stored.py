@@ -80,5 +80,6 @@ def with_fit(seed: LatencyModel, stored: dict) -> LatencyModel:
 
 
 def describe(model: LatencyModel) -> dict:
-    """Which model made a plan: its source and coefficients per degree."""
-    return {"source": model.source, "coefficients": {str(tp): asdict(c) for tp, c in sorted(model.by_tp.items())}}
+    """Which model made a plan: its source, coefficients per degree and routed experts' costs (None: dense)."""
+    return {"source": model.source, "coefficients": {str(tp): asdict(c) for tp, c in sorted(model.by_tp.items())},
+            "experts": asdict(model.experts) if model.experts is not None else None}

@@ -71,6 +71,16 @@ def test_simulate_refuses_a_placement_the_model_cannot_use(api):
     assert answer.status_code == 400 and "placement.prefill" in answer.json()["detail"]
 
 
+def test_simulate_takes_an_expert_parallel_placement_and_refuses_an_ep_that_is_not_one(api):
+    body = {"model": "deepseek-v3", "cluster": {"nodes": 4, "gpus_per_node": 8}, "workload": {"name": "chatbot"},
+            "placement": {"prefill": {"tp": 4, "ep": 16}, "decode": {"tp": 1, "ep": 16}}, "rate": 2, "num_requests": 200}
+    served = api.post("/v1/simulate", json=body).json()
+    assert served["attainment"] > 0.9 and {len({s["node"] for s in i["stages"]}) for i in served["instances"]} == {2}
+    for decode, field in (({"tp": 8, "ep": 12}, "placement.decode.ep"), ({"tp": 8}, "placement.decode")):
+        answer = api.post("/v1/simulate", json={**body, "placement": {**body["placement"], "decode": decode}})
+        assert answer.status_code == 400 and answer.json()["detail"].startswith(field)
+
+
 def test_openapi_lists_the_endpoints(api):
     assert api.get("/docs").status_code == 200
     paths = api.get("/openapi.json").json()["paths"]

@@ -1,0 +1,95 @@
+"""The planner for mixture-of-experts models: the expert spread of a batch in the latency model, expert
+parallelism in the search, and a DeepSeek-V3 plan on four nodes of eight A100-80GB."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.common.slo import SLO
+from services.common.step_model.experts import ExpertCost, ExpertSpread, Fabric, active_experts
+from services.planner.actuation import specs_of
+from services.planner.goodput import Scenario, phase_goodput
+from services.planner.hardware import load_latency_model
+from services.planner.placement import Cluster, Parallel, pack
+from services.planner.search import candidates, high_affinity
+from services.planner.service import memory_dict
+from services.planner.shapes import load_shape, shape_from_config
+from services.planner.workload import Workload
+
+MIXTRAL_8X7B = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+                "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 32768}
+SLO_ = SLO(0.2, 0.1, 0.9)
+
+
+def test_a_batch_activates_k_experts_per_token_until_every_expert_is_active() -> None:
+    assert active_experts(256, 8, 1) == pytest.approx(8)
+    assert active_experts(256, 8, 2) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 2))  # 15.75: some overlap
+    assert active_experts(256, 8, 512) == pytest.approx(256, rel=1e-6)
+    cost = ExpertCost(256, 8, 58, read_s=1e-3, token_s=1e-7, token_bytes=14336)
+    sliced = ExpertSpread(cost, width=8, ep=False)
+    steps = [sliced.seconds(b) for b in (1, 8, 64, 512)]
+    assert steps == sorted(steps) and steps[0] == pytest.approx(8 * 1e-3 / 8)  # each active expert read once
+    assert steps[3] == pytest.approx(256 * 1e-3 / 8, rel=1e-3)  # every expert read: the read stops growing
+
+
+def test_under_ep_the_busiest_gpu_and_the_all_to_all_over_the_links_add_to_the_step() -> None:
+    cost = ExpertCost(256, 8, 58, read_s=1e-3, token_s=1e-7, token_bytes=14336, imbalance=1.3)
+    fabric = Fabric(8, 2400.0, 200.0)
+    node = ExpertSpread(cost, 8, True, fabric.seconds_per_byte(8))
+    two_nodes = ExpertSpread(cost, 16, True, fabric.seconds_per_byte(16))
+    assert node.seconds(1) > 1.3 * ExpertSpread(cost, 8, False).seconds(1)  # imbalance and the all-to-all
+    assert fabric.seconds_per_byte(16) > 5 * fabric.seconds_per_byte(8)  # half of it crosses the slower link
+    assert two_nodes.seconds(64) - two_nodes.seconds(32) > 0
+
+
+@pytest.fixture(scope="module")
+def deepseek() -> Scenario:
+    model = load_latency_model("a100-80gb", load_shape("deepseek-v3"))
+    return Scenario(model, Cluster(4, 8), Workload("chatbot"), SLO_, num_requests=500)
+
+
+def test_deepseek_v3_fits_four_nodes_of_eight_a100s_only_with_its_experts_spread_over_two_nodes(deepseek) -> None:
+    layouts = candidates(deepseek, deepseek.cluster.num_gpus)
+    assert layouts and all(par.ep >= 16 for par in layouts)  # one node (TP 8, no EP) holds 84 GB per GPU
+    assert deepseek.model.weight_bytes_per_gpu(8, 1, 1) > 80e9
+
+
+def test_deepseek_v3_plan_decodes_with_expert_parallelism_and_fits_the_memory(deepseek) -> None:
+    plan = high_affinity(deepseek, workers=1)
+    p = plan.placement
+    assert p.decode.ep > 1 and p.num_gpus <= 32 and plan.simulated_goodput > 0
+    longest = int((deepseek.pool[0] + deepseek.pool[1]).max())
+    for par in (p.prefill, p.decode):
+        held = memory_dict(deepseek, par)
+        assert held["weights_gb_per_gpu"] < 0.9 * 80 and held["kv_tokens"] >= longest
+    assert all(len({s.node for s in inst.stages}) == 2 for inst in p.instances)  # EP 16: two whole nodes each
+
+
+def test_decode_goodput_per_gpu_of_ep_and_no_ep_is_ordered_as_the_step_model_predicts() -> None:
+    """Mixtral 8x7B on one node: TP 8 without EP, TP 4 without EP, TP 1 with EP 8 (attention data-parallel), TP 8
+    with EP 8. The step model's prediction: decode tokens per second per GPU at the largest batch whose step meets
+    the TPOT objective (and whose KV fits); the simulated goodput per GPU must rank the layouts the same."""
+    model = load_latency_model("a100-80gb", shape_from_config(MIXTRAL_8X7B, "mixtral"))
+    scn = Scenario(model, Cluster(1, 8), Workload("chatbot"), SLO_, num_requests=500)
+    prompts, outputs, _ = scn.pool
+    context = float(prompts.mean() + outputs.mean() / 2)
+
+    def predicted(par: Parallel) -> float:
+        coeffs, room = scn.coeffs(par), model.kv_capacity(par.tp, par.pp, par.ep)
+        batch = 1
+        while coeffs.decode_time(int((batch + 1) * context), batch + 1) <= SLO_.tpot and (batch + 1) * context <= room:
+            batch += 1
+        return batch / coeffs.decode_time(int(batch * context), batch) / par.gpus
+
+    layouts = [Parallel(8, 1, 1), Parallel(4, 1, 1), Parallel(1, 1, 8), Parallel(8, 1, 8)]
+    simulated = {par: phase_goodput(scn, "decode", par) / par.gpus for par in layouts}
+    assert sorted(layouts, key=predicted) == sorted(layouts, key=simulated.__getitem__)
+    assert simulated[Parallel(1, 1, 8)] > simulated[Parallel(8, 1, 1)]  # EP with data-parallel attention wins
+
+
+def test_a_plan_whose_experts_spread_wider_than_its_tp_is_refused_by_the_actuator() -> None:
+    cluster = Cluster(4, 8)
+    assert len(specs_of(pack(cluster, Parallel(8, 1, 8), 1, Parallel(8, 1, 8), 1))) == 2  # the engine's EP = TP
+    with pytest.raises(ValueError, match="decode EP 16 over TP 1"):
+        specs_of(pack(cluster, Parallel(8, 1, 8), 1, Parallel(1, 1, 16), 1))
