@@ -55,6 +55,13 @@ def test_deepseek_v3_fits_four_nodes_of_eight_a100s_only_with_its_experts_spread
     assert deepseek.model.weight_bytes_per_gpu(8, 1, 1) > 80e9
 
 
+def test_a_latent_is_copied_on_every_tensor_parallel_rank_so_data_parallel_attention_holds_more_kv(deepseek) -> None:
+    model = deepseek.model
+    free = [16 * 0.9 * 80e9 - 16 * model.weight_bytes_per_gpu(tp, 1, 16) for tp in (1, 8)]
+    assert model.kv_capacity(1, 1, 16) == pytest.approx(free[0] / 70272, abs=1)  # 61 layers x 576 values x 2 bytes
+    assert model.kv_capacity(8, 1, 16) == pytest.approx(free[1] / (8 * 70272), abs=1)
+
+
 def test_deepseek_v3_plan_decodes_with_expert_parallelism_and_fits_the_memory(deepseek) -> None:
     plan = high_affinity(deepseek, workers=1)
     p = plan.placement
