@@ -33,6 +33,7 @@ from services.common.slo import SLO
 from services.common.step_model.latency import TPCoefficients
 from services.common.step_model.profile_fit import fit_profile, read_profile
 from services.common.step_model.served_fit import ServedFit, fit_steps
+from services.common.step_model.shape import ModelShape
 from services.launcher.stack import Stack, StackConfig
 from services.planner.online_fit import served_steps
 from services.planner.serving import ServingOverheads
@@ -183,7 +184,7 @@ class WarmUp:
         return [(r.prompt_tokens, r.output_tokens, r.ttft, r.tpot) for r in self.lone if r.ok and r.output_tokens > 1]
 
 
-def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, progress: Progress | None) -> WarmUp:
+def warm_up(cfg: BenchConfig, served: Served, sample: Sample, shape: ModelShape, progress: Progress | None) -> WarmUp:
     """Lone requests one after another, then a burst of the same; the lone ones give the served lone latencies
     and, when disaggregated, the KV transfer rate."""
     run = uuid.uuid4().hex[:6]
@@ -195,7 +196,8 @@ def warm_up(cfg: BenchConfig, served: Served, sample: Sample, kv_bytes: int, pro
     lone_end = time.time()
     burst = [single(f"warm-{run}-b{i}", sample.prompt_ids[i], 16) for i in range(n)]
     run_requests(served, burst, progress, f"{served.mode}: warm-up")
-    moved = [(r.prompt_tokens * kv_bytes * 8, r.stages["transfer"]) for r in lone if r.stages.get("transfer", 0) > 0]
+    moved = [(shape.kv_tokens(r.prompt_tokens) * shape.kv_bytes_per_token() * 8, r.stages["transfer"])
+             for r in lone if r.stages.get("transfer", 0) > 0]
     gbps = sum(b for b, _ in moved) / sum(s for _, s in moved) / 1e9 if moved else DEFAULT_LINK_GBPS
     return WarmUp(lone, gbps, began, lone_end)
 
@@ -264,7 +266,7 @@ class Bench:
     def __init__(self, cfg: BenchConfig, progress: Progress | None = None) -> None:
         self.cfg = cfg
         self.progress = progress
-        self.kv_bytes = load_shape(cfg.model).kv_bytes_per_token()
+        self.shape = load_shape(cfg.model)
         self.samples = {wl: bench_sample(cfg, wl, cfg.num_requests) for wl in cfg.workloads}
         self.slos = {wl: make_slo(cfg, s, cfg.profile) for wl, s in self.samples.items()}
         self.kv_tokens = cfg.num_blocks * cfg.block_size
@@ -300,7 +302,7 @@ class Bench:
             mode = variant.mode
             with serving(self.cfg, variant) as served:
                 first = self.samples[self.cfg.workloads[0]]
-                warm = warm_up(self.cfg, served, first, self.kv_bytes, self.progress)
+                warm = warm_up(self.cfg, served, first, self.shape, self.progress)
                 predictors: dict[str, Predictor] = {}
                 calibration = {}
                 fit_since = 0.0  # unix seconds: the fitted model learns from the steps served since then

@@ -12,9 +12,9 @@ from services.common.errors import abort_with
 from services.common.stamps import Lifetime
 from services.engine.async_engine import AsyncEngine, fork_id
 from services.instance.config import InstanceSettings
+from services.instance.kv_sites import InstanceKV
 from services.instance.request_bound import RequestBound
 from services.instance.servicer import InstanceServicer
-from services.kvxfer.api import KVXferClient
 
 
 class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):
@@ -56,7 +56,7 @@ class ColocatedServicer(InstanceServicer, worker_pb2_grpc.ColocatedServicer):
 
 
 async def add_colocated(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
-                        kv: KVXferClient | None):
+                        kv: InstanceKV | None):
     worker_pb2_grpc.add_ColocatedServicer_to_server(
         ColocatedServicer(engine, instance_id, settings.role, settings.max_pending), server)
 

@@ -10,9 +10,9 @@ from services.common.errors import abort_with
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
 from services.instance.config import InstanceSettings
-from services.instance.kv_shards import instance_pools, pool_shards, rank_pool_id, site_clients
+from services.instance.kv_shards import pool_shards, rank_pool_id
+from services.instance.kv_sites import InstanceKV
 from services.instance.servicer import InstanceServicer
-from services.kvxfer.api import KVXferClient
 
 
 class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
@@ -50,20 +50,12 @@ class DecodeServicer(InstanceServicer, worker_pb2_grpc.DecodeServicer):
 
 
 async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
-                     kv: KVXferClient | None):
-    pools = instance_pools(engine, settings.kvxfer)
+                     kv: InstanceKV):
     # a rank on another host: its pool is pulled into by that host's kvxfer, called as its site's anchor
-    sites = site_clients(instance_id, pools)
-    core = DecodeCore(engine, kv, instance_id, settings.pull_timeout_s, settings.max_pending,
-                      pool_shards(instance_id, pools),
-                      {rank_pool_id(instance_id, p.rank): client for site, client in sites for p in site.pools},
+    core = DecodeCore(engine, kv.kv, instance_id, settings.pull_timeout_s, settings.max_pending,
+                      pool_shards(instance_id, kv.pools),
+                      {rank_pool_id(instance_id, p.rank): client for site, client in kv.remote() for p in site.pools},
                       settings.local_prefill_share)
     core.start()
     worker_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(core), server)
-
-    async def stop() -> None:
-        await core.stop()
-        for _, client in sites:
-            await client.close()
-
-    return stop
+    return core.stop

@@ -13,7 +13,6 @@ from functools import partial
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.common.auth import instance_principal
 from services.common.devices import split_devices
 from services.common.engine_settings import engine_fields
 from services.common.links import add_port, internal_server
@@ -26,16 +25,16 @@ from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
 from services.instance.cache_publisher import CachePublisher
 from services.instance.config import InstanceSettings
-from services.instance.kv_shards import instance_pools, pool_sites, rank_pool_id, register_site
+from services.instance.kv_shards import rank_pool_id, register_site
+from services.instance.kv_sites import InstanceKV
 from services.instance.pool_keeper import PoolKeeper
 from services.instance.stats import export_gauges
-from services.kvxfer.api import KVXferClient
 
 log = logging.getLogger(__name__)
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str, KVXferClient | None],
+ServicerFactory = Callable[[grpc.aio.Server, AsyncEngine, InstanceSettings, str, InstanceKV | None],
                            Awaitable[Callable[[], Awaitable[None]]]]
 
 
@@ -54,11 +53,10 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         engine.journal = StepJournal(instance_id, incarnation)
     async_engine = AsyncEngine(engine)
     KV_TOTAL.labels(instance_id).set(settings.num_blocks)
-    kv = KVXferClient(settings.kvxfer, instance_principal(instance_id)) if uses_kvxfer else None
+    kv = InstanceKV.open(instance_id, async_engine, settings.kvxfer) if uses_kvxfer else None
     # Each rank's pool with the kvxfer of its host (a stage on another node: that node's), kept registered there.
-    sites = pool_sites(instance_id, instance_pools(async_engine, settings.kvxfer)) if kv is not None else []
-    clients = [KVXferClient(s.kvxfer, instance_principal(s.anchor)) if s.kvxfer else kv for s in sites]
-    keepers = [PoolKeeper(c, s.anchor, partial(register_site, c, instance_id, s)) for s, c in zip(sites, clients)]
+    sites = kv.sites if kv is not None else []
+    keepers = [PoolKeeper(c, s.anchor, partial(register_site, c, instance_id, s)) for s, c in sites]
     for keeper in keepers:
         await keeper.register()
 
@@ -110,7 +108,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
         log.warning("deregister failed: %s", exc)
     await server.stop(grace=settings.drain_grace_s)
     await on_stop()
-    for site, client in zip(sites, clients):
+    for site, client in sites:
         try:
             for pool in reversed(site.pools):
                 await asyncio.wait_for(client.unregister_pool(rank_pool_id(instance_id, pool.rank)), 2.0)

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from distserve.v1 import kv_pb2
-from services.common.auth import instance_principal
 from services.common.kv_groups import KVGroups
 from services.common.kv_layout import KVLayout
 from services.engine.async_engine import AsyncEngine
@@ -71,13 +70,6 @@ async def register_site(kv: KVXferClient, instance_id: str, site: PoolSite) -> N
             continue
         pool_id = rank_pool_id(instance_id, pool.rank)
         await kv.register_pool(pool_id, pool, owner="" if pool_id == site.anchor else site.anchor)
-
-
-def site_clients(instance_id: str, pools: list[RankPool]) -> list[tuple[PoolSite, KVXferClient]]:
-    """A client of each kvxfer other than rank 0's that serves some of the pools, calling as that site's anchor
-    (kvxfer lets only a pool's owner lease from it or pull into it)."""
-    return [(site, KVXferClient(site.kvxfer, instance_principal(site.anchor)))
-            for site in pool_sites(instance_id, pools) if site.kvxfer]
 
 
 def pool_shards(instance_id: str, pools: list[RankPool]) -> list[PoolShard]:

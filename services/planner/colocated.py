@@ -15,6 +15,7 @@ unfinished requests.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,8 +58,10 @@ class ColocatedInstance:
     """One engine serving both phases; driven like the disaggregated instances (`advance`, `load`, `enqueue`)."""
 
     def __init__(self, coeffs: TPCoefficients, policy: Policy, capacity: int, max_batch_tokens: int,
-                 prompt: list[int], output: list[int], first_at: list[float], finish_at: list[float]) -> None:
+                 prompt: list[int], output: list[int], first_at: list[float], finish_at: list[float],
+                 kv_tokens: Callable[[int], int] = int) -> None:
         self.coeffs, self.chunked, self.capacity, self.budget = coeffs, policy == "chunked", capacity, max_batch_tokens
+        self.kv_tokens = kv_tokens  # the K/V a request of so many tokens holds (ModelShape.kv_tokens)
         self.prompt, self.output, self.first_at, self.finish_at = prompt, output, first_at, finish_at
         self.waiting: deque[int] = deque()
         self.arrival: dict[int, float] = {}
@@ -71,7 +74,7 @@ class ColocatedInstance:
         return self.booked
 
     def enqueue(self, rid: int, t: float) -> None:
-        need = self.prompt[rid] + self.output[rid]
+        need = self.kv_tokens(self.prompt[rid] + self.output[rid])
         if need > self.capacity:
             raise ValueError(f"request of {need} tokens exceeds the instance's KV capacity of {self.capacity}")
         self.waiting.append(rid)
@@ -112,7 +115,7 @@ class ColocatedInstance:
         while self.waiting and budget > 0 and len(self.running) < MAX_SEQS:
             rid = self.waiting[0]
             take = min(self.prompt[rid], budget) if self.chunked else self.prompt[rid]
-            need = self.prompt[rid] + self.output[rid]
+            need = self.kv_tokens(self.prompt[rid] + self.output[rid])
             if (batch and take > budget) or self.reserved + need > self.capacity:
                 break
             self.waiting.popleft()
@@ -146,20 +149,21 @@ class ColocatedInstance:
         if seq.to_sample <= 0:
             self.finish_at[seq.rid] = self.free_at
             self.running.remove(seq)
-            need = self.prompt[seq.rid] + self.output[seq.rid]
+            need = self.kv_tokens(self.prompt[seq.rid] + self.output[seq.rid])
             self.reserved -= need
             self.booked -= need
 
 
 def simulate_colocated(coeffs: TPCoefficients, policy: Policy, instances: int, capacity: int, max_batch_tokens: int,
                        prompts: np.ndarray, outputs: np.ndarray, arrivals: np.ndarray,
-                       serving: ServingOverheads | None = None) -> SimResult:
-    """Every request's TTFT and TPOT on `instances` colocated instances (arrivals ascending)."""
+                       serving: ServingOverheads | None = None, kv_tokens: Callable[[int], int] = int) -> SimResult:
+    """Every request's TTFT and TPOT on `instances` colocated instances (arrivals ascending); `kv_tokens`: the K/V
+    a request of so many tokens holds."""
     hop = serving or ServingOverheads()
     n = len(prompts)
     prompt, output = prompts.tolist(), outputs.tolist()
     first, finish = [0.0] * n, [0.0] * n
-    pool = [ColocatedInstance(coeffs, policy, capacity, max_batch_tokens, prompt, output, first, finish)
+    pool = [ColocatedInstance(coeffs, policy, capacity, max_batch_tokens, prompt, output, first, finish, kv_tokens)
             for _ in range(instances)]
     for rid, t in enumerate((arrivals + hop.to_prefill).tolist()):
         for inst in pool:

@@ -59,7 +59,7 @@ class Scenario:
     def fits(self, par: Parallel) -> bool:
         """The weights fit and the longest request's KV fits in one instance of `par`."""
         prompts, outputs, _ = self.pool
-        return self.model.kv_capacity(par.tp, par.pp, par.ep) >= int((prompts + outputs).max())
+        return self.model.kv_capacity(par.tp, par.pp, par.ep) >= self.model.shape.kv_tokens(int((prompts + outputs).max()))
 
     def coeffs(self, par: Parallel, stages: bool = True) -> TPCoefficients:
         """The latency model at `par` on this cluster (`stages`: with its pipeline's hand-offs)."""
@@ -78,7 +78,7 @@ class Scenario:
         capacity = self.model.kv_capacity(par.tp, par.pp, par.ep)
         misses = int((1 - self.slo.attainment) * len(prompts))  # beyond this the target is lost: stop early
         tpot = simulate_decode(self.coeffs(par), par.pp, capacity, prompts, outputs, arrivals,
-                               self.slo.tpot, misses)
+                               self.slo.tpot, misses, self.model.shape.kv_tokens)
         return float(np.mean(tpot <= self.slo.tpot))
 
     def attainment(self, placement: Placement, rate: float) -> float:

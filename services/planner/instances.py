@@ -92,8 +92,10 @@ class DecodeInstance:
 
     def __init__(self, coeffs: TPCoefficients, pp: int, capacity: int, prompt: list[int], output: list[int],
                  start_at: list[float], finish_at: list[float],
-                 on_finish: Callable[[int, float], None] | None = None, join_s: float = 0.0) -> None:
+                 on_finish: Callable[[int, float], None] | None = None, join_s: float = 0.0,
+                 kv_tokens: Callable[[int], int] = int) -> None:
         self.coeffs, self.capacity, self.on_finish, self.join_s = coeffs, capacity, on_finish, join_s
+        self.kv_tokens = kv_tokens  # the K/V a request of so many tokens holds (ModelShape.kv_tokens)
         self.prompt, self.output, self.start_at, self.finish_at = prompt, output, start_at, finish_at
         self.lanes = [_Lane() for _ in range(pp)]
         self.queue: deque[int] = deque()
@@ -104,10 +106,14 @@ class DecodeInstance:
         """KV tokens reserved by running requests plus those of queued ones."""
         return self.reserved + self.queued_tokens
 
+    def need(self, rid: int) -> int:
+        """KV tokens request `rid` holds at its end."""
+        return self.kv_tokens(self.prompt[rid] + self.output[rid])
+
     def enqueue(self, rid: int, t: float) -> None:
-        need = self.prompt[rid] + self.output[rid]
+        need = self.need(rid)
         if need > self.capacity:
-            raise ValueError(f"request of {need} tokens exceeds the decode KV capacity of {self.capacity}")
+            raise ValueError(f"request of {need} KV tokens exceeds the decode KV capacity of {self.capacity}")
         if self.output[rid] <= 1:
             self.start_at[rid] = self.finish_at[rid] = t
             return
@@ -143,7 +149,7 @@ class DecodeInstance:
         share = -(-(sum(x.size for x in self.lanes) + len(queue)) // len(self.lanes))  # keep lanes even
         while queue and lane.size < share:
             rid = queue[0]
-            need = self.prompt[rid] + self.output[rid]
+            need = self.need(rid)
             if self.reserved + need > self.capacity:
                 return joined
             queue.popleft()
@@ -171,10 +177,9 @@ class DecodeInstance:
             self.finish_at[rid] = end
             if self.on_finish is not None:
                 self.on_finish(rid, end)
-            need = self.prompt[rid] + self.output[rid]
-            lane.context -= need
+            lane.context -= self.prompt[rid] + self.output[rid]
             lane.size -= 1
-            self.reserved -= need
+            self.reserved -= self.need(rid)
         lane.next_time = end
         if self.queue:
             self._wake(end)

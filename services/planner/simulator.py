@@ -12,6 +12,7 @@ With `serving` (the overheads of a served stack, `serving.py`) the hops are adde
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,9 +55,11 @@ def simulate_prefill(coeffs: TPCoefficients, pp: int, max_batch_tokens: int, pro
 
 
 def simulate_decode(coeffs: TPCoefficients, pp: int, capacity: int, prompts: np.ndarray, outputs: np.ndarray,
-                    arrivals: np.ndarray, tpot_slo: float = INF, max_misses: int | None = None) -> np.ndarray:
+                    arrivals: np.ndarray, tpot_slo: float = INF, max_misses: int | None = None,
+                    kv_tokens: Callable[[int], int] = int) -> np.ndarray:
     """TPOT of each request on one decode instance, counted from its arrival there. With `max_misses`, the run
-    stops once more requests than that missed `tpot_slo`; the unfinished ones get an infinite TPOT."""
+    stops once more requests than that missed `tpot_slo`; the unfinished ones get an infinite TPOT. `kv_tokens`:
+    the K/V a request of so many tokens holds."""
     n = len(prompts)
     start, finish = [0.0] * n, [INF] * n
     output, arrival = outputs.tolist(), arrivals.tolist()
@@ -67,7 +70,7 @@ def simulate_decode(coeffs: TPCoefficients, pp: int, capacity: int, prompts: np.
             misses[0] += 1
 
     inst = DecodeInstance(coeffs, pp, capacity, prompts.tolist(), output, start, finish,
-                          count if max_misses is not None else None)
+                          count if max_misses is not None else None, kv_tokens=kv_tokens)
     for rid, t in enumerate(arrival):
         inst.advance(t)
         if max_misses is not None and misses[0] > max_misses:
@@ -125,7 +128,8 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
     for inst in prefills:
         inst.advance(INF)
 
-    decodes = [DecodeInstance(d_coeffs, placement.decode.pp, capacity, prompt, output, start, finish, join_s=hop.join)
+    decodes = [DecodeInstance(d_coeffs, placement.decode.pp, capacity, prompt, output, start, finish, join_s=hop.join,
+                              kv_tokens=model.shape.kv_tokens)
                for _ in range(placement.n_decode)]
     p_inst, d_inst = placement.of_role("prefill"), placement.of_role("decode")
     kv_bytes = model.shape.kv_bytes_per_token()
@@ -138,13 +142,13 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
             inst.advance(t)
         if kind == 0:
             target = min(range(len(decodes)), key=lambda d: (decodes[d].load(t) + in_flight[d], d))
-            need = prompt[rid] + output[rid]
-            in_flight[target] += need
-            delay = transfer_seconds(moved[rid], kv_bytes, p_inst[owner[rid]], d_inst[target], cluster)
+            in_flight[target] += decodes[target].need(rid)
+            delay = transfer_seconds(model.shape.kv_tokens(moved[rid]), kv_bytes, p_inst[owner[rid]], d_inst[target],
+                                     cluster)
             delay += hop.reserve + hop.admit
             heapq.heappush(events, (t + delay, 1, rid, target))
         else:
-            in_flight[target] -= prompt[rid] + output[rid]
+            in_flight[target] -= decodes[target].need(rid)
             decodes[target].enqueue(rid, t)
     for inst in decodes:
         inst.advance(INF)

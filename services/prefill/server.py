@@ -9,9 +9,9 @@ from services.common.convert import logprobs_to_proto, sampling_from_proto
 from services.common.errors import abort_with
 from services.engine.async_engine import AsyncEngine
 from services.instance.config import InstanceSettings
-from services.instance.kv_shards import instance_pools, shards_to_pb, site_clients
+from services.instance.kv_shards import shards_to_pb
+from services.instance.kv_sites import InstanceKV
 from services.instance.servicer import InstanceServicer
-from services.kvxfer.api import KVXferClient
 from services.prefill.core import PrefillCore
 
 
@@ -39,18 +39,10 @@ class PrefillServicer(InstanceServicer, worker_pb2_grpc.PrefillServicer):
 
 
 async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: InstanceSettings, instance_id: str,
-                      kv: KVXferClient | None):
-    pools = instance_pools(engine, settings.kvxfer)
+                      kv: InstanceKV):
     # a rank on another host: its kvxfer, called as the pool its leases there are taken under (kvxfer's owner)
-    sites = [(client, site.anchor) for site, client in site_clients(instance_id, pools)]
-    core = PrefillCore(engine, kv, instance_id, settings.lease_ttl_s, settings.max_pending, settings.pull_timeout_s,
-                       shards_to_pb(instance_id, pools), sites)
+    core = PrefillCore(engine, kv.kv, instance_id, settings.lease_ttl_s, settings.max_pending, settings.pull_timeout_s,
+                       shards_to_pb(instance_id, kv.pools), [(client, site.anchor) for site, client in kv.remote()])
     core.start()
     worker_pb2_grpc.add_PrefillServicer_to_server(PrefillServicer(core), server)
-
-    async def stop() -> None:
-        await core.stop()
-        for client, _ in sites:
-            await client.close()
-
-    return stop
+    return core.stop

@@ -29,7 +29,7 @@ from services.router.output_text import OutputText
 from services.router.paths import CACHED_TOKENS, DECISIONS
 from services.router.prefix_routing import PrefixRouter
 from services.router.request import RouterRequest
-from services.router.retry import Failure, InstanceTries, failure
+from services.router.retry import Next, Retries
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -133,12 +133,20 @@ class RouterCore:
             return [self._choice(req.choice(i, None), stream.choice(i), partial(stream.stop, i)) for i in range(req.n)]
         # The prefill only leases the K/V: it must not finish at its first token, which no choice uses.
         params = replace(req.params, max_tokens=max(2, req.params.max_tokens), ignore_eos=True, stop_token_ids=())
-        shared = SharedPrefill(req.n, lambda: self._with_retries(
-            self._tries(req, "prefill", self._prefill_load(req, req.prompt_ids), self._preferred(req)),
-            lambda a: self._prefill(req, req.prompt_ids, params, a, pulls=req.n)),
-            self.release_lease)
+        shared = SharedPrefill(req.n, partial(self._shared_prefill, req, params), self.release_lease)
         choices = [req.choice(i, shared) for i in range(req.n)]
         return [self._choice(choice, self._disagg(choice)) for choice in choices]
+
+    async def _shared_prefill(self, req: RouterRequest, params: SamplingParams) -> worker_pb2.PrefillResponse:
+        """The n choices' one prefill, retried on other instances under the policy; never re-prefilled as one:
+        each choice whose decode cannot have its K/V re-prefills on its own (`_disagg`)."""
+        retry = Retries(self.dispatcher, self.retries, 0, partial(self._blame, req), req.request_id)
+        while True:
+            assignment = await retry.book("prefill", self._prefill_load(req, req.prompt_ids), self._preferred(req))
+            try:
+                return await self._prefill(req, req.prompt_ids, params, assignment, pulls=req.n)
+            except Exception as exc:
+                await retry.after(exc, assignment)  # raises unless another instance may take it
 
     async def _choice(self, req: RouterRequest, source: AsyncIterator[worker_pb2.TokenChunk],
                       stopped: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[Chunk]:
@@ -162,93 +170,99 @@ class RouterCore:
     # ---- disaggregated: prefill instance, then decode instance -------------------------------------
 
     async def _disagg(self, req: RouterRequest) -> AsyncIterator[worker_pb2.TokenChunk]:
-        """Prefill then decode; if an instance dies mid-stream, re-prefill the prompt plus the tokens already
-        streamed and go on, so the client sees no token twice and none lost (sampling is keyed by position, and
-        a grammar reads the streamed tokens first: `resumed_tokens`)."""
+        """Prefill then decode, one instance call per turn of one loop. After a failed call the retry policy
+        (`Retries.after`) names the next turn: the same call on another instance (a decode from the same K/V, while
+        it streamed nothing), or a re-prefill of the prompt plus the tokens already streamed, so the client sees no
+        token twice and none lost (sampling is keyed by position, and a grammar reads the streamed tokens first:
+        `resumed_tokens`). A re-prefill goes the plain way ("pull")."""
+        retry = Retries(self.dispatcher, self.retries, self.retries, partial(self._blame, req), req.request_id)
         produced: list[int] = []
-        for attempt in range(self.retries + 1):
-            req.attempt = attempt
-            # the prompt's logprobs came with the first token: a re-prefill of prompt + output does not ask again
-            rest = replace(req.params, max_tokens=req.params.max_tokens - len(produced), resumed_tokens=len(produced),
-                           prompt_logprobs=None if produced else req.params.prompt_logprobs)
-            try:
-                async with aclosing(self._disagg_once(req, req.prompt_ids + produced, rest)) as once:
-                    async for tokens in once:
-                        produced.extend(tokens.token_ids)
-                        yield tokens
-                return
-            except Exception as exc:
-                if attempt == self.retries or failure(exc) is Failure.FINAL:
-                    raise
-                log.warning("instance failed after %d tokens (%s); re-prefilling", len(produced), exc,
-                            extra={"request_id": req.request_id})
-
-    async def _disagg_once(self, req: RouterRequest, prompt_ids: list[int],
-                           params: SamplingParams) -> AsyncIterator[worker_pb2.TokenChunk]:
-        if req.shared is not None and req.attempt == 0:
-            async with aclosing(self._decode_shared(req, req.shared, params)) as shared:
-                async for chunk in shared:
-                    yield chunk
-            return
-        path = req.route.path if req.attempt == 0 else "pull"  # a retry goes the plain way
-        if path == "local":
-            streamed = False
-            try:
-                async with aclosing(self._local(req, prompt_ids, params)) as local:
-                    async for chunk in local:
-                        if not streamed:
-                            streamed = True
-                            self._took(req, "local")
-                        yield chunk
-                return
-            except LocalPrefillDeclined as declined:  # nothing streamed: the prefill instance's way instead
-                log.info("local prefill not taken (%s); pulling", declined, extra={"request_id": req.request_id})
-                path = "pull"
-            except grpc.aio.AioRpcError as exc:
-                if streamed or exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                    raise
-                log.info("local prefill declined (%s); pulling", exc.details(), extra={"request_id": req.request_id})
-                path = "pull"
-        self._took(req, path)
-        prefix = await self.cleanups.claim(self._lease_prefix(req, prompt_ids), self._end_prefix) \
-            if path == "reverse" else None
+        path = "shared" if req.shared is not None else req.route.path
+        prefix: kv_pb2.KVHandle | None = None  # reverse: the decode instance's lease of its cached prefix, until taken
+        prefilled: worker_pb2.PrefillResponse | None = None  # the K/V the decodes pull, leased at the prefill
+        streamed = False  # since the last (re-)prefill: a decode ended that lease by pulling it
         try:
-            prefilled = await self.cleanups.claim(
-                self._with_retries(self._tries(req, "prefill", self._prefill_load(req, prompt_ids), self._preferred(req)),
-                                   lambda a: self._prefill(req, prompt_ids, params, a, prefix=prefix)),
-                self._end_lease)
-        except BaseException:
-            # No prefill took the decode's prefix lease (refused, none live, retries spent, cancelled, or one
-            # failed mid-pull): end it now, not at its expiry. A lease the prefill ended already is unknown there.
-            await self.cleanups.run(self._end_prefix(prefix))
-            raise
-        streamed = False
-        try:
-            yield worker_pb2.TokenChunk(token_ids=[prefilled.first_token], finish_reason=prefilled.finish_reason,
-                                        logprobs=prefilled.logprobs, prompt_logprobs=prefilled.prompt_logprobs,
-                                        cached_tokens=prefilled.cached_tokens if req.attempt == 0 else 0)
-            if prefilled.finish_reason:
-                return
-            # Before the first decoded token the K/V may still be leased at the source: another decode instance
-            # may pull it (the K/V gone, the caller re-prefills).
-            tries = self._tries(req, "decode", len(prompt_ids) + params.max_tokens,
-                                req.route.decode_id if req.attempt == 0 else "")
+            if path not in ("shared", "local"):
+                self._took(req, path)
+            if path == "reverse":
+                prefix = await self.cleanups.claim(self._lease_prefix(req, req.prompt_ids), self._end_prefix)
+            prompt_ids, params = self._resumed(req, produced)
             while True:
-                assignment = await self.cleanups.claim(tries.next(), self.dispatcher.release)
-                req.decode_instance = assignment.info.id
+                assignment: Assignment | None = None
                 try:
-                    async with aclosing(self._decode(req, prompt_ids, params, prefilled, assignment)) as decoded:
+                    if path == "local":
+                        async with aclosing(self._local(req, prompt_ids, params)) as local:
+                            async for chunk in local:
+                                if not streamed:
+                                    streamed = True
+                                    self._took(req, "local")
+                                produced.extend(chunk.token_ids)
+                                yield chunk
+                        return
+                    if prefilled is None and path == "shared" and req.shared is not None:
+                        prefilled = await req.shared.get()  # the choices' one prefill, which samples no token for them
+                    elif prefilled is None:
+                        assignment = await retry.book("prefill", self._prefill_load(req, prompt_ids), self._preferred(req))
+                        prefilled = await self.cleanups.claim(
+                            self._prefill(req, prompt_ids, params, assignment, prefix=prefix), self._end_lease)
+                        prefix, assignment = None, None  # the prefill took the prefix lease
+                        retry.next_call()
+                        yield worker_pb2.TokenChunk(token_ids=[prefilled.first_token], finish_reason=prefilled.finish_reason,
+                                                    logprobs=prefilled.logprobs, prompt_logprobs=prefilled.prompt_logprobs,
+                                                    cached_tokens=prefilled.cached_tokens if req.attempt == 0 else 0)
+                        produced.append(prefilled.first_token)
+                        if prefilled.finish_reason:
+                            return
+                    # Before the first decoded token the K/V may still be leased at the source: another decode
+                    # instance may pull it (the K/V gone, the policy re-prefills).
+                    assignment = await self.cleanups.claim(
+                        retry.book("decode", len(prompt_ids) + params.max_tokens,
+                                   req.route.decode_id if req.attempt == 0 and path != "shared" else ""),
+                        self.dispatcher.release)
+                    req.decode_instance = assignment.info.id
+                    decoded = self._decode(req, prompt_ids, params, prefilled, assignment, sample_first=path == "shared")
+                    async with aclosing(decoded):
                         async for chunk in decoded:
+                            if path == "shared" and not streamed:  # every choice gets the prompt's logprobs, once
+                                chunk.prompt_logprobs.extend(prefilled.prompt_logprobs)
+                                chunk.cached_tokens = prefilled.cached_tokens
                             streamed = True
+                            produced.extend(chunk.token_ids)
                             yield chunk
                     return
                 except Exception as exc:
-                    await tries.failed_on(assignment, exc, streamed)
+                    if path == "local" and not streamed and _declined(exc):  # the prefill instance's way instead
+                        log.info("local prefill not taken (%s); pulling", exc, extra={"request_id": req.request_id})
+                        path = "pull"
+                        self._took(req, path)
+                        continue
+                    # one try for the shared K/V: a choice whose decode fails re-prefills, that K/V being another's too
+                    if await retry.after(exc, assignment, elsewhere=not streamed and path != "shared") is Next.RE_PREFILL:
+                        await self._let_go(path, req, prefix, prefilled, streamed)
+                        path, prefix, prefilled, streamed = "pull", None, None, False
+                        req.attempt += 1
+                        prompt_ids, params = self._resumed(req, produced)
         finally:
-            # Closed before decode streamed anything (cancelled, even at the first token): end the lease now
-            # rather than leave the prefill's blocks held until it expires.
-            if not streamed:
-                await self.cleanups.run(self._end_lease(prefilled))
+            await self._let_go(path, req, prefix, prefilled, streamed)
+
+    @staticmethod
+    def _resumed(req: RouterRequest, produced: list[int]) -> tuple[list[int], SamplingParams]:
+        """An attempt's prompt and sampling after `produced` tokens streamed (the prompt's logprobs came with the
+        first token: a re-prefill of prompt + output does not ask again)."""
+        return req.prompt_ids + produced, replace(
+            req.params, max_tokens=req.params.max_tokens - len(produced), resumed_tokens=len(produced),
+            prompt_logprobs=None if produced else req.params.prompt_logprobs)
+
+    async def _let_go(self, path: str, req: RouterRequest, prefix: kv_pb2.KVHandle | None,
+                      prefilled: worker_pb2.PrefillResponse | None, streamed: bool) -> None:
+        """An attempt ends (re-prefilled, done, failed or closed): a prefix lease no prefill took, and a prefill's
+        lease no decode pulled, end now rather than at their expiry; a choice is done with the shared K/V."""
+        if prefix is not None:
+            await self.cleanups.run(self._end_prefix(prefix))
+        if path == "shared" and req.shared is not None:
+            await req.shared.done()
+        elif prefilled is not None and not streamed:
+            await self.cleanups.run(self._end_lease(prefilled))
 
     @staticmethod
     def _routed(req: RouterRequest) -> None:
@@ -270,31 +284,6 @@ class RouterCore:
     async def _end_prefix(self, prefix: kv_pb2.KVHandle | None) -> None:
         if prefix is not None and self.release_lease is not None:
             await self.release_lease(prefix)
-
-    async def _decode_shared(self, req: RouterRequest, shared: SharedPrefill,
-                             params: SamplingParams) -> AsyncIterator[worker_pb2.TokenChunk]:
-        """A choice's first attempt: decode from the shared prefill's K/V, sampling the first token there."""
-        try:
-            prefilled = await shared.get()
-            # one try here: a choice whose decode fails re-prefills (`_disagg`), the shared K/V being another's too
-            tries = self._tries(req, "decode", len(req.prompt_ids) + params.max_tokens, retries=0)
-            assignment = await self.cleanups.claim(tries.next(), self.dispatcher.release)
-            req.decode_instance = assignment.info.id
-            try:
-                first = True
-                decoded = self._decode(req, req.prompt_ids, params, prefilled, assignment, sample_first=True)
-                async with aclosing(decoded):
-                    async for chunk in decoded:
-                        if first:  # every choice gets the prompt's logprobs, computed once by the shared prefill
-                            chunk.prompt_logprobs.extend(prefilled.prompt_logprobs)
-                            chunk.cached_tokens = prefilled.cached_tokens
-                            first = False
-                        yield chunk
-            except Exception as exc:
-                await tries.failed_on(assignment, exc)
-                raise
-        finally:
-            await shared.done()
 
     async def _blame(self, req: RouterRequest, assignment: Assignment, exc: Exception) -> None:
         """Raises CrashedInstance when the request was in the step that killed the instance's process:
@@ -356,33 +345,20 @@ class RouterCore:
             return None
         return reply.kv if reply.HasField("kv") else None
 
-    def _tries(self, req: RouterRequest, role: str, load: float, prefer: str = "",
-               retries: int | None = None) -> InstanceTries:
-        """A call's tries of instances under the retry policy (router/retry.py)."""
-        return InstanceTries(self.dispatcher, role, load, self.retries if retries is None else retries,
-                             partial(self._blame, req), prefer, req.request_id)
-
-    async def _with_retries(self, tries: InstanceTries, call: Callable[[Assignment], Awaitable[T]]) -> T:
-        """A unary call (a prefill) on the instances `tries` gives, until one answers or the policy gives up."""
-        while True:
-            assignment = await tries.next()
-            try:
-                return await call(assignment)
-            except Exception as exc:
-                await tries.failed_on(assignment, exc)
-            finally:
-                await self.cleanups.run(self.dispatcher.release(assignment))
-
     async def _prefill(self, req: RouterRequest, prompt_ids: list[int], params: SamplingParams,
                        assignment: Assignment, pulls: int = 1,
                        prefix: kv_pb2.KVHandle | None = None) -> worker_pb2.PrefillResponse:
+        """The prefill call on `assignment`; the booked load comes off when it ends."""
         req.prefill_instance = assignment.info.id
         self._routed(req)
         stub = worker_pb2_grpc.PrefillStub(self.dispatcher.channel(assignment.info.address))
-        response = await stub.Prefill(worker_pb2.PrefillRequest(
-            request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params),
-            pulls=pulls, cache_namespace=req.cache_namespace, prefix=prefix),
-            timeout=req.remaining())
+        try:
+            response = await stub.Prefill(worker_pb2.PrefillRequest(
+                request_id=req.downstream_id, prompt_token_ids=prompt_ids, sampling=sampling_to_proto(params),
+                pulls=pulls, cache_namespace=req.cache_namespace, prefix=prefix),
+                timeout=req.remaining())
+        finally:
+            await self.cleanups.run(self.dispatcher.release(assignment))
         req.lifetime.merge(response.stamps)
         return response
 
@@ -456,3 +432,9 @@ class RouterCore:
         except Exception as exc:
             if not self.registry.away:  # the breaker logs an outage once
                 log.warning("could not record request: %s", exc, extra={"request_id": req.request_id})
+
+
+def _declined(exc: Exception) -> bool:
+    """A decode instance did not take a local prefill, before streaming: another was booked, or it declined."""
+    return isinstance(exc, LocalPrefillDeclined) or (
+        isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.FAILED_PRECONDITION)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from services.common import defaults
+
 
 @dataclass(frozen=True, slots=True)
 class ModelShape:
@@ -23,6 +25,8 @@ class ModelShape:
     idle_ffn: int = 0
     kv_entry: int = 0  # latent attention: values per token and layer (latent + rotary key); 0: K and V heads
     attn_size: int = 0  # latent attention: parameters of one layer's attention where the GQA count does not hold
+    sliding_layers: int = 0  # layers attending to their last `window` positions only (Mistral, Gemma)
+    window: int = 0
     experts: int = 0  # routed experts of a sparse layer (0: a dense model)
     top_k: int = 0  # routed experts per token
     expert_ffn: int = 0  # one routed expert's intermediate width
@@ -59,6 +63,14 @@ class ModelShape:
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """Bytes of KV one token occupies across all layers (K and V heads, or latent attention's entry)."""
         return self.layers * (self.kv_entry or 2 * self.kv_heads * self.head_dim) * dtype_bytes
+
+    def kv_tokens(self, tokens: int) -> int:
+        """The K/V a sequence of `tokens` tokens keeps, in tokens of every layer: a sliding layer keeps its window
+        and one block more (docs/engine.md, "KV by layer group"). Memory, transfers and decode context count it."""
+        if not self.sliding_layers:
+            return tokens
+        kept = min(tokens, self.window + defaults.BLOCK_SIZE)
+        return -(-((self.layers - self.sliding_layers) * tokens + self.sliding_layers * kept) // self.layers)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -70,12 +70,14 @@ class Instance:
     async def decode(self, request: worker_pb2.DecodeRequest) -> AsyncIterator[worker_pb2.TokenChunk]:
         self.decodes.append(request)
         fails = self.fail_after is not None and len(self.decodes) <= self.failures
-        n, left = len(request.prompt_token_ids), request.sampling.max_tokens - 1  # the first token came with prefill
+        # the first token came with the prefill, or (a choice of a shared prefill) is sampled here
+        first = len(request.prompt_token_ids) + request.HasField("first_token")
+        left = request.sampling.max_tokens - request.HasField("first_token")
         for i in range(left):
             if fails and i == self.fail_after:
                 raise rpc_error(self.fail_code)
             await self.step.wait()
-            yield worker_pb2.TokenChunk(token_ids=[token_at(n + 1 + i)], finish_reason="length" if i == left - 1 else "")
+            yield worker_pb2.TokenChunk(token_ids=[token_at(first + i)], finish_reason="length" if i == left - 1 else "")
 
 
 class StreamCall:

@@ -147,6 +147,35 @@ async def test_a_cancelled_request_task_frees_what_it_booked() -> None:
     assert decode.cancelled == 1 and not dispatcher.booked and leases.released == {"p0/r": 1}
 
 
+async def choice_tokens(router: RouterCore, n: int) -> list[list[int]]:
+    req = RouterRequest("r", list(PROMPT), SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True), n=n)
+    got: list[list[int]] = [[] for _ in range(n)]
+    async for chunk in router.generate(req):
+        got[chunk.index] += chunk.token_ids
+    return got
+
+
+async def test_the_shared_prefill_of_n_choices_is_retried_on_another_instance_once_for_all() -> None:
+    dead, live = Instance("p0", "prefill", fail_prefill=UNAVAILABLE), Instance("p1", "prefill")
+    dispatcher, leases = Dispatcher(dead, live, Instance("d0", "decode")), Leases()
+    router = core(dispatcher, leases)
+    assert await choice_tokens(router, 2) == [EXPECTED, EXPECTED]
+    assert len(dead.prefills) == len(live.prefills) == 1 and live.prefills[0].pulls == 2
+    await cleaned_up(router)
+    assert not dispatcher.booked and leases.released == {"p1/r": 1}  # the choices done, the shared lease ends
+
+
+async def test_a_choice_whose_shared_decode_fails_re_prefills_alone() -> None:
+    prefill, dead = Instance("p0", "prefill"), Instance("d0", "decode", fail_after=0)
+    dispatcher, leases = Dispatcher(prefill, dead, Instance("d1", "decode")), Leases()
+    router = core(dispatcher, leases)
+    assert await choice_tokens(router, 2) == [EXPECTED, EXPECTED]
+    shared, again = prefill.prefills
+    assert shared.request_id == "r" and again.request_id in ("r-0~1", "r-1~1") and dead.info.key in dispatcher.failed
+    await cleaned_up(router)
+    assert not dispatcher.booked and leases.released == {"p0/r": 1}
+
+
 def reverse(request_id: str = "r") -> RouterRequest:
     """A follow-up routed to pull the prefix the decode instance d0 holds into the prefill first."""
     return RouterRequest(request_id, list(PROMPT), SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True),
