@@ -70,6 +70,7 @@ async def test_follow_ups_go_where_their_prefix_is_cached_and_give_the_same_toke
     # on the first, for its first turn only), so that follow-ups routed by the book alone would leave it.
     by_name, other = sorted(p.name for p in stack.procs if p.role == "prefill")
     registry = Registry.from_url(stack.redis_url)
+    await registry.router_beat("another-router")  # present: its booking is not reclaimed as a dead router's
     await registry.add_load("prefill", by_name, 1e6, "another-router")
     await asyncio.sleep(0.5)  # the router's gate reads the booked loads every 50 ms: at least once on a busy host
     try:
