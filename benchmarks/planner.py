@@ -1,7 +1,7 @@
 """`python -m benchmarks.planner`: the planner's figures — M/D/1 agreement, the authors' reference result, search
-runtime — printed as a table and as JSON.
+runtime, mixture-of-experts layouts — printed as a table and as JSON.
 
-    python3 -m benchmarks.planner [--what mdl|reference|search|all] [--workers N]
+    python3 -m benchmarks.planner [--what mdl|reference|search|moe|all] [--workers N]
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import numpy as np
 from services.common.slo import SLO
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs
 from services.common.step_model.latency import TPCoefficients
-from services.planner.goodput import Scenario
+from services.planner.goodput import Scenario, phase_goodput
 from services.planner.hardware import load_latency_model
 from services.planner.placement import Cluster, Parallel, pack
-from services.planner.search import high_affinity, low_affinity
+from services.planner.search import candidates, high_affinity, low_affinity
 from services.planner.shapes import load_shape
 from services.planner.simulator import simulate, simulate_prefill
 from services.planner.workload import Workload, unit_arrivals
@@ -95,6 +95,25 @@ def search_runtime(workers: int | None = None) -> list[dict]:
     return rows
 
 
+def moe() -> list[dict]:
+    """Mixture-of-experts layouts (pp 1) that fit, Mixtral 8x7B on 1 × 8 and DeepSeek-V3 on 4 × 8 A100-80GB (the
+    OPT-66B fit scaled): weights per GPU, KV tokens of an instance, decode step at 1/16/128/512 requests of 1000
+    context tokens, and each phase's goodput per GPU (chatbot, TTFT 0.2 s, TPOT 0.1 s at 90%)."""
+    rows = []
+    for name, cluster in (("mixtral-8x7b", Cluster(1, 8)), ("deepseek-v3", Cluster(4, 8))):
+        model = load_latency_model("a100-80gb", load_shape(name))
+        scn = Scenario(model, cluster, Workload("chatbot"), SLO(0.2, 0.1, 0.9), 2000)
+        for par in (p for p in candidates(scn, cluster.num_gpus) if p.pp == 1):
+            coeffs = scn.coeffs(par)
+            rows.append({"model": name, "tp": par.tp, "ep": par.ep, "gpus": par.gpus,
+                         "weights_gb_per_gpu": model.weight_bytes_per_gpu(par.tp, par.pp, par.ep) / 1e9,
+                         "kv_tokens": model.kv_capacity(par.tp, par.pp, par.ep),
+                         **{f"step_ms_b{b}": 1e3 * coeffs.decode_time(1000 * b, b) for b in (1, 16, 128, 512)},
+                         "decode_per_gpu": phase_goodput(scn, "decode", par) / par.gpus,
+                         "prefill_per_gpu": phase_goodput(scn, "prefill", par) / par.gpus})
+    return rows
+
+
 def _table(rows: list[dict]) -> str:
     cols = list(rows[0])
     cell = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)
@@ -106,11 +125,11 @@ def _table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.planner", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--what", choices=["mdl", "reference", "search", "all"], default="all")
+    parser.add_argument("--what", choices=["mdl", "reference", "search", "moe", "all"], default="all")
     parser.add_argument("--workers", type=int, default=None, help="search processes (default: CPU cores)")
     args = parser.parse_args(argv)
     runs = {"mdl": lambda: mdl(), "reference": lambda: reference(workers=args.workers),
-            "search": lambda: search_runtime(args.workers)}
+            "search": lambda: search_runtime(args.workers), "moe": moe}
     results = {}
     for name, run in runs.items():
         if args.what in (name, "all"):

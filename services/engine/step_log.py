@@ -3,7 +3,7 @@
 The seconds of a step are its period in service, not only its forward pass: from the step's start to the next
 step's start (scheduling, the forward pass, handing the outputs to the event loop, the commands that ran
 between the two), or to the hand-off of its outputs when the engine then idles. The planner's latency model is
-fitted to these records to describe the served engine (`services.planner.step_fit`).
+fitted to these records to describe the served engine (`services/common/step_model/served_fit.py`).
 """
 
 from __future__ import annotations

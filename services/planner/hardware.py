@@ -44,10 +44,12 @@ def _table(name: str) -> tuple[dict, dict]:
 
 
 def shipped_model(name: str, shape: ModelShape) -> LatencyModel:
-    """A shipped set for a paper model (`opt-13b`, `opt-66b`, `opt-175b`); for a mixture-of-experts model, the
-    `MOE_BASE` set scaled to it (`services.common.step_model.moe_scaling`)."""
-    if shape.experts:
-        return moe_from_dense(shipped_model(name, PRESETS[MOE_BASE]), shape)
+    """A shipped set for a paper model (`opt-13b`, `opt-66b`, `opt-175b`); for a mixture-of-experts model of at
+    least a tenth of `MOE_BASE`'s parameters, that set scaled to it (`services.common.step_model.moe_scaling`;
+    smaller ones, such as the CPU test presets, would be all fixed costs: refused like any unshipped model)."""
+    base = PRESETS[MOE_BASE]
+    if shape.experts and shape.params >= base.params / 10:
+        return moe_from_dense(shipped_model(name, base), shape)
     coeffs, kv = _table(name)
     key = f"facebook/{shape.name}"
     if key not in coeffs:

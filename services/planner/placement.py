@@ -77,7 +77,7 @@ class Placement:
 
 
 class _Free:
-    """Free GPU ids per node; a stage takes `tp` GPUs of one node, or whole free nodes when wider than one."""
+    """Free GPU ids per node; a stage takes its width of one node's GPUs, or whole free nodes when wider than one."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.per_node = cluster.gpus_per_node

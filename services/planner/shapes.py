@@ -78,7 +78,7 @@ def load_shape(model: str) -> ModelShape:
     return shape_from_config(json.loads(config_file.read_text()), path.name)
 
 
-PUBLISHED = ("deepseek-v3",)  # planner-only shapes: a published config.json in data/, no checkpoint to make
+PUBLISHED = ("deepseek-v3", "mixtral-8x7b")  # planner-only shapes: a published config.json in data/, no checkpoint to make
 PRESETS: dict[str, ModelShape] = {
     **{name: shape_from_config(config, name) for name, config in ENGINE_PRESETS.items()},
     **{name: shape_from_config(json.loads((DATA / f"{name}-config.json").read_text()), name) for name in PUBLISHED},

@@ -56,9 +56,11 @@ class TPCoefficients:
                 + self.expert_time(prompt_tokens + batch))
 
     def saturation_tokens(self, overhead: float = 0.1) -> int:
-        """Lm: the batch size in tokens from which the fixed cost is under `overhead` of the batch time."""
-        p = self.prefill
-        return max(1, int(p.c0 / (overhead * p.per_token))) if p.per_token > 0 else 1 << 30
+        """Lm: the batch size in tokens from which the fixed cost is under `overhead` of the batch time (the routed
+        experts' time per token, where there are experts, taken at a batch large enough to activate them all)."""
+        p, large = self.prefill, 1 << 16
+        per_token = p.per_token + self.expert_time(large) / large
+        return max(1, int(p.c0 / (overhead * per_token))) if per_token > 0 else 1 << 30
 
     def scaled(self, factor: float, decode_factor: float | None = None) -> TPCoefficients:
         """The same device with h and m divided by `factor` more (appendix A): size-dependent terms shrink

@@ -13,12 +13,9 @@ from services.planner.hardware import load_latency_model
 from services.planner.placement import Cluster, Parallel, pack
 from services.planner.search import candidates, high_affinity
 from services.planner.service import memory_dict
-from services.planner.shapes import load_shape, shape_from_config
+from services.planner.shapes import load_shape
 from services.planner.workload import Workload
 
-MIXTRAL_8X7B = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
-                "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 32768}
 SLO_ = SLO(0.2, 0.1, 0.9)
 
 
@@ -55,6 +52,13 @@ def test_deepseek_v3_fits_four_nodes_of_eight_a100s_only_with_its_experts_spread
     assert deepseek.model.weight_bytes_per_gpu(8, 1, 1) > 80e9
 
 
+def test_a_latent_is_copied_on_every_tensor_parallel_rank_so_data_parallel_attention_holds_more_kv(deepseek) -> None:
+    model = deepseek.model
+    free = [16 * 0.9 * 80e9 - 16 * model.weight_bytes_per_gpu(tp, 1, 16) for tp in (1, 8)]
+    assert model.kv_capacity(1, 1, 16) == pytest.approx(free[0] / 70272, abs=1)  # 61 layers x 576 values x 2 bytes
+    assert model.kv_capacity(8, 1, 16) == pytest.approx(free[1] / (8 * 70272), abs=1)
+
+
 def test_deepseek_v3_plan_decodes_with_expert_parallelism_and_fits_the_memory(deepseek) -> None:
     plan = high_affinity(deepseek, workers=1)
     p = plan.placement
@@ -70,7 +74,7 @@ def test_decode_goodput_per_gpu_of_ep_and_no_ep_is_ordered_as_the_step_model_pre
     """Mixtral 8x7B on one node: TP 8 without EP, TP 4 without EP, TP 1 with EP 8 (attention data-parallel), TP 8
     with EP 8. The step model's prediction: decode tokens per second per GPU at the largest batch whose step meets
     the TPOT objective (and whose KV fits); the simulated goodput per GPU must rank the layouts the same."""
-    model = load_latency_model("a100-80gb", shape_from_config(MIXTRAL_8X7B, "mixtral"))
+    model = load_latency_model("a100-80gb", load_shape("mixtral-8x7b"))
     scn = Scenario(model, Cluster(1, 8), Workload("chatbot"), SLO_, num_requests=500)
     prompts, outputs, _ = scn.pool
     context = float(prompts.mean() + outputs.mean() / 2)
