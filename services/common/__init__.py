@@ -9,7 +9,7 @@
   status table), `validation`, `convert` (protobuf ⇄ dataclasses), `prefix_hash`.
 - the latency model: `step_model/` (fit and predict, one home for the planner, the router's admission and the
   bench; its `__init__` lists its modules).
-- model facts: `model_config` (with `moe_config`, `mla_config`), `generation_config`, `tokenizer`, `chat_template`,
+- model facts: `model_config` (with `moe_config`, `mla_config`, `yarn`), `generation_config`, `tokenizer`, `chat_template`,
   `grammars`, `kv_layout`, `kv_groups` (layers grouped by how long their K/V is kept).
 - settings: `defaults` (one default per setting), `engine_settings`, `settings_cli` (settings as flags).
 - processes and hosts: `logs`, `metrics`, `net`, `lifetime` (children die with their parent), `pool_files`

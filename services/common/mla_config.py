@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.common.yarn import yarn_mscale
+
 MLA_TYPES = ("deepseek_v3",)
 _DEFAULTS = {"kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
              "v_head_dim": 128, "rope_interleave": True}  # transformers' DeepseekV3Config
@@ -19,6 +21,7 @@ class MLAConfig:
     nope_dim: int  # qk_nope_head_dim: each head's key part expanded from the latent
     v_dim: int  # v_head_dim
     interleaved: bool  # rotary over interleaved pairs (DeepSeek's layout)
+    mscale: float = 1.0  # YaRN's `mscale_all_dim` scale, applied twice to the scores (as DeepSeek's reference)
 
     @property
     def entry(self) -> int:
@@ -27,7 +30,7 @@ class MLAConfig:
 
     @property
     def scale(self) -> float:
-        return (self.nope_dim + self.rope_dim) ** -0.5
+        return (self.nope_dim + self.rope_dim) ** -0.5 * self.mscale * self.mscale
 
 
 def mla_config(raw: dict) -> MLAConfig:
@@ -39,5 +42,8 @@ def mla_config(raw: dict) -> MLAConfig:
         raise ValueError(f"config.json q_lora_rank: {raw['q_lora_rank']!r} is neither null nor a positive integer")
     if (raw["kv_lora_rank"] + raw["qk_rope_head_dim"]) % 2:  # the pool holds the entry as two halves (engine.md)
         raise ValueError(f"config.json kv_lora_rank: {raw['kv_lora_rank']} + qk_rope_head_dim is odd")
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    mscale = yarn_mscale(rope["factor"], rope["mscale_all_dim"]) \
+        if rope.get("rope_type", rope.get("type")) == "yarn" and rope.get("mscale_all_dim") else 1.0
     return MLAConfig(raw["kv_lora_rank"], raw["q_lora_rank"], raw["qk_rope_head_dim"], raw["qk_nope_head_dim"],
-                     raw["v_head_dim"], bool(raw["rope_interleave"]))
+                     raw["v_head_dim"], bool(raw["rope_interleave"]), mscale)

@@ -168,9 +168,11 @@ def _rope(raw: dict, model_type: str) -> dict[str, dict]:
 
 
 def _rope_set(raw: dict, params: dict) -> dict:
-    """One set of rotary parameters with `rope_type` named and LongRoPE's context lengths filled in."""
+    """One set of rotary parameters with `rope_type` named and LongRoPE's and YaRN's context lengths filled in."""
     out = {"rope_theta": 10000.0, **params}
     out["rope_type"] = out.pop("type", None) or out.get("rope_type", "default")
+    if out["rope_type"] == "yarn":
+        out.setdefault("max_position_embeddings", raw["max_position_embeddings"])
     if out["rope_type"] == "longrope":
         out.setdefault("original_max_position_embeddings", raw["original_max_position_embeddings"])
         out.setdefault("max_position_embeddings", raw["max_position_embeddings"])

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from services.common.model_config import ModelConfig
+from services.common.yarn import yarn_mscale
 from services.engine.attention import AttentionMetadata
 
 
@@ -46,6 +47,8 @@ def rope_table(params: dict, head_dim: int) -> RopeTable:
         return RopeTable(inv_freq / params["factor"])
     if kind == "llama3":
         return RopeTable(_llama3(inv_freq, params))
+    if kind == "yarn":
+        return _yarn(params, dim, base)
     if kind == "longrope":
         original = params["original_max_position_embeddings"]
         factor = params.get("factor") or params["max_position_embeddings"] / original
@@ -61,6 +64,31 @@ def rope_tables(config: ModelConfig) -> dict[str, RopeTable]:
     kinds = set(config.layer_types) or set(config.rope)
     dim = config.mla.rope_dim if config.mla is not None else config.head_dim  # MLA rotates a part of each head
     return {kind: rope_table(config.rope[kind], dim) for kind in kinds}
+
+
+def _yarn(params: dict, dim: int, base: torch.Tensor) -> RopeTable:
+    """YaRN (as transformers computes it): frequencies interpolated by `factor` below the ramp between
+    `beta_slow` and `beta_fast` rotations over the original context, kept above it; cos and sin scaled by the
+    attention factor (`mscale` / `mscale_all_dim` where both are given)."""
+    theta, original = params["rope_theta"], params["original_max_position_embeddings"]
+    factor = params.get("factor") or params["max_position_embeddings"] / original
+    attention = params.get("attention_factor")
+    if attention is None:
+        mscale, mscale_all = params.get("mscale"), params.get("mscale_all_dim")
+        attention = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all) if mscale and mscale_all \
+            else yarn_mscale(factor)
+
+    def correction(rotations: float) -> float:  # the dimension that turns `rotations` times over the original context
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = correction(params.get("beta_fast") or 32), correction(params.get("beta_slow") or 1)
+    if params.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / ((high - low) or 0.001)).clamp(0, 1)
+    extrapolated = 1 - ramp
+    inv_freq = 1.0 / (factor * base) * (1 - extrapolated) + 1.0 / base * extrapolated
+    return RopeTable(inv_freq, scale=float(attention))
 
 
 def _llama3(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
