@@ -117,7 +117,7 @@ class _Pulls:
         """Register both pools (as their instances) and lease block 0 of p0 for `pulls` pulls."""
         self.clients = [KVXferClient(address, instance_principal(n)) for n in ("p0", "d0")]
         for client, name, pool in zip(self.clients, ("p0", "d0"), self.pools):
-            await client.register_pool(name, pool)
+            await client.register_pool(name, pool.site)
         self.handle = await self.clients[0].create_lease("p0", [0], LAYOUT.block_size, ttl_s=24 * 3600.0, pulls=pulls)
 
     def caller(self, channel, body: bool, token: bool):

@@ -110,7 +110,7 @@ async def _start_kvxfers(world: World, device: torch.device) -> tuple[KVXferClie
         clients = [KVXferClient(world.kvxfers[i].address, instance_principal(name))
                    for i, name in ((0, "p0"), (0, "d0"), (1, "d1"))]
     for client, name, pool in zip(clients, ("p0", "d0", "d1"), world.pools):
-        await client.register_pool(name, pool)
+        await client.register_pool(name, pool.site)
     return clients[0], clients[1], clients[2]
 
 

@@ -78,8 +78,8 @@ async def _bench(quick: bool, say) -> list[Row]:
             a, b = KVXferClient(pair[0].address, instance_principal("p0")), KVXferClient(pair[1].address,
                                                                                           instance_principal("d1"))
             worlds[world] = a, b
-            await a.register_pool("p0", pools[0])
-            await b.register_pool("d1", pools[1])
+            await a.register_pool("p0", pools[0].site)
+            await b.register_pool("d1", pools[1].site)
             for nblocks, contiguous in ((4, False), (512, False), (512, True)):  # connections, staging, UCX warm
                 await timed_pull(a, b, "d1", nblocks, contiguous, random.Random(0))
         rows = []

@@ -22,10 +22,10 @@ from rich.table import Table
 
 from services.common.kv_layout import KVLayout
 from services.common.pool_files import shm_path
+from services.common.pool_site import PoolSite
+from services.common.span import Span
 from services.decode.reshard import reshard_copies
 from services.engine.kv_pool import KVPool
-from services.engine.parallel.shard import Span
-from services.instance.kv_shards import PoolShard
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.local import start_local_kvxfer
 
@@ -61,9 +61,9 @@ class Row:
     ratio: float
 
 
-def _shards(name: str, prefix: str) -> list[PoolShard]:
-    return [PoolShard(prefix + pid, layers, heads, _layout(layers.count, heads.count))
-            for pid, layers, heads in INSTANCES[name]]
+def _sites(name: str, prefix: str) -> dict[str, PoolSite]:
+    return {prefix + pid: PoolSite(_layout(layers.count, heads.count), layers, heads)
+            for pid, layers, heads in INSTANCES[name]}
 
 
 async def _bench(quick: bool, say) -> list[Row]:
@@ -79,7 +79,7 @@ async def _bench(quick: bool, say) -> list[Row]:
                     pools.append(pool)
                     owner = "" if pid == name else side + name
                     for client in (source, other) if side == "dst-" else (source,):
-                        await client.register_pool(side + pid, pool, owner=owner)
+                        await client.register_pool(side + pid, pool.site, owner=owner)
         rng = random.Random(0)
         rows = []
         for path, client in (("same-host", source), ("cross-host", other)):
@@ -109,7 +109,7 @@ async def _bench_path(path: str, source: KVXferClient, client: KVXferClient, rng
                 handle = await source.create_lease("src-tp1", sb, nblocks * BS)
                 same.append((await client.pull(handle, "dst-tp1", db, timeout_s=60)).seconds)
                 handle = await source.create_lease("src-" + src, sb, nblocks * BS)
-                copies = reshard_copies(_shards(src, "src-"), sb, _shards(dst, "dst-"), db)
+                copies = reshard_copies(_sites(src, "src-"), sb, _sites(dst, "dst-"), db)
                 ranges = sum(len(c.length) for c in copies)
                 reshard.append((await client.pull_ranges(handle, copies, timeout_s=60)).seconds)
             gbps, base = nbytes / statistics.median(reshard[1:]) / 1e9, nbytes / statistics.median(same[1:]) / 1e9

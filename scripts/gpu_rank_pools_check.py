@@ -13,9 +13,9 @@ from services.common.pool_files import shm_path
 from services.common.sampling import SamplingParams
 from services.engine.engine import EngineConfig, LLMEngine
 from services.engine.kv_pool import KVPool
-from services.engine.parallel.pools import rank_pools
+from services.engine.parallel.pools import pool_sites
 from services.engine.presets import resolve_model
-from services.instance.kv_shards import pool_sites, register_site
+from services.instance.kv_shards import by_site, rank_pool_id, register_site
 from services.kvxfer.client import KVXferClient
 from services.kvxfer.local import start_local_kvxfer
 
@@ -28,15 +28,16 @@ async def check() -> int:
     host = None
     try:
         engine.generate([list(range(1, 40))], [SamplingParams(max_tokens=1)])  # writes blocks 0.. of every rank
-        pools = rank_pools(engine)
-        print("rank pools:", [(p.rank, str(p.device), p.cuda_ipc is not None) for p in pools])
-        for site in pool_sites("gpu-tp2", pools):  # one: every rank on this host
+        sites = pool_sites(engine)
+        print("rank pools:", [(rank, site.device, site.cuda_ipc is not None) for rank, site in enumerate(sites)])
+        pools = {rank_pool_id("gpu-tp2", rank): site for rank, site in enumerate(sites)}
+        for site in by_site(pools):  # one: every rank on this host
             await register_site(kv, "gpu-tp2", site)
         registered = (await kv.stats()).pools
         print(f"registered pools: {registered} (want 2)")
-        rank1 = pools[1]
+        rank1 = sites[1]
         host = KVPool(rank1.layout, torch.device("cpu"), shm_path("gpu-tp2-host"))
-        await kv.register_pool("host", host)
+        await kv.register_pool("host", host.site)
         handle = await kv.create_lease("gpu-tp2.r1", [0, 1, 2], num_tokens=39)
         result = await kv.pull(handle, "host", [0, 1, 2], checksum=True, timeout_s=30)
         written = bool(host.tensor[:3].abs().sum() > 0)

@@ -122,9 +122,9 @@ async def _bench(quick: bool, device: torch.device, say) -> list[Row]:
         # each pool's owner calls as that instance (kvxfer lets only the owner use a pool)
         a, ad0, bd1 = clients[:] = [KVXferClient(hosts[i].address, instance_principal(name))
                                     for i, name in ((0, "p0"), (0, "d0"), (1, "d1"))]
-        await a.register_pool("p0", pools[0])
-        await ad0.register_pool("d0", pools[1])
-        await bd1.register_pool("d1", pools[2])
+        await a.register_pool("p0", pools[0].site)
+        await ad0.register_pool("d0", pools[1].site)
+        await bd1.register_pool("d1", pools[2].site)
         while not os.path.exists(port_file):
             assert raw.poll() is None, "raw ucxx receiver exited"
             await asyncio.sleep(0.05)

@@ -15,4 +15,6 @@
 - processes and hosts: `logs`, `metrics`, `net`, `lifetime` (children die with their parent), `pool_files`
   (KV pool files in /dev/shm), `cuda_ipc`, `cbuild` (C kernels compiled on first use), `step_journal`, `devices`
   (device strings: the cores of `cpu:a-b`, device lists).
+- KV pools: `pool_site` (one pool: its layout, what of the model it holds, where it lies; its wire forms), `span` (a
+  range of layers, KV heads or columns).
 """

@@ -8,20 +8,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from distserve.v1 import kv_pb2
 from services.common.errors import EngineInputError, LocalPrefillDeclined
+from services.common.pool_site import PoolSite, sites_from_handle
 from services.common.prefix_hash import block_hashes, from_wire, to_wire
 from services.common.sampling import SamplingParams, TokenLogprobs
 from services.common.stamps import Lifetime
 from services.decode.local_pacer import LOCAL_PREFILLS, LocalPacer
 from services.decode.reshard import reshard_copies
 from services.engine.async_engine import AsyncEngine, StepOutput
-from services.engine.parallel.shard import Span
 from services.instance.abandoned import free_after_copy
-from services.instance.kv_shards import PoolShard, SitePull, shards_from_handle, site_pulls
+from services.instance.kv_shards import SitePull, site_pulls
 from services.instance.request_bound import RequestBound
 from services.kvxfer.api import KVXferClient, LeaseKeeper
 
@@ -52,12 +52,11 @@ class Pulled:
 
 class DecodeCore:
     def __init__(self, engine: AsyncEngine, kv: KVXferClient, instance_id: str, pull_timeout_s: float, max_pending: int,
-                 shards: Sequence[PoolShard] = (), kv_of: Mapping[str, KVXferClient] | None = None,
+                 pools: Mapping[str, PoolSite] | None = None, kv_of: Mapping[str, KVXferClient] | None = None,
                  local_prefill_share: float = 1.0) -> None:
         self.engine = engine
-        lay = engine.layout  # this instance's rank pools (TP/PP); none given: its single pool
-        self.shards = list(shards) or [PoolShard(instance_id, Span(0, engine.groups.num_layers),
-                                                 Span(0, lay.num_kv_heads), lay)]
+        # this instance's rank pools (TP/PP) by pool id; none given: its single pool
+        self.pools = dict(pools or {instance_id: PoolSite.whole(engine.layout, engine.groups.num_layers)})
         self.kv = kv
         self.kv_of = dict(kv_of or {})  # per rank pool on another host than rank 0's: that host's kvxfer
         self.instance_id = instance_id
@@ -79,7 +78,7 @@ class DecodeCore:
     async def lease_prefix(self, prompt_ids: list[int], cache_namespace: str, ttl_s: float) -> kv_pb2.KVHandle | None:
         """A lease of the cached blocks of the prompt's longest cached prefix, held (never evicted) until the lease
         ends; None when none is cached, or on a TP/PP instance (its rank pools would need a lease each)."""
-        if len(self.shards) > 1:
+        if len(self.pools) > 1:
             return None
         prefix = self.engine.hold_cached(prompt_ids, cache_namespace, len(prompt_ids) - 1)
         if not prefix.num_blocks:
@@ -200,12 +199,12 @@ class DecodeCore:
         """Pulls into `blocks` (the flat blocks of the handle's tokens) those from the prompt's `cached_blocks`-th
         block on: a whole lease between single pools by block; a part of one, or between TP/PP layouts, by byte
         ranges (each rank pool gets its layers and heads, each layer its group's blocks)."""
-        if not cached_blocks and not handle.shards and len(self.shards) == 1:
+        if not cached_blocks and not handle.shards and len(self.pools) == 1:
             await self.kv.pull(handle, self.instance_id, blocks, timeout_s=self.pull_timeout_s)
             return
         groups = self.engine.groups
         wanted = groups.missing(handle.num_tokens, cached_blocks, handle.num_tokens) or []
-        copies = reshard_copies(shards_from_handle(handle, groups), [handle.block_ids[i] for _, i in wanted], self.shards,
+        copies = reshard_copies(sites_from_handle(handle, groups), [handle.block_ids[i] for _, i in wanted], self.pools,
                                 [blocks[i] for _, i in wanted], groups, [g for g, _ in wanted])
         # Ranks on several hosts (the source's, this instance's): one pull per (source kvxfer, destination kvxfer),
         # each through the kvxfer that serves its destination pools, under its source site's lease. All run to

@@ -10,13 +10,13 @@ Built with numpy: no Python loop per block or head.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from services.common.kv_groups import KVGroups
-from services.engine.parallel.shard import Span
-from services.instance.kv_shards import PoolShard
+from services.common.pool_site import PoolSite
+from services.common.span import Span
 from services.kvxfer.api import RangeCopy
 
 
@@ -25,21 +25,21 @@ def _overlap(a: Span, b: Span) -> Span | None:
     return Span(start, stop - start) if stop > start else None
 
 
-def _slots(shard: PoolShard, layers: list[int], groups: KVGroups | None) -> np.ndarray:
-    """The slots of `layers` in the shard's pool (one group: a block holds every layer of the pool in order)."""
+def _slots(site: PoolSite, layers: list[int], groups: KVGroups | None) -> np.ndarray:
+    """The slots of `layers` in the pool (one group: a block holds every layer of the pool in order)."""
     if groups is None:
-        return np.asarray(layers) - shard.layers.start
-    places = groups.placement(shard.layers.start, shard.layers.stop)
-    return np.asarray([places[layer - shard.layers.start][1] for layer in layers])
+        return np.asarray(layers) - site.layers.start
+    places = groups.placement(site.layers.start, site.layers.stop)
+    return np.asarray([places[layer - site.layers.start][1] for layer in layers])
 
 
-def _offsets(shard: PoolShard, blocks: np.ndarray, slots: np.ndarray, heads: Span) -> np.ndarray:
+def _offsets(site: PoolSite, blocks: np.ndarray, slots: np.ndarray, heads: Span) -> np.ndarray:
     """Byte offsets [B, layers, 2] of the first of `heads` in K and V of the layers at `slots` of `blocks`."""
-    lay = shard.layout
+    lay = site.layout
     b = blocks[:, None, None]
     layer = slots[None, :, None]
     kv = np.arange(2)[None, None, :]
-    head = ((b * lay.num_layers + layer) * 2 + kv) * lay.num_kv_heads + heads.start - shard.kv_heads.start
+    head = ((b * lay.num_layers + layer) * 2 + kv) * lay.num_kv_heads + heads.start - site.kv_heads.start
     return head * lay.block_size * lay.head_dim * lay.itemsize
 
 
@@ -52,11 +52,12 @@ def _merge(src: np.ndarray, dst: np.ndarray, unit: int) -> tuple[np.ndarray, np.
     return src[first], dst[first], lengths
 
 
-def reshard_copies(src: Sequence[PoolShard], src_blocks: Sequence[int], dst: Sequence[PoolShard],
+def reshard_copies(src: Mapping[str, PoolSite], src_blocks: Sequence[int], dst: Mapping[str, PoolSite],
                    dst_blocks: Sequence[int], groups: KVGroups | None = None,
                    block_groups: Sequence[int] | None = None) -> list[RangeCopy]:
-    """One RangeCopy per (source pool, destination pool) that share layers and heads; src_blocks[i] → dst_blocks[i],
-    blocks of layer group block_groups[i] (of `groups`; none given: one group of every layer).
+    """One RangeCopy per (source pool, destination pool) that share layers and heads (pools by their id at kvxfer);
+    src_blocks[i] → dst_blocks[i], blocks of layer group block_groups[i] (of `groups`; none given: one group of
+    every layer).
 
     Where several source pools hold the same heads (KV replicated across TP ranks) the first one is read."""
     if len(src_blocks) != len(dst_blocks):
@@ -64,12 +65,12 @@ def reshard_copies(src: Sequence[PoolShard], src_blocks: Sequence[int], dst: Seq
     sb, db = np.asarray(src_blocks, np.int64), np.asarray(dst_blocks, np.int64)
     bg = np.zeros(len(sb), np.int64) if block_groups is None else np.asarray(block_groups, np.int64)
     copies = []
-    for d in dst:
+    for d_id, d in dst.items():
         covered: list[tuple[Span, Span]] = []  # (layers, heads) of d already taken from an earlier source
-        for s in src:
+        for s_id, s in src.items():
             if s.layout.head_dim != d.layout.head_dim or s.layout.dtype != d.layout.dtype \
                     or s.layout.block_size != d.layout.block_size:
-                raise ValueError(f"pools {s.pool_id} and {d.pool_id} differ in head size, dtype or block size")
+                raise ValueError(f"pools {s_id} and {d_id} differ in head size, dtype or block size")
             layers, heads = _overlap(s.layers, d.layers), _overlap(s.kv_heads, d.kv_heads)
             if layers is None or heads is None or any(_overlap(layers, cl) and _overlap(heads, ch) for cl, ch in covered):
                 continue
@@ -82,5 +83,5 @@ def reshard_copies(src: Sequence[PoolShard], src_blocks: Sequence[int], dst: Seq
                 if members and pick.any():
                     so.append(_offsets(s, sb[pick], _slots(s, members, groups), heads).ravel())
                     do.append(_offsets(d, db[pick], _slots(d, members, groups), heads).ravel())
-            copies.append(RangeCopy(s.pool_id, d.pool_id, *_merge(np.concatenate(so), np.concatenate(do), unit)))
+            copies.append(RangeCopy(s_id, d_id, *_merge(np.concatenate(so), np.concatenate(do), unit)))
     return copies

@@ -10,7 +10,6 @@ from services.common.errors import abort_with
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
 from services.instance.config import InstanceSettings
-from services.instance.kv_shards import pool_shards, rank_pool_id
 from services.instance.kv_sites import InstanceKV
 from services.instance.servicer import InstanceServicer
 
@@ -53,8 +52,7 @@ async def add_decode(server: grpc.aio.Server, engine: AsyncEngine, settings: Ins
                      kv: InstanceKV):
     # a rank on another host: its pool is pulled into by that host's kvxfer, called as its site's anchor
     core = DecodeCore(engine, kv.kv, instance_id, settings.pull_timeout_s, settings.max_pending,
-                      pool_shards(instance_id, kv.pools),
-                      {rank_pool_id(instance_id, p.rank): client for site, client in kv.remote() for p in site.pools},
+                      kv.pools, {pool_id: client for site, client in kv.remote() for pool_id in site.pools},
                       settings.local_prefill_share)
     core.start()
     worker_pb2_grpc.add_DecodeServicer_to_server(DecodeServicer(core), server)

@@ -17,10 +17,12 @@ from typing import TypeVar
 from services.common.errors import EngineFailed, RequestFailed
 from services.common.kv_groups import KVGroups
 from services.common.kv_layout import KVLayout
+from services.common.pool_site import PoolSite
 from services.common.sampling import FinishReason, SamplingParams
 from services.engine.engine import LLMEngine, StepOutput, fork_id
 from services.engine.engine_thread import EngineThread
 from services.engine.kv_tables import CachedPrefix, Tables
+from services.engine.parallel.pools import pool_sites
 from services.engine.step_log import EngineStats
 
 __all__ = ["AsyncEngine", "StepOutput", "fork_id"]
@@ -118,6 +120,10 @@ class AsyncEngine:
     def groups(self) -> KVGroups:
         """The model's layer groups: which blocks a sequence keeps (services/common/kv_groups.py)."""
         return self.engine.groups
+
+    def pool_sites(self) -> list[PoolSite]:
+        """Every rank's KV pool, indexed by rank: what kvxfer maps and a handle names (services/common/pool_site.py)."""
+        return pool_sites(self.engine)
 
     def hold_cached(self, prompt_ids: list[int], cache_namespace: str, num_tokens: int,
                     keep_tokens: int | None = None) -> CachedPrefix:

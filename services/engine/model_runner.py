@@ -14,6 +14,7 @@ from services.common.kv_groups import KVGroups
 from services.common.kv_layout import KVLayout
 from services.common.model_config import ModelConfig
 from services.common.sampling import TokenLogprobs
+from services.common.span import Span
 from services.engine.attention import AttentionMetadata
 from services.engine.device import keep_freed_memory
 from services.engine.kv_pool import KVPool
@@ -50,7 +51,7 @@ class ModelRunner:
         if device.type == "cpu":
             use_small_gemm(model)
         self.model = model.eval()
-        self.pool = KVPool(layout, device, pool_path)
+        self.pool = KVPool(layout, device, pool_path, Span(0, config.num_layers))
 
     def _inputs(self, batch: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, KVView]:
         ids: list[int] = []

@@ -25,7 +25,7 @@ from services.engine.device import setup_device
 from services.engine.engine import EngineConfig, LLMEngine
 from services.instance.cache_publisher import CachePublisher
 from services.instance.config import InstanceSettings
-from services.instance.kv_shards import rank_pool_id, register_site
+from services.instance.kv_shards import register_site
 from services.instance.kv_sites import InstanceKV
 from services.instance.pool_keeper import PoolKeeper
 from services.instance.stats import export_gauges
@@ -110,8 +110,8 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     await on_stop()
     for site, client in sites:
         try:
-            for pool in reversed(site.pools):
-                await asyncio.wait_for(client.unregister_pool(rank_pool_id(instance_id, pool.rank)), 2.0)
+            for pool_id in reversed(site.pools):
+                await asyncio.wait_for(client.unregister_pool(pool_id), 2.0)
         except Exception as exc:  # kvxfer gone first: it holds nothing of ours any more
             log.warning("could not unregister the pools at %s: %r", client.address, exc)
         await client.close()

@@ -1,5 +1,5 @@
-"""Rank pools of TP/PP instances at the kvxfer boundary: their ids and registration, and the KVHandle's shard list
-⇄ PoolShards."""
+"""Rank pools of TP/PP instances at the kvxfer boundary: their ids, the kvxfers serving them and their
+registration there, the KVHandle's shard list, and a re-sharding pull split by source and destination kvxfer."""
 
 from __future__ import annotations
 
@@ -9,24 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from distserve.v1 import kv_pb2
-from services.common.kv_groups import KVGroups
-from services.common.kv_layout import KVLayout
+from services.common.pool_site import PoolSite, shard_to_pb
 from services.engine.async_engine import AsyncEngine
-from services.engine.parallel.pools import RankPool, rank_pools
-from services.engine.parallel.shard import Span
-from services.kvxfer.api import KVXferClient, RangeCopy, layout_from_pb, site_handles
+from services.kvxfer.api import KVXferClient, RangeCopy, site_handles
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class PoolShard:
-    """A pool at kvxfer and what of the model's KV it holds."""
-
-    pool_id: str
-    layers: Span
-    kv_heads: Span
-    layout: KVLayout  # the pool's own: its layer slots (services/common/kv_groups.py), kv_heads.count heads
 
 
 def rank_pool_id(instance_id: str, rank: int) -> str:
@@ -35,57 +22,53 @@ def rank_pool_id(instance_id: str, rank: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class PoolSite:
-    """The instance's pools one kvxfer serves (rank 0's host's, or another node's): registered there and leased
-    together under the first one's id (its `anchor`), whose owner the others name."""
+class Site:
+    """The instance's pools one kvxfer serves (rank 0's host's, or another node's), by pool id: registered there and
+    leased together under the first one's id (its `anchor`), whose owner the others name."""
 
     kvxfer: str  # "" for rank 0's host: the instance's own kvxfer
-    pools: tuple[RankPool, ...]
-    anchor: str
+    pools: dict[str, PoolSite]
+
+    @property
+    def anchor(self) -> str:
+        return next(iter(self.pools))
 
 
-def instance_pools(engine: AsyncEngine, kvxfer: str) -> list[RankPool]:
-    """Every rank's pool, rank 0 first; a rank whose host's kvxfer is rank 0's own (`kvxfer`) counts as rank 0's
-    site."""
-    return [replace(p, kvxfer="") if p.kvxfer == kvxfer else p for p in rank_pools(engine.engine)]
+def instance_pools(instance_id: str, engine: AsyncEngine, kvxfer: str) -> dict[str, PoolSite]:
+    """Every rank's pool by pool id, in rank order; a rank whose host's kvxfer is rank 0's own (`kvxfer`) counts
+    as rank 0's site."""
+    return {rank_pool_id(instance_id, rank): replace(pool, kvxfer="") if pool.kvxfer == kvxfer else pool
+            for rank, pool in enumerate(engine.pool_sites())}
 
 
-def pool_sites(instance_id: str, pools: list[RankPool]) -> list[PoolSite]:
+def by_site(pools: Mapping[str, PoolSite]) -> list[Site]:
     """The pools grouped by the kvxfer that serves them, rank 0's site first."""
-    by_kvxfer: dict[str, list[RankPool]] = {}
-    for pool in pools:
-        by_kvxfer.setdefault(pool.kvxfer, []).append(pool)
-    return [PoolSite(kvxfer, tuple(group), rank_pool_id(instance_id, group[0].rank))
-            for kvxfer, group in by_kvxfer.items()]
+    by_kvxfer: dict[str, dict[str, PoolSite]] = {}
+    for pool_id, pool in pools.items():
+        by_kvxfer.setdefault(pool.kvxfer, {})[pool_id] = pool
+    return [Site(kvxfer, group) for kvxfer, group in by_kvxfer.items()]
 
 
-async def register_site(kv: KVXferClient, instance_id: str, site: PoolSite) -> None:
-    """A site's pools with its kvxfer, rank r's under its own id, covered by the site anchor's leases: a /dev/shm
-    file on CPU (the path as that host sees it), on GPU the CUDA IPC handle its process exported (rank 0's:
-    exported here). Idempotent: a registration replaces the one before."""
-    for pool in site.pools:
-        if pool.rank and pool.path is None and pool.cuda_ipc is None:
-            log.warning("rank %d's KV pool is neither a file nor a GPU allocation its host's kvxfer can map: "
-                        "pulls cannot reach it", pool.rank)
+async def register_site(kv: KVXferClient, instance_id: str, site: Site) -> None:
+    """A site's pools with its kvxfer, each under its own id, covered by the anchor's leases: a /dev/shm file on CPU
+    (the path as that host sees it), on GPU the CUDA IPC handle its process exported. Idempotent: a registration
+    replaces the one before."""
+    for pool_id, pool in site.pools.items():
+        if pool_id != instance_id and pool.path is None and pool.cuda_ipc is None:
+            log.warning("KV pool %s is neither a file nor a GPU allocation its host's kvxfer can map: pulls cannot "
+                        "reach it", pool_id)
             continue
-        pool_id = rank_pool_id(instance_id, pool.rank)
         await kv.register_pool(pool_id, pool, owner="" if pool_id == site.anchor else site.anchor)
 
 
-def pool_shards(instance_id: str, pools: list[RankPool]) -> list[PoolShard]:
-    return [PoolShard(rank_pool_id(instance_id, p.rank), p.layers, p.kv_heads, p.layout) for p in pools]
-
-
-def shards_to_pb(instance_id: str, pools: list[RankPool]) -> list[kv_pb2.KVShard]:
-    """The handle's shard list (the lease ids of other sites are filled in per handle); empty for a one-pool
-    instance (the handle's own layout says it all)."""
+def shards_to_pb(pools: Mapping[str, PoolSite]) -> list[kv_pb2.KVShard]:
+    """The handle's shard list of the pools (by pool id, in rank order; the lease ids of other sites are filled in
+    per handle); empty for a one-pool instance (the handle's own layout says it all)."""
     if len(pools) == 1:
         return []
-    anchors = {site.kvxfer: site.anchor for site in pool_sites(instance_id, pools)}
-    return [kv_pb2.KVShard(pool_id=rank_pool_id(instance_id, p.rank), rank=p.rank, layer_start=p.layers.start,
-                           num_layers=p.layers.count, kv_head_start=p.kv_heads.start, num_kv_heads=p.kv_heads.count,
-                           kvxfer_address=p.kvxfer, lease_instance_id=anchors[p.kvxfer] if p.kvxfer else "")
-            for p in pools]
+    anchors = {site.kvxfer: site.anchor for site in by_site(pools)}
+    return [shard_to_pb(pool_id, rank, pool, anchors[pool.kvxfer] if pool.kvxfer else "")
+            for rank, (pool_id, pool) in enumerate(pools.items())]
 
 
 def with_site_leases(handle: kv_pb2.KVHandle, leases: dict[str, kv_pb2.KVHandle]) -> None:
@@ -128,16 +111,3 @@ def site_pulls(handle: kv_pb2.KVHandle, copies: list[RangeCopy], kv: KVXferClien
     unread = {id(s): s for s in sources.values() if id(s) not in reads}
     return [replace(p, share=reads[id(p.source)]) for p in parts.values()] + \
         [SitePull(kv, source, [], 1) for source in unread.values()]
-
-
-def shards_from_handle(handle: kv_pb2.KVHandle, groups: KVGroups | None = None) -> list[PoolShard]:
-    """The source pools of a handle: its shards, or the instance's one pool holding every layer and head; with the
-    model's layer `groups` (None: one group, a block holding every layer of a pool)."""
-    full = layout_from_pb(handle.layout)
-    if not handle.shards:
-        layers = groups.num_layers if groups else full.num_layers
-        return [PoolShard(handle.instance_id, Span(0, layers), Span(0, full.num_kv_heads), full)]
-    return [PoolShard(s.pool_id, Span(s.layer_start, s.num_layers), Span(s.kv_head_start, s.num_kv_heads),
-                      KVLayout(full.num_blocks, groups.slots(s.layer_start, s.layer_start + s.num_layers) if groups
-                               else s.num_layers, full.block_size, s.num_kv_heads, full.head_dim, full.dtype))
-            for s in handle.shards]

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.common.auth import instance_principal
+from services.common.pool_site import PoolSite
 from services.engine.async_engine import AsyncEngine
-from services.engine.parallel.pools import RankPool
-from services.instance.kv_shards import PoolSite, instance_pools, pool_sites
+from services.instance.kv_shards import Site, by_site, instance_pools
 from services.kvxfer.api import KVXferClient
 
 
@@ -19,17 +19,17 @@ class InstanceKV:
     anchor (kvxfer lets only a pool's owner lease from it or pull into it)."""
 
     kv: KVXferClient
-    pools: list[RankPool]  # every rank's, rank 0 first
-    sites: list[tuple[PoolSite, KVXferClient]]
+    pools: dict[str, PoolSite]  # every rank's by pool id, in rank order
+    sites: list[tuple[Site, KVXferClient]]
 
     @classmethod
     def open(cls, instance_id: str, engine: AsyncEngine, kvxfer: str) -> InstanceKV:
         kv = KVXferClient(kvxfer, instance_principal(instance_id))
-        pools = instance_pools(engine, kvxfer)
+        pools = instance_pools(instance_id, engine, kvxfer)
         sites = [(site, KVXferClient(site.kvxfer, instance_principal(site.anchor)) if site.kvxfer else kv)
-                 for site in pool_sites(instance_id, pools)]
+                 for site in by_site(pools)]
         return cls(kv, pools, sites)
 
-    def remote(self) -> list[tuple[PoolSite, KVXferClient]]:
+    def remote(self) -> list[tuple[Site, KVXferClient]]:
         """The sites served by another kvxfer than rank 0's host's."""
         return [(site, client) for site, client in self.sites if site.kvxfer]

@@ -4,12 +4,11 @@ blocks or byte ranges; the router ends the leases of a handle nobody will pull. 
 service itself: leases and copies (core, leases, pools, ranged), the UCX transport (ucx/), its server and CLI.
 """
 
-from services.kvxfer.client import KVXferClient, PullFailed, SharedPool, pull_credential
-from services.kvxfer.convert import layout_from_pb
+from services.kvxfer.client import KVXferClient, PullFailed, pull_credential
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.handles import handle_leases, release_handle, site_handles
 from services.kvxfer.lease_keeper import LeaseKeeper
 from services.kvxfer.ranged import RangeCopy
 
-__all__ = ["Failure", "KVXferClient", "LeaseKeeper", "PullFailed", "RangeCopy", "SharedPool", "XferError",
-           "handle_leases", "layout_from_pb", "pull_credential", "release_handle", "site_handles"]
+__all__ = ["Failure", "KVXferClient", "LeaseKeeper", "PullFailed", "RangeCopy", "XferError", "handle_leases",
+           "pull_credential", "release_handle", "site_handles"]

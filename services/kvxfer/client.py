@@ -1,7 +1,7 @@
 """The worker's client of its host's kvxfer: register the pool, lease blocks, watch lease ends, pull.
 
     client = KVXferClient("127.0.0.1:50061")
-    await client.register_pool("prefill-0", pool)                 # pool: a SharedPool (the engine's KVPool)
+    await client.register_pool("prefill-0", pool.site)            # a PoolSite (the engine's KVPool.site)
     handle = await client.create_lease("prefill-0", blocks, num_tokens, ttl_s=30)
     result = await client.pull(handle, "decode-0", dst_blocks, on_failure=block_manager.free)
 """
@@ -10,34 +10,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
 from services.common.auth import TOOL
-from services.common.cuda_ipc import export_ipc
 from services.common.errors import ServingError
-from services.common.kv_layout import KVLayout
 from services.common.links import call_credential, call_metadata, internal_channel
-from services.kvxfer.convert import layout_to_pb, stats_from_pb
+from services.common.pool_site import PoolSite, register_request
+from services.kvxfer.convert import stats_from_pb
 from services.kvxfer.leases import LeaseEnd, LeaseState
 from services.kvxfer.ranged import RangeCopy
 from services.kvxfer.records import PullResult, Stats
 
 RPC_MARGIN_S = 2.0  # the service gives up on a pull this long before the RPC deadline, so it reports why
 STATES = {kvxfer_pb2.LeaseEvent.RELEASED: LeaseState.RELEASED, kvxfer_pb2.LeaseEvent.EXPIRED: LeaseState.EXPIRED}
-
-
-class SharedPool(Protocol):
-    """A worker's KV pool as kvxfer needs it: a /dev/shm file on CPU, a CUDA tensor to export on GPU."""
-
-    layout: KVLayout
-    device: Any  # torch.device: .type "cpu" or "cuda"
-    path: str | None
-    tensor: Any  # torch.Tensor (read only to export a CUDA IPC handle); a rank pool also has `cuda_ipc`, which
-                 # its own process exported (tensor None)
 
 
 class PullFailed(ServingError):
@@ -84,21 +72,11 @@ class KVXferClient:
                     pass
                 await asyncio.sleep(0.05)
 
-    async def register_pool(self, instance_id: str, pool: SharedPool, owner: str = "") -> None:
-        """Let kvxfer map the pool: a /dev/shm file on CPU, a CUDA IPC handle on GPU (the pool's `cuda_ipc` where it
-        has one, else exported from its tensor here); `owner`: the instance whose
-        leases cover it (a TP/PP rank's pool registered under its own id)."""
-        request = kvxfer_pb2.RegisterPoolRequest(instance_id=instance_id, layout=layout_to_pb(pool.layout),
-                                                 device=str(pool.device), owner=owner)
-        if pool.device.type == "cuda":  # a rank's pool in another process: the handle that process exported
-            ipc = getattr(pool, "cuda_ipc", None) or export_ipc(pool.tensor)
-            request.cuda_ipc.CopyFrom(kvxfer_pb2.CudaIpcHandle(handle=ipc.handle, offset=ipc.offset,
-                                                               device_index=ipc.device_index))
-        elif pool.path is None:
-            raise ValueError("a CPU pool must live in a /dev/shm file (KVPool(..., path=shm_path(...)))")
-        else:
-            request.shm_path = pool.path
-        await self._stub.RegisterPool(request, metadata=self._md)
+    async def register_pool(self, instance_id: str, site: PoolSite, owner: str = "") -> None:
+        """Let kvxfer map the pool at `site` (its /dev/shm file on CPU, its CUDA IPC handle on GPU) under the id
+        `instance_id`; `owner`: the instance whose leases cover it (a TP/PP rank's pool registered under its own id).
+        ValueError where the site has neither."""
+        await self._stub.RegisterPool(register_request(instance_id, site, owner), metadata=self._md)
 
     async def unregister_pool(self, instance_id: str) -> int:
         """Unmap the pool; returns how many live leases were dropped (without events)."""

@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 from distserve.v1 import kv_pb2, kvxfer_pb2
-from services.common.kv_layout import KVLayout
+from services.common.pool_site import layout_from_pb
 from services.kvxfer.leases import LeaseEnd, LeaseState
 from services.kvxfer.records import SourceRef, Stats
 
 REASONS = {LeaseState.RELEASED: kvxfer_pb2.LeaseEvent.RELEASED, LeaseState.EXPIRED: kvxfer_pb2.LeaseEvent.EXPIRED}
-
-
-def layout_to_pb(layout: KVLayout) -> kv_pb2.KVLayout:
-    return kv_pb2.KVLayout(**layout.to_dict())
-
-
-def layout_from_pb(msg: kv_pb2.KVLayout) -> KVLayout:
-    return KVLayout(msg.num_blocks, msg.num_layers, msg.block_size, msg.num_kv_heads, msg.head_dim,
-                    msg.dtype or "float32")
 
 
 def source_from_pb(handle: kv_pb2.KVHandle) -> SourceRef:

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from services.common.cuda_ipc import CudaIpcHandle
 from services.common.kv_layout import KVLayout
 from services.kvxfer.backlog import LeaseBacklog
 from services.kvxfer.checksum import crc32
@@ -19,7 +20,7 @@ from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.leases import LeaseEnd, LeaseError, LeaseState, LeaseTable
 from services.kvxfer.metrics import XferMetrics
 from services.kvxfer.orders import PeerDirectory, Puller, PullOrder, RangeOrder, SourceGrant, SourceSpans
-from services.kvxfer.pools import CudaIpc, MappedPool, PoolRanges, copy_blocks, map_cuda, map_host
+from services.kvxfer.pools import MappedPool, PoolRanges, copy_blocks, map_cuda, map_host
 from services.kvxfer.ranged import (
     RangeCopy,
     checked_destination,
@@ -61,7 +62,7 @@ class KVXferCore:
     # pools
 
     def register_pool(self, instance_id: str, layout: KVLayout, device: str, shm_path: str | None,
-                      cuda_ipc: CudaIpc | None, owner: str = "") -> None:
+                      cuda_ipc: CudaIpcHandle | None, owner: str = "") -> None:
         """Map a worker's pool (replacing an earlier registration of the same id); `owner`: whose leases cover it."""
         try:
             if cuda_ipc is not None:

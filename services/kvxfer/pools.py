@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from services.common.cbuild import Kernel, kernel_function
+from services.common.cuda_ipc import CudaIpcHandle
 from services.common.kv_layout import KVLayout
 from services.common.pool_files import map_pool_file
 from services.kvxfer.ranges import Ranges, block_ranges
@@ -22,13 +23,6 @@ HERE = Path(__file__).parent  # copy_ranges.c
 KERNEL_FROM_RANGES = 8  # fewer ranges: a memmove each costs less than building the C loop's arrays
 
 PAGE = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class CudaIpc:
-    handle: bytes
-    offset: int
-    device_index: int
 
 
 @dataclass(slots=True)
@@ -109,7 +103,7 @@ def map_host(instance_id: str, layout: KVLayout, path: str) -> MappedPool:
     return MappedPool(instance_id, layout, "cpu", data)
 
 
-def map_cuda(instance_id: str, layout: KVLayout, device: str, ipc: CudaIpc) -> MappedPool:
+def map_cuda(instance_id: str, layout: KVLayout, device: str, ipc: CudaIpcHandle) -> MappedPool:
     from services.kvxfer import gpu
 
     return MappedPool(instance_id, layout, device, gpu.open_ipc(ipc.handle, ipc.offset, ipc.device_index,

@@ -14,17 +14,11 @@ import grpc
 
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
 from services.common.auth import TokenCheck, caller, require_credential
-from services.kvxfer.convert import (
-    layout_from_pb,
-    layout_to_pb,
-    lease_end_to_pb,
-    source_from_pb,
-    stats_to_pb,
-)
+from services.common.pool_site import ipc_from_pb, layout_from_pb, layout_to_pb
+from services.kvxfer.convert import lease_end_to_pb, source_from_pb, stats_to_pb
 from services.kvxfer.core import KVXferCore
 from services.kvxfer.errors import Failure, XferError
 from services.kvxfer.owners import Owners
-from services.kvxfer.pools import CudaIpc
 from services.kvxfer.ranged import RangeCopy
 
 CODES = {
@@ -50,9 +44,7 @@ class KVXferServicer(kvxfer_pb2_grpc.KVXferServicer):
     async def RegisterPool(self, request: kvxfer_pb2.RegisterPoolRequest,
                            context: grpc.aio.ServicerContext) -> kvxfer_pb2.RegisterPoolResponse:
         await self._owners.require_registrant(context, caller(context), request.instance_id, request.owner)
-        ipc = None
-        if request.HasField("cuda_ipc"):
-            ipc = CudaIpc(request.cuda_ipc.handle, request.cuda_ipc.offset, request.cuda_ipc.device_index)
+        ipc = ipc_from_pb(request.cuda_ipc) if request.HasField("cuda_ipc") else None
         await _call(context, self._core.register_pool, request.instance_id, layout_from_pb(request.layout),
                     request.device or "cpu", request.shm_path or None, ipc, request.owner)
         return kvxfer_pb2.RegisterPoolResponse()

@@ -10,6 +10,8 @@ import grpc
 from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc, worker_pb2, worker_pb2_grpc
 from services.common.convert import sampling_from_proto
 from services.common.errors import EngineInputError, abort_with
+from services.common.kv_layout import KVLayout
+from services.common.pool_site import layout_to_pb
 from services.common.prefix_hash import block_hashes, to_wire
 from services.common.stamps import Lifetime
 from services.instance.request_bound import RequestBound
@@ -36,9 +38,8 @@ class MockWorker:
         return kv_pb2.KVHandle(
             instance_id=e.instance_id, kvxfer_address=self.kvxfer, lease_id=lease_id, block_ids=blocks,
             num_tokens=num_tokens, lease_expiry=expiry,
-            layout=kv_pb2.KVLayout(num_blocks=e.blocks.num_blocks, num_layers=m.num_layers,
-                                   block_size=e.blocks.block_size, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
-                                   dtype="float16"),
+            layout=layout_to_pb(KVLayout(e.blocks.num_blocks, m.num_layers, e.blocks.block_size, m.num_kv_heads,
+                                         m.head_dim, "float16")),
             block_hashes=to_wire(block_hashes(prompt, e.blocks.block_size, namespace, len(prompt) // e.blocks.block_size)))
 
     async def Stats(self, request: worker_pb2.InstanceStatsRequest,

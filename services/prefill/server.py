@@ -42,7 +42,7 @@ async def add_prefill(server: grpc.aio.Server, engine: AsyncEngine, settings: In
                       kv: InstanceKV):
     # a rank on another host: its kvxfer, called as the pool its leases there are taken under (kvxfer's owner)
     core = PrefillCore(engine, kv.kv, instance_id, settings.lease_ttl_s, settings.max_pending, settings.pull_timeout_s,
-                       shards_to_pb(instance_id, kv.pools), [(client, site.anchor) for site, client in kv.remote()])
+                       shards_to_pb(kv.pools), [(client, site.anchor) for site, client in kv.remote()])
     core.start()
     worker_pb2_grpc.add_PrefillServicer_to_server(PrefillServicer(core), server)
     return core.stop

@@ -53,7 +53,7 @@ class RankRunner:
         self.block_size = spec.block_size
         self.model = build_rank_model(Path(spec.model_dir), config, shard, device, self.dtype, groups.tp)
         self.layout = rank_layout(config, shard, spec.num_blocks, spec.block_size, spec.dtype)
-        self.pool = KVPool(self.layout, device, spec.pool_path)
+        self.pool = KVPool(self.layout, device, spec.pool_path, shard.layers, shard.kv_heads)
         self.placement = KVGroups.of_model(config, spec.block_size).placement(shard.layers.start, shard.layers.stop)
 
     @torch.inference_mode()

@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import torch.distributed as dist
 
-from services.common.cuda_ipc import export_ipc
 from services.common.model_config import ModelConfig
 from services.engine.device import keep_freed_memory, setup_device
 from services.engine.parallel.comm import TIMEOUT, connect, make_groups
@@ -54,8 +53,8 @@ def serve_rank(spec: RankSpec, store: dist.Store) -> int:
     groups = make_groups(spec.rank, spec.tp, spec.pp)
     runner = RankRunner(spec, config, shard, groups, device)
     try:
-        if device.type == "cuda":  # rank 0 registers this pool with the host's kvxfer by its handle
-            store.set(ipc_key(spec.rank), export_ipc(runner.pool.tensor).to_json())
+        if (ipc := runner.pool.site.cuda_ipc) is not None:  # rank 0 registers this GPU pool with kvxfer by it
+            store.set(ipc_key(spec.rank), ipc.to_json())
         store.set(ready_key(spec.rank), "1")
         connect(groups, store, device)
         while isinstance(plan := groups.world.broadcast_object(), StepPlan):  # None: stop

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from services.common.model_config import ModelConfig
+from services.common.span import Span
 
 
 class ParallelConfigError(ValueError):
@@ -16,18 +17,6 @@ class ParallelConfigError(ValueError):
     def __init__(self, flag: str, message: str) -> None:
         super().__init__(f"{flag}: {message}")
         self.flag = flag
-
-
-@dataclass(frozen=True, slots=True)
-class Span:
-    """A contiguous range [start, start + count) of heads, columns or layers."""
-
-    start: int
-    count: int
-
-    @property
-    def stop(self) -> int:
-        return self.start + self.count
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ async def start_pair(model: str, kvxfer: str, tag: str, caching: str, prefill_pe
         engine = AsyncEngine(LLMEngine(EngineConfig(model, policy=role, num_blocks=num_blocks, block_size=block_size,
                                                     prefix_caching=caching, pool_path=shm_path(f"{tag}-{role[0]}"))))
         kv = KVXferClient(kvxfer)
-        await kv.register_pool(f"{tag}-{role[0]}", engine.engine.runner.pool)
+        await kv.register_pool(f"{tag}-{role[0]}", engine.pool_sites()[0])
         engines.append(engine)
         kvs.append(kv)
     prefill = PrefillCore(engines[0], kvs[0], f"{tag}-p", lease_ttl_s=30, max_pending=prefill_pending, pull_timeout_s=5)

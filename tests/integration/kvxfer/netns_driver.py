@@ -64,8 +64,8 @@ async def drive(spec: dict) -> list[dict]:
     try:
         await asyncio.gather(a.wait_ready(), b.wait_ready())
         # The test's pool files, mapped again here (a file of the layout's size is left as it is).
-        await a.register_pool("p0", KVPool(layout, torch.device("cpu"), spec["src_path"]))
-        await b.register_pool("d0", KVPool(layout, torch.device("cpu"), spec["dst_path"]))
+        await a.register_pool("p0", KVPool(layout, torch.device("cpu"), spec["src_path"]).site)
+        await b.register_pool("d0", KVPool(layout, torch.device("cpu"), spec["dst_path"]).site)
 
         async def pull(src_blocks: list[int], dst_blocks: list[int]) -> dict:
             handle = await a.create_lease("p0", src_blocks, num_tokens=len(src_blocks) * layout.block_size)

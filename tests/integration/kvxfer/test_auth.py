@@ -15,9 +15,9 @@ from distserve.v1 import kv_pb2, kvxfer_pb2, kvxfer_pb2_grpc
 from services.common import local_socket
 from services.common.auth import KVXFER, PRINCIPAL_KEY, TOKEN_KEY, TOOL, instance_principal, token
 from services.common.links import internal_channel
+from services.common.pool_site import layout_to_pb
 from services.common.secret import read_secret
 from services.kvxfer.client import KVXferClient, PullFailed
-from services.kvxfer.convert import layout_to_pb
 from services.kvxfer.ranged import RangeCopy
 from tests.integration.kvxfer.conftest import LAYOUT, block_bytes
 from tests.tls_certs import Authority
@@ -34,7 +34,7 @@ async def test_calls_without_a_valid_token_are_refused_and_change_nothing(link, 
     assert target is not None
     owner = KVXferClient(host.address, instance_principal("p0"))
     src, dst = make_pool("p0"), make_pool("d0", fill=False)
-    await owner.register_pool("p0", src)
+    await owner.register_pool("p0", src.site)
     handle = await owner.create_lease("p0", [1, 2], num_tokens=20, ttl_s=30)
     before = await owner.stats()
     forged = ((PRINCIPAL_KEY, instance_principal("p0")), (TOKEN_KEY, token(b"another deployment" * 2, instance_principal("p0"))))
@@ -42,7 +42,7 @@ async def test_calls_without_a_valid_token_are_refused_and_change_nothing(link, 
         stub = kvxfer_pb2_grpc.KVXferStub(channel)
         calls = {
             "register": lambda md: stub.RegisterPool(kvxfer_pb2.RegisterPoolRequest(
-                instance_id="d0", layout=layout_to_pb(LAYOUT), device="cpu", shm_path=dst.path), metadata=md),
+                instance_id="d0", layout=layout_to_pb(LAYOUT), device="cpu", shm_path=dst.site.path), metadata=md),
             "lease": lambda md: stub.CreateLease(kvxfer_pb2.CreateLeaseRequest(
                 instance_id="p0", block_ids=[3], num_tokens=10, ttl_s=30), metadata=md),
             "release": lambda md: stub.Release(kvxfer_pb2.ReleaseRequest(lease_id=handle.lease_id), metadata=md),
@@ -83,11 +83,11 @@ async def test_one_instance_cannot_use_another_instances_pool(secret_file, start
     host = await start_kvxfer()
     a, b = KVXferClient(host.address, instance_principal("p0")), KVXferClient(host.address, instance_principal("d0"))
     src, dst = make_pool("p0"), make_pool("d0", fill=False)
-    await a.register_pool("p0", src)
+    await a.register_pool("p0", src.site)
     handle = await a.create_lease("p0", [1, 2, 3], num_tokens=40, ttl_s=30)
 
     denied = [
-        b.register_pool("p0", src),  # take over a's name
+        b.register_pool("p0", src.site),  # take over a's name
         b.create_lease("p0", [4], num_tokens=10),
         b.release(handle.lease_id),
         b.unregister_pool("p0"),
@@ -104,7 +104,7 @@ async def test_one_instance_cannot_use_another_instances_pool(secret_file, start
     stats = await a.stats()
     assert (stats.pools, stats.live_leases, stats.pulls_ok, stats.pulls_failed) == (1, 1, 0, 0)
 
-    await b.register_pool("d0", dst)  # b's own pool, with the lease it was handed: the pull goes through
+    await b.register_pool("d0", dst.site)  # b's own pool, with the lease it was handed: the pull goes through
     result = await b.pull(handle, "d0", [7, 8, 9])
     assert result.path == "same-host" and block_bytes(dst, [7, 8, 9]) == block_bytes(src, [1, 2, 3])
     assert (await a.stats()).live_leases == 0
@@ -115,8 +115,8 @@ async def test_one_instance_cannot_use_another_instances_pool(secret_file, start
 async def test_a_lease_id_is_needed_to_pull(secret_file, start_kvxfer, make_pool) -> None:
     host = await start_kvxfer()
     a, b = KVXferClient(host.address, instance_principal("p0")), KVXferClient(host.address, instance_principal("d0"))
-    await a.register_pool("p0", make_pool("p0"))
-    await b.register_pool("d0", make_pool("d0", fill=False))
+    await a.register_pool("p0", make_pool("p0").site)
+    await b.register_pool("d0", make_pool("d0", fill=False).site)
     handle = await a.create_lease("p0", [1], num_tokens=10, ttl_s=30)
     guessed = kv_pb2.KVHandle()
     guessed.CopyFrom(handle)
@@ -132,7 +132,7 @@ async def test_a_lease_id_is_needed_to_pull(secret_file, start_kvxfer, make_pool
 async def test_ucx_peers_without_the_token_are_refused(secret_file, start_kvxfer, make_pool) -> None:
     host = await start_kvxfer()
     a = KVXferClient(host.address, instance_principal("p0"))
-    await a.register_pool("p0", make_pool("p0"))
+    await a.register_pool("p0", make_pool("p0").site)
     handle = await a.create_lease("p0", [1], num_tokens=10, ttl_s=60)
     async with internal_channel(host.address, TOOL) as channel:
         described = await kvxfer_pb2_grpc.KVXferStub(channel).Describe(kvxfer_pb2.DescribeRequest())
@@ -155,8 +155,8 @@ async def test_cross_host_pulls_carry_the_token(secret_file, start_kvxfer, make_
     host_a, host_b = await start_kvxfer(), await start_kvxfer()
     a, b = KVXferClient(host_a.address, instance_principal("p0")), KVXferClient(host_b.address, instance_principal("d0"))
     src, dst = make_pool("p0"), make_pool("d0", fill=False)
-    await a.register_pool("p0", src)
-    await b.register_pool("d0", dst)
+    await a.register_pool("p0", src.site)
+    await b.register_pool("d0", dst.site)
     handle = await a.create_lease("p0", [1, 5, 9], num_tokens=40, ttl_s=30)
     result = await b.pull(handle, "d0", [2, 3, 4], checksum=True)
     assert result.path == "cross-host" and block_bytes(dst, [2, 3, 4]) == block_bytes(src, [1, 5, 9])
@@ -171,7 +171,7 @@ async def test_mutual_tls_admits_only_certificates_of_the_deployments_ca(secret_
         monkeypatch.setenv(var, path)
     host = await start_kvxfer()  # serves mutual TLS with our certificate
     a = KVXferClient(host.address, instance_principal("p0"))
-    await a.register_pool("p0", make_pool("p0"))
+    await a.register_pool("p0", make_pool("p0").site)
     assert (await a.stats()).pools == 1
 
     for var, path in theirs.issue(tmp_path / "theirs", "intruder").items():
@@ -201,7 +201,7 @@ async def test_same_host_clients_dial_the_private_socket_without_tls(secret_file
     for var in ("DISTSERVE_TLS_CA", "DISTSERVE_TLS_CERT", "DISTSERVE_TLS_KEY"):
         monkeypatch.delenv(var)  # no certificate at all: only the socket admits this client
     local = KVXferClient(host.address, instance_principal("p0"))
-    await local.register_pool("p0", make_pool("p0"))
+    await local.register_pool("p0", make_pool("p0").site)
     handle = await local.create_lease("p0", [1], num_tokens=10, ttl_s=30)
     tcp = KVXferClient(host.address, instance_principal("p0"), local=False)
     with pytest.raises(grpc.aio.AioRpcError) as refused:

@@ -19,8 +19,7 @@ from services.common.sampling import SamplingParams
 from services.decode.core import DecodeCore
 from services.engine.async_engine import AsyncEngine
 from services.engine.engine import EngineConfig, LLMEngine
-from services.engine.parallel.pools import rank_pools
-from services.instance.kv_shards import pool_shards, pool_sites, register_site
+from services.instance.kv_shards import by_site, instance_pools, register_site
 from services.kvxfer.client import PullFailed
 from tests.integration.kvxfer.conftest import LAYOUT
 
@@ -41,13 +40,13 @@ async def _setup(engine: AsyncEngine, start_kvxfer, make_pool, clients):
     """Stage 0's pool at kvxfer A, stage 1's at kvxfer B; a prefill's one pool (every layer) at A, leased."""
     host_a, host_b = await start_kvxfer(), await start_kvxfer()
     a, b = clients(host_a.address), clients(host_b.address)
-    pools = [replace(p, kvxfer=host_b.address if p.rank else "") for p in rank_pools(engine.engine)]
-    for client, site in zip((a, b), pool_sites("dc", pools)):
+    pools = {pid: replace(p, kvxfer=host_b.address if pid != "dc" else "")
+             for pid, p in instance_pools("dc", engine, "").items()}
+    for client, site in zip((a, b), by_site(pools)):
         await register_site(client, "dc", site)
-    src = make_pool("pf", replace(pools[0].layout, num_layers=sum(p.layers.count for p in pools)))
-    await a.register_pool("pf", src)
-    core = DecodeCore(engine, a, "dc", pull_timeout_s=5, max_pending=4, shards=pool_shards("dc", pools),
-                      kv_of={"dc.r1": b})
+    src = make_pool("pf", replace(pools["dc"].layout, num_layers=sum(p.layers.count for p in pools.values())))
+    await a.register_pool("pf", src.site)
+    core = DecodeCore(engine, a, "dc", pull_timeout_s=5, max_pending=4, pools=pools, kv_of={"dc.r1": b})
     handle = await a.create_lease("pf", [3, 4, 5], num_tokens=len(PROMPT))
     handle.block_hashes.extend(_hashes())
     return core, handle, host_b, a, b

@@ -15,10 +15,10 @@ import torch
 
 from services.common.auth import instance_principal
 from services.common.kv_layout import HEAD_AXIS, KVLayout
+from services.common.pool_site import PoolSite
 from services.common.secret import SECRET_ENV
+from services.common.span import Span
 from services.decode.reshard import reshard_copies
-from services.engine.parallel.shard import Span
-from services.instance.kv_shards import PoolShard
 from services.kvxfer.client import KVXferClient, PullFailed
 from services.kvxfer.local import ROOT
 from tests.integration.kvxfer.conftest import block_bytes
@@ -35,8 +35,8 @@ async def test_encrypted_cross_host_pulls_are_byte_exact(secret_file, start_kvxf
     src, dst = make_pool("p0", LAYOUT), make_pool("d0", LAYOUT, fill=False)
     ranks = [make_pool("r0", HALF), make_pool("r0.r1", HALF)]
     try:
-        await a.register_pool("p0", src)
-        await b.register_pool("d0", dst)
+        await a.register_pool("p0", src.site)
+        await b.register_pool("d0", dst.site)
         rng = random.Random(3)
         # scattered blocks (packed frames), a 5 MB contiguous run (one range, cut into two chunks), one block
         for src_blocks, dst_blocks in ((rng.sample(range(256), 200), rng.sample(range(256), 200)),
@@ -47,12 +47,12 @@ async def test_encrypted_cross_host_pulls_are_byte_exact(secret_file, start_kvxf
             assert block_bytes(dst, dst_blocks) == block_bytes(src, src_blocks)
 
         r = KVXferClient(host_a.address, instance_principal("r0"))
-        await r.register_pool("r0", ranks[0])
-        await r.register_pool("r0.r1", ranks[1], owner="r0")
+        await r.register_pool("r0", ranks[0].site)
+        await r.register_pool("r0.r1", ranks[1].site, owner="r0")
         src_blocks, dst_blocks = [5, 6, 7, 40, 2], [9, 10, 30, 31, 0]
         handle = await r.create_lease("r0", src_blocks, num_tokens=70)
-        shards = [PoolShard("r0", Span(0, 2), Span(0, 1), HALF), PoolShard("r0.r1", Span(0, 2), Span(1, 1), HALF)]
-        copies = reshard_copies(shards, src_blocks, [PoolShard("d0", Span(0, 2), Span(0, 2), LAYOUT)], dst_blocks)
+        shards = {"r0": PoolSite(HALF, Span(0, 2), Span(0, 1)), "r0.r1": PoolSite(HALF, Span(0, 2), Span(1, 1))}
+        copies = reshard_copies(shards, src_blocks, {"d0": PoolSite(LAYOUT, Span(0, 2), Span(0, 2))}, dst_blocks)
         result = await b.pull_ranges(handle, copies, checksum=True)
         assert result.path == "cross-host"
         want = torch.cat([ranks[0].tensor[src_blocks], ranks[1].tensor[src_blocks]], dim=HEAD_AXIS)
@@ -71,8 +71,8 @@ async def test_kvxfers_that_disagree_on_encryption_refuse_the_pull(encrypting, s
     a, b = KVXferClient(host_a.address, instance_principal("p0")), KVXferClient(host_b.address, instance_principal("d0"))
     src, dst = make_pool("p0"), make_pool("d0", fill=False)
     try:
-        await a.register_pool("p0", src)
-        await b.register_pool("d0", dst)
+        await a.register_pool("p0", src.site)
+        await b.register_pool("d0", dst.site)
         handle = await a.create_lease("p0", [1, 2, 3], num_tokens=40, ttl_s=30)
         with pytest.raises(PullFailed) as failed:
             await b.pull(handle, "d0", [4, 5, 6])

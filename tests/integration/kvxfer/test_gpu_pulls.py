@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from services.common.kv_layout import HEAD_AXIS, KVLayout
+from services.common.pool_site import PoolSite
+from services.common.span import Span
 from services.decode.reshard import reshard_copies
 from services.engine.kv_pool import KVPool
-from services.engine.parallel.shard import Span
-from services.instance.kv_shards import PoolShard
 from tests.integration.kvxfer.conftest import LAYOUT
 
 pytest.importorskip("cupy", reason="the GPU path needs cupy (the gpu extra)")
@@ -63,8 +63,8 @@ async def _pull_each(source, puller, src, dst, seed: int, path: str) -> None:
 async def test_same_host_pulls_are_byte_exact(start_kvxfer, clients, pool_on, src_device, dst_device) -> None:
     client = clients((await start_kvxfer()).address)
     src, dst = pool_on("p0", src_device), pool_on("d0", dst_device, fill=False)
-    await client.register_pool("p0", src)
-    await client.register_pool("d0", dst)
+    await client.register_pool("p0", src.site)
+    await client.register_pool("d0", dst.site)
     await _pull_each(client, client, src, dst, 3, "same-host")
 
 
@@ -72,8 +72,8 @@ async def test_same_host_pulls_are_byte_exact(start_kvxfer, clients, pool_on, sr
 async def test_cross_host_pulls_are_byte_exact(start_kvxfer, clients, pool_on, src_device, dst_device) -> None:
     a, b = clients((await start_kvxfer()).address), clients((await start_kvxfer()).address)
     src, dst = pool_on("p0", src_device), pool_on("d0", dst_device, fill=False)
-    await a.register_pool("p0", src)
-    await b.register_pool("d0", dst)
+    await a.register_pool("p0", src.site)
+    await b.register_pool("d0", dst.site)
     await _pull_each(a, b, src, dst, 5, "cross-host")
 
 
@@ -88,13 +88,13 @@ async def test_resharding_pulls_between_gpu_pools_are_byte_exact(start_kvxfer, c
     for pool in ranks:
         pool.tensor.copy_(torch.randn(half.shape))
     dst = KVPool(LAYOUT, torch.device("cuda:0"))
-    await source.register_pool("p0", ranks[0])
-    await source.register_pool("p0.r1", ranks[1], owner="p0")
-    await puller.register_pool("d0", dst)
+    await source.register_pool("p0", ranks[0].site)
+    await source.register_pool("p0.r1", ranks[1].site, owner="p0")
+    await puller.register_pool("d0", dst.site)
     src_blocks, dst_blocks = [5, 6, 7, 40, 2], [9, 10, 30, 31, 0]
-    shards = [PoolShard("p0", Span(0, LAYOUT.num_layers), Span(0, 1), half),
-              PoolShard("p0.r1", Span(0, LAYOUT.num_layers), Span(1, 1), half)]
-    copies = reshard_copies(shards, src_blocks, [PoolShard("d0", Span(0, LAYOUT.num_layers), Span(0, 2), LAYOUT)],
+    shards = {"p0": PoolSite(half, Span(0, LAYOUT.num_layers), Span(0, 1)),
+              "p0.r1": PoolSite(half, Span(0, LAYOUT.num_layers), Span(1, 1))}
+    copies = reshard_copies(shards, src_blocks, {"d0": PoolSite(LAYOUT, Span(0, LAYOUT.num_layers), Span(0, 2))},
                             dst_blocks)
     handle = await source.create_lease("p0", src_blocks, num_tokens=len(src_blocks) * LAYOUT.block_size)
 

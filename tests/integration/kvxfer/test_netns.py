@@ -56,8 +56,8 @@ def test_pulls_between_two_namespaces_are_byte_exact_and_show_kv_on_the_wire_onl
     sent_before = tx_bytes(veth_pair.a)
     hosts = [spawn_kvxfer(*flags, host=h.address, netns=h.netns) for h in (veth_pair.a, veth_pair.b)]
     try:
-        spec = {"a": hosts[0].address, "b": hosts[1].address, "layout": LAYOUT.to_dict(), "src_path": src.path,
-                "dst_path": dst.path, "pulls": pulls, "sniff": veth_pair.b.device, "pattern": PATTERN.hex()}
+        spec = {"a": hosts[0].address, "b": hosts[1].address, "layout": LAYOUT.to_dict(), "src_path": src.site.path,
+                "dst_path": dst.site.path, "pulls": pulls, "sniff": veth_pair.b.device, "pattern": PATTERN.hex()}
         driver = subprocess.run(["ip", "netns", "exec", veth_pair.b.netns, sys.executable, "-m",
                                  "tests.integration.kvxfer.netns_driver", json.dumps(spec)],
                                 cwd=ROOT, check=False, capture_output=True, text=True, timeout=90)

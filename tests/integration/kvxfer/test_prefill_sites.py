@@ -42,8 +42,8 @@ async def _blocks_used(engine: AsyncEngine, want: int) -> int:
 async def _core(engine, start_kvxfer, make_pool, clients, site_up: bool):
     host_a, host_b = await start_kvxfer(), await start_kvxfer()
     a, b = clients(host_a.address), clients(host_b.address)
-    await a.register_pool("pf", engine.engine.runner.pool)
-    await b.register_pool("pf.r1", make_pool("pf.r1"))
+    await a.register_pool("pf", engine.pool_sites()[0])
+    await b.register_pool("pf.r1", make_pool("pf.r1").site)
     if not site_up:
         host_b.stop()
     shards = [kv_pb2.KVShard(pool_id="pf", rank=0),

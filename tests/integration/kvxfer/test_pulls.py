@@ -22,8 +22,8 @@ async def test_same_host_pull_is_byte_exact_and_releases_the_lease(start_kvxfer,
     host = await start_kvxfer("--metrics-port", str(metrics_port))
     client = clients(host.address)
     src, dst = make_pool("p0"), make_pool("d0", fill=False)
-    await client.register_pool("p0", src)
-    await client.register_pool("d0", dst)
+    await client.register_pool("p0", src.site)
+    await client.register_pool("d0", dst.site)
     events = client.watch_leases("p0")
     rng = random.Random(1)
     src_blocks, dst_blocks = rng.sample(range(64), 12), rng.sample(range(64), 12)
@@ -53,9 +53,9 @@ async def test_cross_host_concurrent_pulls_of_random_blocks_are_byte_exact(start
     a, b = clients(host_a.address), clients(host_b.address)
     sources = [make_pool(f"p{i}") for i in range(2)]
     for i, pool in enumerate(sources):
-        await a.register_pool(f"p{i}", pool)
+        await a.register_pool(f"p{i}", pool.site)
     dst = make_pool("d0", fill=False)
-    await b.register_pool("d0", dst)
+    await b.register_pool("d0", dst.site)
     rng = random.Random(7)
     free_dst = list(range(64))
     rng.shuffle(free_dst)
@@ -83,13 +83,13 @@ async def test_cross_host_concurrent_pulls_of_random_blocks_are_byte_exact(start
 async def test_bad_destination_fails_without_touching_the_lease(start_kvxfer, make_pool, clients) -> None:
     host = await start_kvxfer()
     client = clients(host.address)
-    await client.register_pool("p0", make_pool("p0"))
+    await client.register_pool("p0", make_pool("p0").site)
     handle = await client.create_lease("p0", [1, 2], num_tokens=20)
     freed: list[list[int]] = []
     with pytest.raises(PullFailed) as failed:
         await client.pull(handle, "nobody", [3, 4], on_failure=freed.append)
     assert failed.value.code is grpc.StatusCode.INVALID_ARGUMENT and freed == [[3, 4]]
-    await client.register_pool("d0", make_pool("d0", fill=False))
+    await client.register_pool("d0", make_pool("d0", fill=False).site)
     with pytest.raises(PullFailed, match="INVALID_ARGUMENT"):
         await client.pull(handle, "d0", [3])
     assert (await client.stats()).live_leases == 1

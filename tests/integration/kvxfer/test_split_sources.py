@@ -8,24 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from dataclasses import replace
 from functools import partial
 
 import pytest
 import torch
 
 from services.common.kv_layout import KVLayout
+from services.common.pool_site import PoolSite, sites_from_handle
+from services.common.span import Span
 from services.decode.reshard import reshard_copies
-from services.engine.parallel.pools import RankPool
-from services.engine.parallel.shard import Span
-from services.instance.kv_shards import (
-    PoolShard,
-    pool_sites,
-    register_site,
-    shards_from_handle,
-    shards_to_pb,
-    site_pulls,
-    with_site_leases,
-)
+from services.instance.kv_shards import by_site, register_site, shards_to_pb, site_pulls, with_site_leases
 from services.instance.pool_keeper import PoolKeeper
 from services.kvxfer.local import ROOT
 from tests.integration.kvxfer.conftest import LAYOUT
@@ -40,28 +33,27 @@ async def test_stages_on_two_hosts_are_pulled_from_each_hosts_kvxfer_under_its_l
     host_a, host_b = await start_kvxfer(), await start_kvxfer()
     a, b = clients(host_a.address), clients(host_b.address)
     stages = [make_pool("pp0", STAGE), make_pool("pp0.r1", STAGE)]
-    pools = [RankPool(r, Span(r, 1), Span(0, LAYOUT.num_kv_heads), STAGE, p.path, torch.device("cpu"),
-                      kvxfer=host_b.address if r else "") for r, p in enumerate(stages)]
-    sites = pool_sites("pp0", pools)
-    assert [(s.kvxfer, s.anchor, [p.rank for p in s.pools]) for s in sites] == [
-        ("", "pp0", [0]), (host_b.address, "pp0.r1", [1])]
+    pools = {pid: replace(p.site, layers=Span(r, 1), kvxfer=host_b.address if r else "")
+             for r, (pid, p) in enumerate(zip(("pp0", "pp0.r1"), stages))}
+    sites = by_site(pools)
+    assert [(s.kvxfer, s.anchor, list(s.pools)) for s in sites] == [
+        ("", "pp0", ["pp0"]), (host_b.address, "pp0.r1", ["pp0.r1"])]
     for client, site in zip((a, b), sites):
         await register_site(client, "pp0", site)
         await register_site(client, "pp0", site)  # idempotent: kvxfer restarts are met by registering again
     assert ((await a.stats()).pools, (await b.stats()).pools) == (1, 1)
     dst = make_pool("dec0", fill=False)
-    await b.register_pool("dec0", dst)
+    await b.register_pool("dec0", dst.site)
     src_blocks, dst_blocks = [5, 6, 40, 2], [9, 10, 30, 0]
 
     handle = await a.create_lease("pp0", src_blocks, num_tokens=60)
     remote = await b.create_lease("pp0.r1", src_blocks, num_tokens=60)
-    handle.shards.extend(shards_to_pb("pp0", pools))
+    handle.shards.extend(shards_to_pb(pools))
     with_site_leases(handle, {host_b.address: remote})
     assert [(s.kvxfer_address, s.lease_id, s.lease_instance_id) for s in handle.shards] == [
         ("", "", ""), (host_b.address, remote.lease_id, "pp0.r1")]
 
-    copies = reshard_copies(shards_from_handle(handle), src_blocks,
-                            [PoolShard("dec0", Span(0, 2), Span(0, LAYOUT.num_kv_heads), LAYOUT)], dst_blocks)
+    copies = reshard_copies(sites_from_handle(handle), src_blocks, {"dec0": dst.site}, dst_blocks)
     parts = site_pulls(handle, copies, b, {})
     assert [(p.kv, p.source.kvxfer_address, p.source.lease_id, [c.src_pool for c in p.copies], p.share)
             for p in parts] == [(b, host_a.address, handle.lease_id, ["pp0"], 1),
@@ -80,9 +72,9 @@ async def test_a_sites_pools_are_registered_again_when_its_kvxfer_restarts(start
     host_b = await start_kvxfer()
     b = clients(host_b.address)
     stage = make_pool("pk0.r1", STAGE)
-    pools = [RankPool(0, Span(0, 1), Span(0, 2), STAGE, None, torch.device("cpu")),
-             RankPool(1, Span(1, 1), Span(0, 2), STAGE, stage.path, torch.device("cpu"), kvxfer=host_b.address)]
-    site = pool_sites("pk0", pools)[1]
+    pools = {"pk0": PoolSite(STAGE, Span(0, 1), Span(0, 2), "cpu"),
+             "pk0.r1": replace(stage.site, layers=Span(1, 1), kvxfer=host_b.address)}
+    site = by_site(pools)[1]
     keeper = PoolKeeper(b, site.anchor, partial(register_site, b, "pk0", site))
     await keeper.register()
     assert await keeper.check()
@@ -106,18 +98,16 @@ async def test_a_puller_with_stages_on_two_hosts_fills_each_through_its_hosts_kv
     host_a, host_b = await start_kvxfer(), await start_kvxfer()
     a, b = clients(host_a.address), clients(host_b.address)
     src = make_pool("one0")  # both layers, on host A
-    await a.register_pool("one0", src)
+    await a.register_pool("one0", src.site)
     stages = [make_pool("dd0", STAGE, fill=False), make_pool("dd0.r1", STAGE, fill=False)]
-    pools = [RankPool(r, Span(r, 1), Span(0, LAYOUT.num_kv_heads), STAGE, p.path, torch.device("cpu"),
-                      kvxfer="" if r else host_a.address) for r, p in enumerate(stages)]  # rank 0 on B, rank 1 on A
-    for client, site in zip((b, a), pool_sites("dd0", pools)):
+    pools = {pid: replace(p.site, layers=Span(r, 1), kvxfer="" if r else host_a.address)
+             for r, (pid, p) in enumerate(zip(("dd0", "dd0.r1"), stages))}  # rank 0 on B, rank 1 on A
+    for client, site in zip((b, a), by_site(pools)):
         await register_site(client, "dd0", site)
     src_blocks, dst_blocks = [3, 7, 50], [1, 2, 60]
     handle = await a.create_lease("one0", src_blocks, num_tokens=40)
 
-    copies = reshard_copies(shards_from_handle(handle), src_blocks,
-                            [PoolShard(f"dd0{'.r1' if r else ''}", Span(r, 1), Span(0, LAYOUT.num_kv_heads), STAGE)
-                             for r in range(2)], dst_blocks)
+    copies = reshard_copies(sites_from_handle(handle), src_blocks, pools, dst_blocks)
     parts = site_pulls(handle, copies, b, {"dd0.r1": a})
     assert [(p.kv, [c.dst_pool for c in p.copies], p.share) for p in parts] == [(b, ["dd0"], 2), (a, ["dd0.r1"], 2)]
     first = await parts[0].kv.pull_ranges(parts[0].source, parts[0].copies, checksum=True, timeout_s=20,
@@ -137,19 +127,18 @@ async def test_a_source_site_holding_only_replicas_read_elsewhere_has_its_lease_
     host_a, host_b = await start_kvxfer(), await start_kvxfer()
     a, b = clients(host_a.address), clients(host_b.address)
     replicas = [make_pool("rp0"), make_pool("rp0.r1")]  # every layer and head, as TP ranks of a one-KV-head model
-    pools = [RankPool(r, Span(0, 2), Span(0, LAYOUT.num_kv_heads), LAYOUT, p.path, torch.device("cpu"),
-                      kvxfer=host_b.address if r else "") for r, p in enumerate(replicas)]
-    for client, site in zip((a, b), pool_sites("rp0", pools)):
+    pools = {pid: replace(p.site, kvxfer=host_b.address if r else "")
+             for r, (pid, p) in enumerate(zip(("rp0", "rp0.r1"), replicas))}
+    for client, site in zip((a, b), by_site(pools)):
         await register_site(client, "rp0", site)
     dst = make_pool("dr0", fill=False)
-    await a.register_pool("dr0", dst)
+    await a.register_pool("dr0", dst.site)
     blocks = [4, 5]
     handle = await a.create_lease("rp0", blocks, num_tokens=20)
-    handle.shards.extend(shards_to_pb("rp0", pools))
+    handle.shards.extend(shards_to_pb(pools))
     with_site_leases(handle, {host_b.address: await b.create_lease("rp0.r1", blocks, num_tokens=20)})
 
-    copies = reshard_copies(shards_from_handle(handle), blocks, [PoolShard("dr0", Span(0, 2), Span(0, 2), LAYOUT)],
-                            blocks)
+    copies = reshard_copies(sites_from_handle(handle), blocks, {"dr0": dst.site}, blocks)
     parts = site_pulls(handle, copies, a, {})
     assert [(p.source.kvxfer_address, len(p.copies)) for p in parts] == [(host_a.address, 1), (host_b.address, 0)]
     results = await asyncio.gather(*(p.kv.pull_ranges(p.source, p.copies, timeout_s=20, share=p.share)

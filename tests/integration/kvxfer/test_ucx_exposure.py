@@ -57,7 +57,7 @@ async def test_a_loopback_kvxfer_opens_only_its_ucx_listener_beyond_loopback(
     outside = _outside_address()
     host = await start_kvxfer("--ucx-port", "0")
     owner = KVXferClient(host.address, instance_principal("p0"))
-    await owner.register_pool("p0", make_pool("p0"))
+    await owner.register_pool("p0", make_pool("p0").site)
     handle = await owner.create_lease("p0", [1], num_tokens=10, ttl_s=60)
     async with internal_channel(host.address, TOOL) as channel:
         described = await kvxfer_pb2_grpc.KVXferStub(channel).Describe(kvxfer_pb2.DescribeRequest())
@@ -87,7 +87,7 @@ async def test_ucx_connections_from_outside_the_allowed_networks_are_rejected(
     for allow, expected in (("127.0.0.2/32", "refused"), ("10.9.0.0/16,127.0.0.0/8", "pulled")):
         host = await start_kvxfer("--ucx-allow", allow)
         owner = KVXferClient(host.address, instance_principal("p0"))
-        await owner.register_pool("p0", make_pool("p0"))
+        await owner.register_pool("p0", make_pool("p0").site)
         handle = await owner.create_lease("p0", [1], num_tokens=10, ttl_s=60)
         async with internal_channel(host.address, TOOL) as channel:
             described = await kvxfer_pb2_grpc.KVXferStub(channel).Describe(kvxfer_pb2.DescribeRequest())

@@ -8,9 +8,10 @@ import pytest
 
 from services.common.model_config import ModelConfig
 from services.common.sampling import SamplingParams
+from services.common.span import Span
 from services.engine.parallel.plan import split_items
 from services.engine.parallel.runner import rank_devices
-from services.engine.parallel.shard import ParallelConfigError, Span, check_layout, shard_for, stage_layers
+from services.engine.parallel.shard import ParallelConfigError, check_layout, shard_for, stage_layers
 from services.engine.presets import PRESETS
 from services.engine.scheduler import ScheduledSeq
 from services.engine.sequence import Sequence
