@@ -121,7 +121,12 @@ class ModelConfig:
     def from_folder(cls, folder: str | Path) -> ModelConfig:
         """config.json, with every end-of-sequence id of generation_config.json besides its own (as generate
         stops at them: instruct models end a turn with one and the text with another)."""
-        config = cls.from_dict(json.loads((Path(folder) / "config.json").read_text()))
+        raw = json.loads((Path(folder) / "config.json").read_text())
+        if raw.get("quantization_config"):  # its tensors are packed or scaled: read as they are, they would be wrong
+            method = raw["quantization_config"].get("quant_method", "?")
+            raise ValueError(f"config.json quantization_config ({method}): quantized checkpoints are not served; "
+                             "serve the unquantized (bf16, fp16 or fp32) weights")
+        config = cls.from_dict(raw)
         more = eos_ids(read_generation_config(folder).get("eos_token_id"))
         return replace(config, eos_token_ids=tuple(dict.fromkeys((*config.eos_token_ids, *more))))
 

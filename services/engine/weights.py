@@ -95,6 +95,13 @@ def _served(f: Any, fused: dict[str, list[tuple[str, int]]]) -> Iterator[tuple[s
 Transform = Callable[[str, Any], "tuple[str, torch.Tensor] | None"]
 
 
+def _next_token_layers(folder: Path, num_layers: int) -> tuple[str, ...]:
+    """Name prefixes of DeepSeek-V3's multi-token-prediction layers (`num_nextn_predict_layers`, after the model's
+    last layer): a speculative head the model's forward pass does not use, so not loaded (as transformers skips it)."""
+    mtp = json.loads((folder / "config.json").read_text()).get("num_nextn_predict_layers") or 0
+    return tuple(f"model.layers.{i}." for i in range(num_layers, num_layers + mtp))
+
+
 def load_weights(model: nn.Module, folder: str | Path, transform: Transform | None = None) -> None:
     """Copies every tensor of the checkpoint into the model's parameter of the same name, or into its rows of a
     packed parameter (`PackedLinear`); every parameter row must be covered.
@@ -103,10 +110,14 @@ def load_weights(model: nn.Module, folder: str | Path, transform: Transform | No
     params = dict(model.named_parameters())
     slices = checkpoint_slices(model)
     missing = {name for name, _ in checkpoint_shapes(model)}
-    fused = fused_parts(ModelConfig.from_folder(folder))
+    config = ModelConfig.from_folder(folder)
+    fused = fused_parts(config)
+    unserved = _next_token_layers(Path(folder), config.num_layers)
     for path in checkpoint_files(Path(folder)):
         with safe_open(str(path), framework="pt") as f:
             for key, name, part in _served(f, fused):
+                if name.startswith(unserved):
+                    continue
                 tensor = None
                 if transform is not None:
                     kept = transform(name, part)
