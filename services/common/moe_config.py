@@ -31,6 +31,7 @@ class MoEConfig:
     groups: int = 1  # DeepSeek-V3: experts in `groups` groups, a token's top-k taken from its best `top_groups`
     top_groups: int = 1
     scaling: float = 1.0  # the routed experts' weights times this (routed_scaling_factor)
+    weights_in_dtype: bool = False  # Qwen2/3-MoE: top-k weights rounded to the model's dtype before the product
     shared_size: int = 0  # the shared expert's intermediate width (0: none)
     shared_gate: bool = False  # Qwen2-MoE: the shared expert's output scaled by sigmoid(x · w)
     shared_name: str = "shared_expert"  # DeepSeek-V3: shared_experts
@@ -89,7 +90,8 @@ def moe_config(raw: dict) -> MoEConfig:
         shared = _positive(raw, "shared_expert_intermediate_size") if model_type == "qwen2_moe" else 0
         _refuse(raw, "norm_topk_prob", (True, False), False)
         config = MoEConfig(experts, top_k, _positive(raw, "moe_intermediate_size"), sparse,
-                           renormalize=raw.get("norm_topk_prob", False), shared_size=shared, shared_gate=shared > 0)
+                           renormalize=raw.get("norm_topk_prob", False), weights_in_dtype=True, shared_size=shared,
+                           shared_gate=shared > 0)
     if top_k > experts:
         raise ValueError(f"config.json num_experts_per_tok: {top_k} exceeds the {experts} experts")
     return config

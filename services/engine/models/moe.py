@@ -51,14 +51,16 @@ class SparseMoE(nn.Module):
             self.shared_expert_gate = Linear(c.hidden_size, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        moe, logits = self.moe, self.gate(x)
+        moe = self.moe
+        # DeepSeek-V3 scores in float32 from the start (its reference's gate); the others' logits in the model's dtype
+        logits = F.linear(x.float(), self.gate.weight.float()) if moe.scoring == "sigmoid" else self.gate(x)
         if moe.scoring == "sigmoid":
             bias = self.gate.get_parameter("e_score_correction_bias")
             weights, ids = grouped_sigmoid_top_k(logits, bias, moe.top_k, moe.groups, moe.top_groups, moe.renormalize,
                                                  moe.scaling)
         else:
             weights, ids = softmax_top_k(logits, moe.top_k, moe.renormalize)  # [T, k] each
-        out = self.routed(x, weights.to(x.dtype), ids)
+        out = self.routed(x, weights.to(x.dtype) if moe.weights_in_dtype else weights, ids)
         if moe.shared_size and moe.shared_here:
             shared = getattr(self, moe.shared_name)(x)
             if moe.shared_gate:
@@ -68,7 +70,9 @@ class SparseMoE(nn.Module):
 
     def routed(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """x: [T, hidden], weights and ids: [T, k] → Σ_k weight · expert(x) [T, hidden] over the experts this rank
-        holds (all but under expert parallelism), one product per active expert."""
+        holds (all but under expert parallelism), one product per active expert. As transformers' grouped experts:
+        each product in the wider of x's and the weights' dtype (the router's float32, or Qwen's rounded weights),
+        the k summed with float32 accumulation and rounded once to x's dtype."""
         tokens, k = ids.shape
         order = ids.flatten().argsort(stable=True)  # the (token, slot) pairs grouped by expert
         ends = torch.bincount(ids.flatten(), minlength=self.moe.num_experts).cumsum(0).tolist()
@@ -80,8 +84,8 @@ class SparseMoE(nn.Module):
             if ends[e] > start:
                 ys[start : ends[e]] = expert(grouped[start : ends[e]])
         # back to (token, slot) order by the inverse permutation (a gather: index_add_ is slow on CPU), then Σ_k
-        ys = ys.index_select(0, order.argsort()) * weights.flatten()[:, None]
-        return ys.view(tokens, k, -1).sum(dim=1)
+        ys = ys.index_select(0, order.argsort()) * weights.flatten()[:, None]  # in the weights' dtype if wider
+        return ys.view(tokens, k, -1).sum(dim=1).to(x.dtype)
 
 
 class MoEDecoderLayer(nn.Module):

@@ -139,7 +139,7 @@ def test_sliding_window_families_on_ranks_equal_transformers(preset: str, tp: in
     _assert_ranks_equal_transformers(str(make_model(preset, tmp_path_factory.mktemp(preset))), "chunked", 8, tp, pp)
 
 
-@pytest.mark.parametrize("preset", list(FAMILY_PRESETS))
+@pytest.mark.parametrize("preset", [*FAMILY_PRESETS, *MOE_PRESETS])
 def test_bf16_logits_equal_transformers_in_bf16(preset: str, tmp_path) -> None:
     """In bf16 the norms round where transformers rounds (Gemma scales in float32; Llama casts, then scales):
     the prompt's logits equal transformers' in bf16 (measured: bit for bit), well inside bf16's usual 1e-2."""
