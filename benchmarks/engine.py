@@ -260,25 +260,35 @@ def with_speedups(rows: list[dict]) -> list[dict]:
     return [{**r, **{f"{k[:-3]}_speedup": round(first[k] / r[k], 2) for k in keys}} for r in rows]
 
 
-def run_bench_layouts(model_dir: str, layouts: list[tuple[int, int]], devices: tuple[str, ...], as_json: bool) -> int:
-    """`layouts`: TP x PP instances on one core per rank; else one instance on each of `devices`."""
+def run_bench_layouts(model_dir: str, layouts: list[tuple[int, int]], devices: tuple[str, ...], as_json: bool,
+                      rounds: int = 1) -> int:
+    """`layouts`: TP x PP instances on one core per rank; else one instance on each of `devices`. With `rounds`,
+    every one is measured that many times in turn (A, B, A, B...) and each phase's best kept: a drift of the host
+    between two sets' measurements then shows in neither."""
     cores = sorted(os.sched_getaffinity(0))  # before the first layout pins this process
     if layouts:
-        rows = [measure_layout(model_dir, tp, pp, tuple(f"cpu:{cores[r % len(cores)]}" for r in range(tp * pp)))
-                for tp, pp in layouts]
+        runs = [(tp, pp, tuple(f"cpu:{cores[r % len(cores)]}" for r in range(tp * pp))) for tp, pp in layouts]
     else:
-        rows = []
-        for device in devices:
-            os.sched_setaffinity(0, cores)  # the previous device's pinning is not this one's
-            rows.append(measure_layout(model_dir, 1, 1, (device,)))
-    rows = with_speedups(rows)
+        runs = [(1, 1, (device,)) for device in devices]
+    best: list[dict] = []
+    for _ in range(rounds):
+        for i, (tp, pp, on) in enumerate(runs):
+            os.sched_setaffinity(0, cores)  # the previous instance's pinning is not this one's
+            row = measure_layout(model_dir, tp, pp, on)
+            if i == len(best):
+                best.append(row)
+            else:  # the best of each phase; the load column spans the rounds
+                best[i] = {**row, **{k: min(best[i][k], row[k]) for k in row if k.endswith("_ms")},
+                           "load_1min": [best[i]["load_1min"][0], row["load_1min"][1]]}
+    rows = with_speedups(best)
     if as_json:
         print(json.dumps(rows))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"benchmarks.engine {model_dir}: wall ms, best of runs; speed-up over the first row")
+    table = Table(title=f"benchmarks.engine {model_dir}: wall ms, best of runs and {rounds} round(s); speed-up over "
+                        "the first row")
     for col in ("TP x PP", "devices", "threads", "load 1 min", f"prefill {PREFILL_TOKENS}",
                 *(f"decode step b{b}" for b in LAYOUT_BATCHES)):
         table.add_column(col, justify="left" if col in ("TP x PP", "devices") else "right")
@@ -299,12 +309,15 @@ def main(argv: list[str] | None = None) -> int:
                                                       "decode step wall times, a core per rank")
     parser.add_argument("--devices", default="", help="one instance on each of these devices to time instead, e.g. "
                                                       "cpu:0,cpu:0-1: wall times and speed-ups over the first")
+    parser.add_argument("--rounds", type=int, default=1, help="with --layouts/--devices: measure each that many times "
+                                                              "in turn and keep each phase's best")
     args = parser.parse_args(argv)
     from services.engine.presets import resolve_model
 
     if args.layouts or args.devices:
         layouts = parse_layouts(args.layouts) if args.layouts else []
-        return run_bench_layouts(resolve_model(args.model), layouts, split_devices(args.devices), args.json)
+        return run_bench_layouts(resolve_model(args.model), layouts, split_devices(args.devices), args.json,
+                                 max(args.rounds, 1))
     return run_bench_engine(resolve_model(args.model), args.device, args.json)
 
 
