@@ -133,13 +133,3 @@ class KVGroups:
                     found.append((g, offset + j - source.start))
             offset += len(source)
         return found
-
-    def flat_index(self, num_tokens: int, start_block: int) -> list[int]:
-        """Positions in `flat(…, num_tokens)` of the blocks from `start_block` on (a pull after a cached prefix)."""
-        out, pos = [], 0
-        for g in range(self.count):
-            for j in self.kept(g, num_tokens):
-                if j >= start_block:
-                    out.append(pos)
-                pos += 1
-        return out

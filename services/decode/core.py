@@ -173,13 +173,14 @@ class DecodeCore:
         # without first_token the last prompt position is computed again: its block is not shared
         shareable = n - (first_token is None)
         cached = self.engine.hold_cached(prompt_ids, cache_namespace, shareable, keep_tokens=n)
-        rest = self.engine.try_reserve(len(groups.flat_index(n, cached.num_blocks))) if cached.num_blocks else None
+        # the prefix holds what the sequence keeps of its blocks: the rest of what it keeps is reserved
+        rest = self.engine.try_reserve(groups.num_kept(n) - len(cached.held())) if cached.num_blocks else None
         if rest is None:
             self.engine.free_blocks(cached.held())
             rest = await self.engine.reserve_blocks(n)
             # what the pool caches of the prompt now (others' requests ran meanwhile) is not pulled again
             cached = self.engine.hold_cached(prompt_ids, cache_namespace, shareable, keep_tokens=n)
-            spare = len(rest) - len(groups.flat_index(n, cached.num_blocks))
+            spare = len(cached.held())
             self.engine.free_blocks(rest[:spare])
             rest = rest[spare:]
         blocks = groups.fill(cached.tables, rest, n)

@@ -53,6 +53,8 @@ class KVTables:
 
     def trim(self, tables: Tables, num_computed: int) -> None:
         """Frees the blocks of sliding groups that a sequence of `num_computed` computed tokens no longer keeps."""
+        if not self.groups.sliding:  # every step of every sequence passes here
+            return
         for g, table in enumerate(tables):
             stale = [j for j in range(min(self.groups.first_kept(g, num_computed), len(table))) if table[j] != NULL_BLOCK]
             if stale:
@@ -81,11 +83,13 @@ class KVTables:
             # a full group keeps the whole prefix: its first uncached block bounds the hit
             n = min([c.index(False) if False in c else len(c)
                      for g, c in enumerate(cached) if groups.groups[g].window is None], default=len(hashes))
-            while n and not all(cached[g][j] for g, kept in enumerate(self._kept(n, keep_tokens)) for j in kept):
+            while n:
+                kept = self._kept(n, keep_tokens)
+                if all(cached[g][j] for g in range(groups.count) for j in kept[g]):
+                    break
                 n -= 1
-            if not n:
+            else:
                 return CachedPrefix(self.empty(), 0)
-            kept = self._kept(n, keep_tokens)
             held = iter(self.blocks.hold([(g, hashes[j]) for g in range(groups.count) for j in kept[g]]))
             return CachedPrefix([[next(held) if j in kept[g] else NULL_BLOCK for j in range(n)]
                                  for g in range(groups.count)], n)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import torch
 
-from services.common.kv_groups import NULL_BLOCK
 from services.engine.attention import AttentionMetadata
 
 
@@ -43,8 +42,8 @@ def group_metadata(q_lens: list[int], starts: list[int], tables: list[list[list[
                                  slot_offsets, reach=reach)
         if decode:
             width = max(len(t) for t in group)
-            padded = [[b if b != NULL_BLOCK else 0 for b in t] + [0] * (width - len(t)) for t in group]
-            meta.decode_table = torch.tensor(padded, device=device)
+            padded = torch.tensor([t + [0] * (width - len(t)) for t in group], device=device)
+            meta.decode_table = padded.clamp_(min=0)  # a sliding group's NULL_BLOCK (-1) reads block 0
             meta.decode_lens = torch.tensor([s + 1 for s in starts], device=device)
         metas.append(meta)
     return metas
