@@ -93,16 +93,15 @@ def check_layout(config: ModelConfig, tp: int, pp: int, devices: int | None = No
 
 
 def _check_experts(config: ModelConfig, tp: int, ep: int) -> None:
+    """A dense model takes any `ep` dividing tp (a planner's layout names one for every model) and ignores it."""
     moe, flag = config.moe, "--ep" if ep else "--tp"  # without --ep the experts follow --tp
     if ep < 0:
         raise ParallelConfigError("--ep", f"must be >= 1 (or 0: one expert group per TP rank), got {ep}")
-    if moe is None:
-        if ep not in (0, tp):
-            raise ParallelConfigError("--ep", f"{ep} expert groups, but the model has no experts")
-        return
     groups = expert_groups(tp, ep)
     if tp % groups:
         raise ParallelConfigError("--ep", f"{groups} expert groups do not divide the {tp} TP ranks")
+    if moe is None:
+        return
     if moe.num_experts % groups:
         raise ParallelConfigError(flag, f"{groups} does not divide the model's {moe.num_experts} experts"
                                         + ("" if ep else " (EP = TP; --ep sets fewer expert groups)"))

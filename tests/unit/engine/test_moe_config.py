@@ -113,8 +113,14 @@ def test_fewer_expert_groups_than_ranks_split_each_expert_over_its_group() -> No
     ({**QWEN2_MOE, "moe_intermediate_size": 30}, 4, 1, "--ep: an expert's width 30 does not split over the 4 ranks"),
     ({**QWEN2_MOE, "shared_expert_intermediate_size": 50}, 4, 2, "--tp: 4 does not divide the shared expert's width 50"),
     (MIXTRAL, 2, -1, "--ep: must be >= 1"),
-    ({**SIZE, "model_type": "llama"}, 2, 1, "--ep: 1 expert groups, but the model has no"),
+    ({**SIZE, "model_type": "llama"}, 2, 4, "--ep: 4 expert groups do not divide the 2 TP ranks"),
 ])
 def test_an_expert_layout_the_model_cannot_take_names_the_flag(raw: dict, tp: int, ep: int, message: str) -> None:
     with pytest.raises(ParallelConfigError, match=message):
         check_layout(ModelConfig.from_dict(raw), tp, 1, ep=ep)
+
+
+def test_a_dense_model_takes_the_expert_groups_a_plan_names_and_ignores_them() -> None:
+    dense = ModelConfig.from_dict({**SIZE, "model_type": "llama"})
+    check_layout(dense, 2, 1, ep=1)
+    assert shard_for(dense, 2, 1, 1, ep=1) == shard_for(dense, 2, 1, 1)
