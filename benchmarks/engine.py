@@ -8,10 +8,12 @@ count against the engine or the references (on an idle core it equals wall time)
 
 `--layouts 1x1,2x1,1x2` times TP x PP instances instead: prefill and decode step wall times (the ranks run in other
 processes), best of several runs; each rank pinned to one core, the cores taken in order and reused round robin
-when the layout has more ranks than the host has cores. `--devices cpu:0,cpu:0-1` times one instance on each device
+when the layout has more ranks than the host has cores. A suffix `epE` sets a MoE instance's expert groups
+(`2x1ep1,2x1ep2`: each expert split over both ranks, or whole experts on each; none: EP = TP). `--devices cpu:0,cpu:0-1` times one instance on each device
 the same way (threads on several cores), with its speed-up over the first and the host's load average beside it.
 
     python3 -m benchmarks.engine [--model small-llama] [--device cpu:0] [--json] [--layouts 1x1,2x1,1x2]
+    python3 -m benchmarks.engine --model small-mixtral --layouts 2x1ep1,2x1ep2 --rounds 3
     python3 -m benchmarks.engine --model medium-llama --devices cpu:0,cpu:0-1
 """
 
@@ -227,20 +229,21 @@ def run_bench_engine(model_dir: str, device: str, as_json: bool) -> int:
 LAYOUT_BATCHES = (1, 8)
 
 
-def parse_layouts(text: str) -> list[tuple[int, int]]:
-    """`2x1,1x2` → [(2, 1), (1, 2)] (TP x PP)."""
+def parse_layouts(text: str) -> list[tuple[int, int, int]]:
+    """`2x1,1x2,2x1ep1` → [(2, 1, 0), (1, 2, 0), (2, 1, 1)] (TP x PP, expert groups; 0: EP = TP)."""
     try:
-        return [(int(tp), int(pp)) for tp, pp in (item.split("x") for item in text.split(",") if item)]
+        return [(int(tp), int(pp), int(ep or 0)) for tp, rest in (item.split("x") for item in text.split(",") if item)
+                for pp, _, ep in [rest.partition("ep")]]
     except ValueError:
-        raise SystemExit(f"--layouts: {text!r} is not a list of TPxPP such as 1x1,2x1,1x2") from None
+        raise SystemExit(f"--layouts: {text!r} is not a list of TPxPP[epE] such as 1x1,2x1,1x2,2x1ep1") from None
 
 
-def measure_layout(model_dir: str, tp: int, pp: int, devices: tuple[str, ...]) -> dict:
-    """Wall times of an instance of TP x PP ranks on `devices` (one per rank)."""
+def measure_layout(model_dir: str, tp: int, pp: int, devices: tuple[str, ...], ep: int = 0) -> dict:
+    """Wall times of an instance of TP x PP ranks on `devices` (one per rank), `ep` expert groups (0: EP = TP)."""
     setup_device(devices[0])
     blocks = (max(LAYOUT_BATCHES) * (DECODE_CONTEXT + DECODE_STEPS + 2) + PREFILL_TOKENS) // 16 + 64
     engine = LLMEngine(EngineConfig(model_dir, block_size=16, num_blocks=blocks, max_batch_tokens=PREFILL_TOKENS,
-                                    max_num_seqs=max(LAYOUT_BATCHES), tp=tp, pp=pp, devices=devices))
+                                    max_num_seqs=max(LAYOUT_BATCHES), tp=tp, pp=pp, ep=ep, devices=devices))
     rng = random.Random(0)
     load = os.getloadavg()[0]
     try:
@@ -248,7 +251,7 @@ def measure_layout(model_dir: str, tp: int, pp: int, devices: tuple[str, ...]) -
         decode = {b: bench_decode(engine, b, rng, timer=time.perf_counter) for b in LAYOUT_BATCHES}
     finally:
         engine.close()
-    return {"tp": tp, "pp": pp, "devices": list(devices), "threads": torch.get_num_threads(),
+    return {"tp": tp, "pp": pp, "ep": ep or tp, "devices": list(devices), "threads": torch.get_num_threads(),
             "load_1min": [round(load, 2), round(os.getloadavg()[0], 2)], "prefill_ms": round(prefill * 1e3, 2),
             **{f"decode_b{b}_ms": round(s * 1e3, 2) for b, s in decode.items()}}
 
@@ -260,21 +263,21 @@ def with_speedups(rows: list[dict]) -> list[dict]:
     return [{**r, **{f"{k[:-3]}_speedup": round(first[k] / r[k], 2) for k in keys}} for r in rows]
 
 
-def run_bench_layouts(model_dir: str, layouts: list[tuple[int, int]], devices: tuple[str, ...], as_json: bool,
+def run_bench_layouts(model_dir: str, layouts: list[tuple[int, int, int]], devices: tuple[str, ...], as_json: bool,
                       rounds: int = 1) -> int:
     """`layouts`: TP x PP instances on one core per rank; else one instance on each of `devices`. With `rounds`,
     every one is measured that many times in turn (A, B, A, B...) and each phase's best kept: a drift of the host
     between two sets' measurements then shows in neither."""
     cores = sorted(os.sched_getaffinity(0))  # before the first layout pins this process
     if layouts:
-        runs = [(tp, pp, tuple(f"cpu:{cores[r % len(cores)]}" for r in range(tp * pp))) for tp, pp in layouts]
+        runs = [(tp, pp, ep, tuple(f"cpu:{cores[r % len(cores)]}" for r in range(tp * pp))) for tp, pp, ep in layouts]
     else:
-        runs = [(1, 1, (device,)) for device in devices]
+        runs = [(1, 1, 0, (device,)) for device in devices]
     best: list[dict] = []
     for _ in range(rounds):
-        for i, (tp, pp, on) in enumerate(runs):
+        for i, (tp, pp, ep, on) in enumerate(runs):
             os.sched_setaffinity(0, cores)  # the previous instance's pinning is not this one's
-            row = measure_layout(model_dir, tp, pp, on)
+            row = measure_layout(model_dir, tp, pp, on, ep)
             if i == len(best):
                 best.append(row)
             else:  # the best of each phase; the load column spans the rounds
@@ -289,11 +292,11 @@ def run_bench_layouts(model_dir: str, layouts: list[tuple[int, int]], devices: t
 
     table = Table(title=f"benchmarks.engine {model_dir}: wall ms, best of runs and {rounds} round(s); speed-up over "
                         "the first row")
-    for col in ("TP x PP", "devices", "threads", "load 1 min", f"prefill {PREFILL_TOKENS}",
+    for col in ("TP x PP", "EP", "devices", "threads", "load 1 min", f"prefill {PREFILL_TOKENS}",
                 *(f"decode step b{b}" for b in LAYOUT_BATCHES)):
         table.add_column(col, justify="left" if col in ("TP x PP", "devices") else "right")
     for r in rows:
-        table.add_row(f"{r['tp']} x {r['pp']}", " ".join(r["devices"]), str(r["threads"]),
+        table.add_row(f"{r['tp']} x {r['pp']}", str(r["ep"]), " ".join(r["devices"]), str(r["threads"]),
                       " → ".join(map(str, r["load_1min"])), f"{r['prefill_ms']:.1f} ({r['prefill_speedup']:.2f}x)",
                       *(f"{r[f'decode_b{b}_ms']:.2f} ({r[f'decode_b{b}_speedup']:.2f}x)" for b in LAYOUT_BATCHES))
     Console().print(table)
@@ -306,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu:0")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--layouts", default="", help="TPxPP instances to time instead, e.g. 1x1,2x1,1x2: prefill and "
-                                                      "decode step wall times, a core per rank")
+                                                      "decode step wall times, a core per rank; 2x1ep1: a MoE "
+                                                      "instance's expert groups")
     parser.add_argument("--devices", default="", help="one instance on each of these devices to time instead, e.g. "
                                                       "cpu:0,cpu:0-1: wall times and speed-ups over the first")
     parser.add_argument("--rounds", type=int, default=1, help="with --layouts/--devices: measure each that many times "

@@ -35,8 +35,7 @@ class MoEConfig:
     shared_size: int = 0  # the shared expert's intermediate width (0: none)
     shared_gate: bool = False  # Qwen2-MoE: the shared expert's output scaled by sigmoid(x · w)
     shared_name: str = "shared_expert"  # DeepSeek-V3: shared_experts
-    held: tuple[int, int] | None = None  # expert parallelism: the experts [start, stop) this rank holds; None: all
-    shared_here: bool = True  # expert parallelism: whether this rank runs the shared expert (one rank does)
+    held: tuple[int, int] | None = None  # a rank's part: the experts [start, stop) it holds; None: all
     block: str = "mlp"  # the checkpoint's name of the feed-forward module (Mixtral: block_sparse_moe)
     expert_parts: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")  # Mixtral: w1, w3, w2
 
@@ -44,10 +43,10 @@ class MoEConfig:
         """This config for the layers [start, stop) (a pipeline stage's)."""
         return replace(self, sparse=self.sparse[start:stop])
 
-    def expert_shard(self, ranks: int, rank: int) -> MoEConfig:
-        """This config for one of `ranks` expert-parallel ranks: its contiguous share of the experts."""
-        per = self.num_experts // ranks
-        return replace(self, held=(rank * per, (rank + 1) * per), shared_here=rank == 0)
+    def rank_part(self, experts: range, expert_size: int, shared_size: int) -> MoEConfig:
+        """This config for one rank's part: the routed experts it holds, each at `expert_size` columns of its width,
+        and `shared_size` columns of the shared expert's."""
+        return replace(self, held=(experts.start, experts.stop), expert_size=expert_size, shared_size=shared_size)
 
     @property
     def held_experts(self) -> range:

@@ -57,13 +57,14 @@ def named_instances(placement: Placement) -> dict[str, InstanceSpec]:
 
 def spec_json(spec: InstanceSpec) -> str:
     """The instance's spec as the JSON a deployment labels it with (read back by `spec_of`)."""
-    return json.dumps({"role": spec.role, "tp": spec.tp, "pp": spec.pp,
+    return json.dumps({"role": spec.role, "tp": spec.tp, "pp": spec.pp, "ep": spec.ep,
                        "stages": [[s.node, list(s.gpus)] for s in spec.stages]})
 
 
 def spec_of(text: str) -> InstanceSpec:
     spec = json.loads(text)
-    return InstanceSpec(spec["role"], spec["tp"], spec["pp"], tuple(Stage(n, tuple(g)) for n, g in spec["stages"]))
+    return InstanceSpec(spec["role"], spec["tp"], spec["pp"], tuple(Stage(n, tuple(g)) for n, g in spec["stages"]),
+                        spec.get("ep", spec["tp"]))  # a label written before EP was: the experts whole (EP = TP)
 
 
 def _shared_memory() -> dict:
@@ -156,7 +157,7 @@ def _instance(name: str, spec: InstanceSpec, addresses: tuple[str, ...], redis_u
                "--port", str(INSTANCE_PORT + slot), "--metrics-port", str(INSTANCE_METRICS_PORT + slot),
                "--instance-id", name]
     if spec.tp * spec.pp > 1:
-        command += ["--tp", str(spec.tp), "--pp", str(spec.pp), "--rendezvous", _rendezvous(spec, addresses)]
+        command += [*spec.parallel_flags(), "--rendezvous", _rendezvous(spec, addresses)]
     service = _service(command, f"{address}:{INSTANCE_PORT + slot}", start_period="10m")
     service.update(
         environment={"DISTSERVE_REDIS_URL": redis_url, "DISTSERVE_KVXFER": f"{address}:{KVXFER_PORT}",

@@ -29,6 +29,7 @@ from services.engine.finish import FinishRule
 from services.engine.grammar import GrammarViolation, compile_grammar, tokenizer_for
 from services.engine.kv_tables import CachedPrefix, KVTables, Tables, present
 from services.engine.model_runner import ModelRunner
+from services.engine.parallel.shard import check_layout
 from services.engine.sampler import Sampled
 from services.engine.scheduler import SCHEDULERS, Advanced, Policy, SchedulerConfig, SchedulerOutput
 from services.engine.sequence import SeqStatus, Sequence
@@ -47,6 +48,7 @@ class EngineConfig(EngineSettings):
     pool_path: str | None = None  # a /dev/shm file makes the pool mappable by kvxfer
     tp: int = 1  # tensor-parallel ranks per stage
     pp: int = 1  # pipeline stages
+    ep: int = 0  # MoE: expert groups per stage, dividing tp (0: one per TP rank, each holding whole experts)
     devices: tuple[str, ...] = ()  # one per rank (TP x PP > 1); default: consecutive from `device`
     rendezvous: str = ""  # host:port where rank 0 waits for ranks started elsewhere; empty: it starts them
 
@@ -96,13 +98,14 @@ class LLMEngine:
         self.attended = Attended.of(mc.num_layers, len(sliding), mc.sliding_window or 0)  # the step log's units
         self.layout = KVLayout(config.num_blocks, self.groups.slots(0, mc.num_layers), config.block_size,
                                mc.num_kv_heads, mc.head_dim, dtype)
+        check_layout(mc, config.tp, config.pp, ep=config.ep)
         self.runner: ModelRunner | ParallelRunner
         if config.tp * config.pp > 1:
             from services.engine.parallel.runner import ParallelRunner
 
             self.runner = ParallelRunner(config.model, mc, config.num_blocks, config.block_size, dtype,
                                          config.device, config.tp, config.pp, config.devices, config.pool_path,
-                                         config.rendezvous)
+                                         config.rendezvous, config.ep)
         else:
             self.runner = ModelRunner(Path(config.model), mc, self.layout, self.groups,
                                       device or torch.device(config.device), config.pool_path)

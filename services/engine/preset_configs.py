@@ -101,6 +101,12 @@ MOE_BENCH_PRESETS: dict[str, dict] = {
                         "moe_intermediate_size": 256, "norm_topk_prob": True},
     "small-qwen3-dense": {**_QWEN3_SMALL, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
                           "intermediate_size": 1024},  # 4 experts × 256: the MoE's active MLP width
+    # Mixtral 8x7B's shape scaled down (8 experts, 2 per token, expert width 3.5 × hidden, 4 query heads per KV
+    # head): expert layouts under TP (`--layouts 2x1ep1,2x1ep2`)
+    "small-mixtral": {**_FAMILY_BASE, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                      "hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2,
+                      "max_position_embeddings": 4096, "intermediate_size": 1792, "num_local_experts": 8,
+                      "num_experts_per_tok": 2},
 }
 
 PRESETS: dict[str, dict] = {

@@ -24,6 +24,8 @@ class InstanceSettings(EngineSettingsFields):
                         "each) or cuda:N")
     tp: int = Field(1, description="tensor-parallel ranks per pipeline stage (one process and device each)")
     pp: int = Field(1, description="pipeline stages")
+    ep: int = Field(0, description="MoE: expert groups per stage, dividing --tp; each holds its share of the "
+                                   "experts, split over its tp / ep ranks (0: one group per TP rank)")
     devices: str = Field("", description="comma-separated device per rank when tp x pp > 1 (default: consecutive "
                                          "from --device)")
     rendezvous: str = Field("", description="host:port where rank 0 waits for ranks 1..N-1 started on their own "

@@ -46,7 +46,7 @@ async def run_instance(settings: InstanceSettings, add_servicer: ServicerFactory
     pool_path = shm_path(instance_id) if uses_kvxfer and device.type == "cpu" else None
     engine = LLMEngine(EngineConfig(
         model=settings.model, policy=settings.role, device=settings.device, **engine_fields(settings),
-        pool_path=pool_path, tp=settings.tp, pp=settings.pp,
+        pool_path=pool_path, tp=settings.tp, pp=settings.pp, ep=settings.ep,
         devices=split_devices(settings.devices), rendezvous=settings.rendezvous), device)
     incarnation = uuid.uuid4().hex[:8]
     if settings.step_journal:

@@ -27,7 +27,8 @@ def config_from_args(args: argparse.Namespace, model: str) -> StackConfig:
     """The stack `up` starts: its flags, the engine's and the router's settings given among them."""
     return StackConfig(
         model=model, mode=args.mode, prefill=args.prefill, decode=args.decode,
-        prefill_tp=args.prefill_tp, prefill_pp=args.prefill_pp, decode_tp=args.decode_tp, decode_pp=args.decode_pp,
+        prefill_tp=args.prefill_tp, prefill_pp=args.prefill_pp, prefill_ep=args.prefill_ep, decode_tp=args.decode_tp,
+        decode_pp=args.decode_pp, decode_ep=args.decode_ep,
         devices=split_devices(args.devices), host=args.host,
         grpc_port=args.grpc_port, http_port=args.http_port, planner_port=args.planner_port,
         redis_url=args.redis_url or "", **engine_fields(args),
@@ -85,7 +86,7 @@ def _up(args: argparse.Namespace) -> int:
 
 def _check_model(model: str, args: argparse.Namespace) -> None:
     """Refuses, before starting anything: a model folder the stack cannot serve (architecture, dtype, tokenizer,
-    chat template, generation config), and, naming the flag, a TP/PP layout the model or the devices cannot take."""
+    chat template, generation config), and, naming the flag, a TP/PP/EP layout the model or the devices cannot take."""
     from services.common.chat_template import load_chat_template
     from services.common.generation_config import SamplingDefaults
     from services.common.model_config import ModelConfig
@@ -101,11 +102,11 @@ def _check_model(model: str, args: argparse.Namespace) -> None:
         raise SystemExit(f"distserve up: model {model}: {exc}") from None
     devices = len(split_devices(args.devices)) if args.devices else None
     for role in ("prefill", "decode"):
-        tp, pp = getattr(args, f"{role}_tp"), getattr(args, f"{role}_pp")
+        tp, pp, ep = (getattr(args, f"{role}_{part}") for part in ("tp", "pp", "ep"))
         try:
-            check_layout(config, tp, pp, devices)
+            check_layout(config, tp, pp, devices, ep)
         except ParallelConfigError as exc:
-            flag = {"--tp": f"--{role}-tp", "--pp": f"--{role}-pp"}.get(exc.flag, exc.flag)
+            flag = {"--tp": f"--{role}-tp", "--pp": f"--{role}-pp", "--ep": f"--{role}-ep"}.get(exc.flag, exc.flag)
             raise SystemExit(f"{flag}: {str(exc).split(': ', 1)[1]}") from None
 
 
@@ -123,6 +124,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for role in ("prefill", "decode"):
         p.add_argument(f"--{role}-tp", type=int, default=1, help=f"tensor-parallel ranks per stage of each {role} instance")
         p.add_argument(f"--{role}-pp", type=int, default=1, help=f"pipeline stages of each {role} instance")
+        p.add_argument(f"--{role}-ep", type=int, default=0, help=f"MoE: expert groups per stage of each {role} "
+                       f"instance, dividing --{role}-tp; a group's ranks split each of its experts by width "
+                       "(0: one group per TP rank, whole experts)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--grpc-port", type=int, default=50051)
     p.add_argument("--http-port", type=int, default=8000)

@@ -41,8 +41,10 @@ class StackConfig(EngineSettings):
     devices: tuple[str, ...] = ()  # one per rank, in order; cpu:i round-robin over the cores when empty
     prefill_tp: int = 1  # tensor-parallel ranks per stage of each prefill (disagg) instance
     prefill_pp: int = 1
+    prefill_ep: int = 0  # MoE: expert groups per stage, dividing prefill_tp (0: one per TP rank)
     decode_tp: int = 1   # of each decode instance (colocated/chunked instances use these too)
     decode_pp: int = 1
+    decode_ep: int = 0
     host: str = "127.0.0.1"
     grpc_port: int = 50051
     http_port: int = 8000
@@ -73,9 +75,11 @@ class StackConfig(EngineSettings):
     supervised: bool = False  # a Supervisor watches the stack: instances journal their steps for it
     engine: Literal["torch", "mock"] = "torch"  # mock: the instances are mocks in one process (services/mocker/)
 
-    def parallel(self, role: str) -> tuple[int, int]:
-        """(TP, PP) of an instance of `role`."""
-        return (self.prefill_tp, self.prefill_pp) if role == "prefill" else (self.decode_tp, self.decode_pp)
+    def parallel(self, role: str) -> tuple[int, int, int]:
+        """(TP, PP, EP) of an instance of `role` (EP 0: one expert group per TP rank)."""
+        if role == "prefill":
+            return self.prefill_tp, self.prefill_pp, self.prefill_ep
+        return self.decode_tp, self.decode_pp, self.decode_ep
 
     def instance_roles(self) -> list[str]:
         if self.mode == "disagg":
@@ -93,7 +97,7 @@ class Proc:
     metrics_port: int = 0
     cmd: list[str] = field(default_factory=list)
     stopping: bool = False  # stopped on purpose: not to be restarted
-    parallel: tuple[int, int] = (1, 1)  # an instance's TP x PP
+    parallel: tuple[int, int, int] = (1, 1, 0)  # an instance's TP x PP, and its expert groups (0: one per TP rank)
     rank_devices: tuple[str, ...] = ()  # its ranks' devices, stage-major (empty: `device` alone)
 
     def running(self) -> bool:
@@ -222,7 +226,7 @@ class Stack:
                     wait_serving(proc.address, proc.process, c.ready_timeout_s, proc.name)
             first = 0  # each instance takes the next TP x PP devices, one per rank
             for role in c.instance_roles() if c.engine == "torch" else []:
-                tp, pp = c.parallel(role)
+                tp, pp, _ = c.parallel(role)
                 ranks = tuple(self.device(first + r) for r in range(tp * pp))
                 waits.append(self.add_instance(role, ranks[0], wait=False, rank_devices=ranks))
                 first += tp * pp
@@ -250,9 +254,9 @@ class Stack:
                                      "--lease-ttl-s", str(c.lease_ttl_s)], address, device="mock")
 
     def add_instance(self, role: str, device: str, wait: bool = True, rank_devices: tuple[str, ...] = (),
-                     parallel: tuple[int, int] | None = None) -> Proc:
+                     parallel: tuple[int, int, int] | None = None) -> Proc:
         """Starts an instance of `role` (TP x PP ranks on `rank_devices` when it has several); `parallel`: its
-        TP x PP when not the stack's for the role."""
+        TP, PP and EP when not the stack's for the role."""
         c = self.config
         remote = role == "decode" and bool(c.decode_host)
         host = c.decode_host if remote else c.host
@@ -265,15 +269,15 @@ class Stack:
             args += ["--kvxfer", self.decode_kvxfer_address if remote else self.kvxfer_address]
         if c.supervised:
             args += ["--step-journal", "true"]
-        tp, pp = parallel or c.parallel(role)
+        tp, pp, ep = parallel or c.parallel(role)
         if tp * pp > 1:
             rank_devices = rank_devices or (device,) * (tp * pp)
-            args += ["--tp", str(tp), "--pp", str(pp), "--devices", ",".join(rank_devices)]
+            args += ["--tp", str(tp), "--pp", str(pp), "--ep", str(ep), "--devices", ",".join(rank_devices)]
         away = {"prefill": c.remote_prefill_ranks, "decode": c.remote_decode_ranks}.get(role, ())
         if tp * pp > 1 and away:
             args += ["--rendezvous", self._start_ranks(instance_id, rank_devices, away, remote)]
         proc = self._spawn(instance_id, args, f"{host}:{port}", role, device, remote=remote)
-        proc.parallel, proc.rank_devices = (tp, pp), tuple(rank_devices)
+        proc.parallel, proc.rank_devices = (tp, pp, ep), tuple(rank_devices)
         if wait:
             wait_serving(proc.address, proc.process, c.ready_timeout_s, instance_id)
         return proc

@@ -21,17 +21,17 @@ class StackActuator:
         out = []
         for proc in self.stack.procs:
             if proc.role in ("prefill", "decode") and proc.running():
-                tp, pp = proc.parallel
+                tp, pp, ep = proc.parallel
                 gpus = [self.stack.device_index(d) for d in proc.rank_devices or (proc.device,)]
                 stages = tuple(Stage(0, tuple(gpus[s * tp:(s + 1) * tp])) for s in range(pp))
-                out.append(RunningInstance(proc.name, InstanceSpec(proc.role, tp, pp, stages)))
+                out.append(RunningInstance(proc.name, InstanceSpec(proc.role, tp, pp, stages, ep or tp)))
         return out
 
     def start(self, spec: InstanceSpec) -> str:
         if any(stage.node != 0 for stage in spec.stages):
             raise ValueError("a local stack is one node; the plan places stages on other nodes")
         ranks = tuple(self.stack.device(g) for stage in spec.stages for g in stage.gpus)
-        return self.stack.add_instance(spec.role, ranks[0], rank_devices=ranks, parallel=(spec.tp, spec.pp)).name
+        return self.stack.add_instance(spec.role, ranks[0], rank_devices=ranks, parallel=(spec.tp, spec.pp, spec.ep)).name
 
     def drain(self, instance_id: str) -> None:
         """SIGTERM: the instance deregisters (no new requests), reports NOT_SERVING, and finishes what it has."""

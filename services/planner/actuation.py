@@ -17,6 +17,13 @@ class InstanceSpec:
     tp: int
     pp: int
     stages: tuple[Stage, ...]
+    ep: int = 1  # MoE: expert groups per stage, dividing tp (1: each expert split over the tp GPUs; tp: whole)
+
+    def parallel_flags(self) -> list[str]:
+        """The instance command's flags of this layout (none for a single rank)."""
+        if self.tp * self.pp == 1:
+            return []
+        return ["--tp", str(self.tp), "--pp", str(self.pp), *(["--ep", str(self.ep)] if self.tp > 1 else [])]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +60,16 @@ class Actuation:
 
 
 def specs_of(placement: Placement) -> list[InstanceSpec]:
-    """The instances to launch; ValueError for a layout the engine cannot run: experts spread over more GPUs than
-    its tensor-parallel ranks (the engine's EP is its TP)."""
+    """The instances to launch (`--ep` as planned: expert groups dividing the TP ranks); ValueError for a layout the
+    engine cannot run: experts spread over more GPUs than its tensor-parallel ranks."""
     par = {"prefill": placement.prefill, "decode": placement.decode}
     for role, layout in par.items():
-        if layout.width > layout.tp:
-            raise ValueError(f"placement: {role} EP {layout.ep} over TP {layout.tp} cannot be launched (the engine's "
-                             "expert parallelism equals its tensor parallelism)")
-    return [InstanceSpec(inst.role, par[inst.role].tp, par[inst.role].pp, inst.stages) for inst in placement.instances]
+        if layout.width > layout.tp or layout.tp % layout.ep:
+            raise ValueError(f"placement: {role} EP {layout.ep} over TP {layout.tp} cannot be launched (the engine "
+                             "splits the experts over expert groups dividing its TP ranks; attention replicated "
+                             "over more GPUs than TP, DP attention, is not built)")
+    return [InstanceSpec(inst.role, par[inst.role].tp, par[inst.role].pp, inst.stages, par[inst.role].ep)
+            for inst in placement.instances]
 
 
 def _relabel(spec: InstanceSpec, planned: InstanceSpec, running: InstanceSpec) -> InstanceSpec:
@@ -77,7 +86,7 @@ def _relabel(spec: InstanceSpec, planned: InstanceSpec, running: InstanceSpec) -
 
 
 def apply_placement(actuator: Actuator, placement: Placement) -> Actuation:
-    """Keep running instances that the placement also wants (same role, tp and pp; they stay on their GPUs and
+    """Keep running instances that the placement also wants (same role, tp, pp and ep; they stay on their GPUs and
     the planned GPUs are relabelled around them), start the missing ones first so capacity never dips, then
     drain and stop the rest. An instance needing GPUs that a surplus instance holds starts after it stops."""
     wanted = specs_of(placement)
@@ -86,8 +95,9 @@ def apply_placement(actuator: Actuator, placement: Placement) -> Actuation:
     surplus = []
     for exact in (True, False):
         for inst in list(running):
-            shape = (inst.spec.role, inst.spec.tp, inst.spec.pp)
-            match = next((w for w in wanted if (w == inst.spec if exact else (w.role, w.tp, w.pp) == shape)), None)
+            shape = (inst.spec.role, inst.spec.tp, inst.spec.pp, inst.spec.ep)
+            match = next((w for w in wanted if (w == inst.spec if exact else (w.role, w.tp, w.pp, w.ep) == shape)),
+                         None)
             if match is None:
                 continue
             wanted.remove(match)

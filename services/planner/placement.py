@@ -28,11 +28,12 @@ class Cluster:
 @dataclass(frozen=True, slots=True)
 class Parallel:
     """An instance's layout: pp pipeline stages of `width` GPUs; attention and dense layers tensor-parallel over tp
-    (width / tp replicas of them), a mixture-of-experts model's experts split over the width, whole with ep > 1."""
+    (width / tp replicas of them), a mixture-of-experts model's experts split over the width in ep groups: whole
+    with ep >= tp, each sliced over its group's tp / ep GPUs with ep dividing tp (ep = 1: over all tp)."""
 
     tp: int = 1
     pp: int = 1
-    ep: int = 1  # expert parallelism: 1, or a multiple of tp (the GPUs of a stage that split the experts whole)
+    ep: int = 1  # expert groups: a divisor of tp, or a multiple (the GPUs of a stage that split the experts whole)
 
     @property
     def width(self) -> int:

@@ -97,8 +97,10 @@ class ReplanRequest(_Common):
 class PhaseBody(_Body):
     tp: int = Field(1, ge=1, le=64, description="tensor-parallel degree")
     pp: int = Field(1, ge=1, le=128, description="pipeline-parallel degree")
-    ep: int = Field(1, ge=1, le=1024, description="expert-parallel degree: 1 (experts sliced over tp), or a multiple "
-                                                  "of tp: each stage's GPUs, holding the routed experts whole")
+    ep: int = Field(1, ge=1, le=1024, description="expert-parallel degree: 1 (experts sliced over tp), a divisor of "
+                                                  "tp (expert groups of tp / ep GPUs, each expert sliced over its "
+                                                  "group), or a multiple of tp: each stage's GPUs, holding the "
+                                                  "routed experts whole")
     replicas: int = Field(1, ge=1, le=1024, description="number of instances")
 
 

@@ -106,8 +106,9 @@ def placement_of(req: SimulateRequest, scn: Scenario) -> Placement:
     pre, dec = req.placement.prefill, req.placement.decode
     experts = scn.model.shape.experts
     for field, phase in (("placement.prefill", pre), ("placement.decode", dec)):
-        if phase.ep > 1 and (not experts or phase.ep % phase.tp or experts % phase.ep):
-            raise ValueError(f"{field}.ep: a multiple of tp dividing the routed experts ({experts or 'none'})")
+        if phase.ep > 1 and (not experts or (phase.ep % phase.tp and phase.tp % phase.ep) or experts % phase.ep):
+            raise ValueError(f"{field}.ep: a divisor or a multiple of tp dividing the routed experts "
+                             f"({experts or 'none'})")
     return pack(scn.cluster, Parallel(pre.tp, pre.pp, pre.ep), pre.replicas, Parallel(dec.tp, dec.pp, dec.ep),
                 dec.replicas)
 

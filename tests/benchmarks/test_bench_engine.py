@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks.engine import main
+from benchmarks.engine import main, parse_layouts
 
 
 def test_bench_engine_json(tiny_llama_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -27,3 +27,9 @@ def test_bench_engine_devices_json(tiny_llama_dir: str, capsys: pytest.CaptureFi
     assert rows[0]["prefill_speedup"] == rows[0]["decode_b1_speedup"] == 1.0
     assert rows[1]["decode_b8_speedup"] == pytest.approx(rows[0]["decode_b8_ms"] / rows[1]["decode_b8_ms"], abs=0.01)
     assert all(len(r["load_1min"]) == 2 for r in rows)
+
+
+def test_layouts_may_name_a_moe_instances_expert_groups() -> None:
+    assert parse_layouts("1x1,2x1ep1,2x1ep2,1x2") == [(1, 1, 0), (2, 1, 1), (2, 1, 2), (1, 2, 0)]
+    with pytest.raises(SystemExit, match="TPxPP\\[epE\\]"):
+        parse_layouts("2x1e1")

@@ -2,7 +2,9 @@
 gives them: DeepSeek-V3 (latent attention, grouped sigmoid routing, shared experts), where kvxfer moves per token
 and layer only the latent and the rotary key (its pulled bytes are layers × pulled tokens × (kv_lora_rank +
 qk_rope_head_dim) × 4, fp32); and Qwen2-MoE and DeepSeek-V3 with their experts split over 2 ranks on each side
-(EP 2 = TP 2; DeepSeek-V3's heads split, its latent on every rank, so a decode rank pulls whole blocks)."""
+(EP 2 = TP 2; DeepSeek-V3's heads split, its latent on every rank, so a decode rank pulls whole blocks); and Mixtral
+and Qwen3-MoE at TP 2 on each side with EP 2 on one and EP 1 (each expert split over both ranks) on the other: the
+KV does not depend on EP, so the pull is the same, each prompt again from the prefix cache."""
 
 from __future__ import annotations
 
@@ -36,21 +38,28 @@ def stack(deepseek: str, redis_url: str) -> Iterator[Stack]:
         yield stack
 
 
-@pytest.fixture(scope="module", params=["tiny-qwen2-moe", "tiny-deepseek-v3"])
+EXPERT_LAYOUTS = {  # preset → each phase's expert groups at TP 2 (0: EP = TP)
+    "tiny-qwen2-moe": (0, 0), "tiny-deepseek-v3": (0, 0), "tiny-mixtral": (2, 1), "tiny-qwen3-moe": (1, 2)}
+
+
+@pytest.fixture(scope="module", params=list(EXPERT_LAYOUTS))
 def ep2_stack(request, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
     folder = str(make_model(request.param, tmp_path_factory.mktemp(request.param)))
+    prefill_ep, decode_ep = EXPERT_LAYOUTS[request.param]
     with running_stack(folder, f"{redis_url.rsplit('/', 1)[0]}/{EP2_DB}", mode="disagg", prefill_tp=2, decode_tp=2,
-                       devices=("cpu:0", "cpu:1", "cpu:0", "cpu:1")) as stack:
+                       prefill_ep=prefill_ep, decode_ep=decode_ep, devices=("cpu:0", "cpu:1", "cpu:0", "cpu:1")) as stack:
         yield stack, folder
 
 
-async def _assert_served_as_transformers(stack: Stack, folder: str) -> None:
+async def _assert_served_as_transformers(stack: Stack, folder: str) -> list[int]:
+    """Each prompt's tokens and logprobs are transformers'; returns its prompt tokens a prefix cache held."""
     results = await asyncio.gather(*(
         generate(stack.router_address, prompt_ids=prompt, max_tokens=PARAMS.max_tokens, temperature=0.0,
                  ignore_eos=True, logprobs=1) for prompt in PROMPTS))
     for responses, expected in zip(results, reference(folder)):
         assert_equal([t for r in responses for t in r.token_ids],
                      [lp.logprob for r in responses for lp in r.logprobs], expected)
+    return [responses[-1].cached_tokens for responses in results]
 
 
 async def _bytes_pulled(address: str) -> int:
@@ -74,6 +83,8 @@ async def test_tokens_equal_transformers_and_kvxfer_moves_only_the_latent(stack:
 
 async def test_experts_split_over_two_ranks_on_each_side_equal_transformers(ep2_stack: tuple[Stack, str]) -> None:
     stack, folder = ep2_stack
-    await _assert_served_as_transformers(stack, folder)
+    assert await _assert_served_as_transformers(stack, folder) == [0] * len(PROMPTS)
+    again = await _assert_served_as_transformers(stack, folder)  # each full block before the last token: cached
+    assert again == [(len(p) - 1) // defaults.BLOCK_SIZE * defaults.BLOCK_SIZE for p in PROMPTS]
     stats = await wait_idle(stack)
     assert [s.blocks_used for s in stats] == [0] * len(stats)

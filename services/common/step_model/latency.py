@@ -127,8 +127,9 @@ class LatencyModel:
     def at(self, tp: int, pp: int = 1, ep: int = 1, fabric: Fabric = ONE_NODE) -> TPCoefficients:
         """Coefficients at `tp` (and over `pp` stages): measured ones, else the nearest measured degree rescaled
         by appendix A (by the measured K per doubling where there is one); plus the measured stage hand-offs.
-        A mixture-of-experts model adds its experts, split over each stage's max(tp, ep) GPUs (whole with ep > 1,
-        its all-to-all over `fabric`), the rest replicated width / tp times."""
+        A mixture-of-experts model adds its experts, split over each stage's max(tp, ep) GPUs in ep expert groups
+        (whole experts where ep >= tp, their all-to-all over `fabric`; ep dividing tp: each expert sliced over its
+        group's tp / ep GPUs), the rest replicated width / tp times."""
         if tp in self.by_tp:
             coeffs = self.by_tp[tp]
         else:
@@ -142,7 +143,7 @@ class LatencyModel:
         if self.experts is None:
             return coeffs
         width = max(tp, ep)
-        spread = ExpertSpread(self.experts, width, ep > 1, fabric.seconds_per_byte(width) if ep > 1 else 0.0)
+        spread = ExpertSpread(self.experts, width, ep, fabric.seconds_per_byte(width) if ep >= tp else 0.0)
         return replace(coeffs.replicated(width // tp), experts=spread)
 
     def weight_bytes_per_gpu(self, tp: int, pp: int, ep: int = 1) -> float:

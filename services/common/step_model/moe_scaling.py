@@ -17,7 +17,7 @@ token through one (prefill's per-token term · d / parameters).
 from __future__ import annotations
 
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs
-from services.common.step_model.experts import ExpertCost
+from services.common.step_model.experts import EXPERT_PRODUCT_S, ExpertCost
 from services.common.step_model.latency import LatencyModel, TPCoefficients
 from services.common.step_model.shape import ModelShape
 
@@ -51,7 +51,7 @@ def moe_from_dense(base: LatencyModel, shape: ModelShape, imbalance: float = IMB
     read_s = c.decode_small.c0 * smallest / b.params * shape.weight_bytes / b.weight_bytes * expert_params
     token_s = c.prefill.per_token * smallest / b.params * expert_params
     cost = ExpertCost(shape.experts, shape.top_k, shape.moe_layers, read_s, token_s, ACTIVATION_BYTES * shape.hidden,
-                      imbalance)
+                      imbalance, EXPERT_PRODUCT_S)
     degrees = sorted({*base.by_tp, *DEGREES})  # every one scaled here: a latent's KV term does not shrink with tp
     return LatencyModel(shape, {tp: scaled(tp, base.at(tp)) for tp in degrees},
                         source=f"{base.source} {b.name} scaled to {shape.name}", gpu_memory_gb=base.gpu_memory_gb,

@@ -108,7 +108,7 @@ def _rank0(name: str, spec: InstanceSpec, rendezvous: str, env: list[dict]) -> d
     command = ["distserve", spec.role, "--model", "/model", "--device", "cuda:0", "--host", "$(POD_IP)",
                "--port", str(INSTANCE_PORT), "--metrics-port", str(INSTANCE_METRICS_PORT), "--instance-id", name]
     if spec.tp * spec.pp > 1:
-        command += ["--tp", str(spec.tp), "--pp", str(spec.pp), "--rendezvous", rendezvous]
+        command += [*spec.parallel_flags(), "--rendezvous", rendezvous]
     container = _container("rank0", command, env)
     container["ports"] = [{"name": "grpc", "containerPort": INSTANCE_PORT},
                           {"name": "metrics", "containerPort": INSTANCE_METRICS_PORT}]

@@ -45,9 +45,9 @@ class SparseMoE(nn.Module):
         # keyed by the global expert id, so parameter names are the checkpoint's under expert parallelism too
         self.experts = nn.ModuleDict({str(e): Expert(c.hidden_size, moe.expert_size, moe.expert_parts)
                                       for e in moe.held_experts})
-        if moe.shared_size and moe.shared_here:
+        if moe.shared_size:
             setattr(self, moe.shared_name, Expert(c.hidden_size, moe.shared_size, moe.expert_parts))
-        if moe.shared_gate and moe.shared_here:
+        if moe.shared_gate:
             self.shared_expert_gate = Linear(c.hidden_size, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -61,7 +61,7 @@ class SparseMoE(nn.Module):
         else:
             weights, ids = softmax_top_k(logits, moe.top_k, moe.renormalize)  # [T, k] each
         out = self.routed(x, weights.to(x.dtype) if moe.weights_in_dtype else weights, ids)
-        if moe.shared_size and moe.shared_here:
+        if moe.shared_size:
             shared = getattr(self, moe.shared_name)(x)
             if moe.shared_gate:
                 shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
@@ -70,7 +70,8 @@ class SparseMoE(nn.Module):
 
     def routed(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """x: [T, hidden], weights and ids: [T, k] → Σ_k weight · expert(x) [T, hidden] over the experts this rank
-        holds (all but under expert parallelism), one product per active expert. As transformers' grouped experts:
+        holds (all on a single rank; on a rank of a TP instance its expert group's, each a slice of its width, so
+        the sum is partial), one product per active expert. As transformers' grouped experts:
         each product in the wider of x's and the weights' dtype (the router's float32, or Qwen's rounded weights),
         the k summed with float32 accumulation and rounded once to x's dtype."""
         tokens, k = ids.shape

@@ -2,9 +2,10 @@
 
 Column-split projections (Q, K, V, gate, up, fc1) keep their rows of the heads or columns the rank holds;
 row-split ones (o/out, down/fc2) keep the matching input columns, their bias on TP rank 0 only, and sum the
-ranks' partial outputs with one all-reduce. A mixture-of-experts layer is expert-parallel over the same ranks:
-each holds whole experts (a contiguous share) and the shared expert runs on TP rank 0, so the layer's outputs
-are partial sums too and one all-reduce per layer adds them.
+ranks' partial outputs with one all-reduce. A mixture-of-experts layer splits over the same ranks: each holds
+its expert group's experts, a slice of each one's width (gate/up rows, down columns; whole experts where EP = TP),
+and a slice of the shared expert's, so the layer's outputs are partial sums too and one all-reduce per layer adds
+them whatever the EP.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ ROW_SPLIT = {"o_proj": "heads", "out_proj": "heads", "down_proj": "columns", "fc
 _LAYER = re.compile(r"^(.*\.layers\.)(\d+)\.(.*)$")
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 _SHARED = re.compile(r"\.shared_experts?(_gate)?\.")
+_DOWN = ("down_proj", "w2")  # an expert's row-split projection (Mixtral's w2)
 
 
 class AllReduced(nn.Module):
@@ -56,8 +58,24 @@ def _span(shard: Shard, kind: str, head_dim: int) -> tuple[int, int]:
     return span.start * head_dim, span.stop * head_dim
 
 
-def shard_transform(shard: Shard, head_dim: int, experts: range = range(0), mla: MLAConfig | None = None):
-    """The `load_weights` transform that keeps this rank's layers and slices, and its whole `experts`. Latent
+def _expert_part(shard: Shard, name: str, part: Any) -> tuple[str, torch.Tensor] | None:
+    """A routed expert's tensor: this rank's columns of it where its expert group holds the expert, else None; the
+    shared expert's: this rank's columns; the shared expert's gate: whole."""
+    expert, shared = _EXPERT.search(name), _SHARED.search(name)
+    if expert is not None:
+        if not shard.experts.start <= int(expert.group(1)) < shard.experts.stop:
+            return None
+        span = shard.expert_columns
+    elif shared is not None and shared.group(1):
+        return name, part[:]
+    else:
+        span = shard.shared_columns
+    module = name.rpartition(".")[0].rpartition(".")[2]
+    return name, part[:, span.start : span.stop] if module in _DOWN else part[span.start : span.stop]
+
+
+def shard_transform(shard: Shard, head_dim: int, mla: MLAConfig | None = None):
+    """The `load_weights` transform that keeps this rank's layers and slices, its experts' included. Latent
     attention splits its heads (q, kv_b rows; o columns) and keeps the latent's projections whole on every rank."""
     widths = {} if mla is None else {"q_proj": mla.nope_dim + mla.rope_dim, "q_b_proj": mla.nope_dim + mla.rope_dim,
                                      "kv_b_proj": mla.nope_dim + mla.v_dim, "o_proj": mla.v_dim}  # per head
@@ -69,10 +87,8 @@ def shard_transform(shard: Shard, head_dim: int, experts: range = range(0), mla:
             if not shard.layers.start <= index < shard.layers.stop:
                 return None
             name = f"{m.group(1)}{index - shard.layers.start}.{m.group(3)}"
-        expert, shared = _EXPERT.search(name), _SHARED.search(name)
-        if expert is not None or shared is not None:  # whole, on the rank that holds it
-            keep = int(expert.group(1)) in experts if expert is not None else shard.tp_rank == 0
-            return (name, part[:]) if keep else None
+        if _EXPERT.search(name) or _SHARED.search(name):
+            return _expert_part(shard, name, part)
         if shard.tp == 1:  # whole (latent attention's projections have no per-head rows to cut by head_dim)
             return name, part[:]
         owner, _, leaf = name.rpartition(".")
@@ -96,8 +112,7 @@ def build_rank_model(model_dir: str | Path, config: ModelConfig, shard: Shard, d
     """This rank's model (its layers and heads; embedding and head on every stage), loaded and ready to run."""
     local = shard.local_config(config)
     model = materialize(local, device, dtype)
-    experts = local.moe.held_experts if local.moe else range(0)
-    load_weights(model, model_dir, shard_transform(shard, config.head_dim, experts, config.mla))
+    load_weights(model, model_dir, shard_transform(shard, config.head_dim, config.mla))
     if shard.tp > 1:
         moe_blocks = tuple(f"{path}." for path, module in model.named_modules() if isinstance(module, SparseMoE))
         for path, module in list(model.named_modules()):

@@ -17,7 +17,7 @@ def pool_sites(engine: LLMEngine) -> list[PoolSite]:
     sites = [runner.pool.site]
     if isinstance(runner, ParallelRunner):
         for spec in runner.specs[1:]:
-            shard = shard_for(mc, c.tp, c.pp, spec.rank)
+            shard = shard_for(mc, c.tp, c.pp, spec.rank, c.ep)
             layout = rank_layout(mc, shard, spec.num_blocks, spec.block_size, spec.dtype)
             sites.append(PoolSite(layout, shard.layers, shard.kv_heads, spec.device, spec.pool_path,
                                   runner.ipc.get(spec.rank), runner.kvxfer.get(spec.rank, "")))

@@ -37,6 +37,7 @@ class RankSpec:
     block_size: int
     dtype: str
     pool_path: str | None = None
+    ep: int = 0  # expert groups per stage (0: one per TP rank)
 
 
 def rank_layout(config: ModelConfig, shard: Shard, num_blocks: int, block_size: int, dtype: str) -> KVLayout:

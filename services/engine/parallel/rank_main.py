@@ -49,7 +49,7 @@ def serve_rank(spec: RankSpec, store: dist.Store) -> int:
     if device.type == "cpu":
         keep_freed_memory()
     config = ModelConfig.from_folder(spec.model_dir)
-    shard = shard_for(config, spec.tp, spec.pp, spec.rank)
+    shard = shard_for(config, spec.tp, spec.pp, spec.rank, spec.ep)
     groups = make_groups(spec.rank, spec.tp, spec.pp)
     runner = RankRunner(spec, config, shard, groups, device)
     try:

@@ -68,15 +68,16 @@ def rank_pool_path(pool_path: str | None, rank: int) -> str | None:
 class ParallelRunner:
     def __init__(self, model_dir: str | Path, config: ModelConfig, num_blocks: int, block_size: int, dtype: str,
                  device: str, tp: int, pp: int, devices: tuple[str, ...] = (), pool_path: str | None = None,
-                 rendezvous: str = "") -> None:
+                 rendezvous: str = "", ep: int = 0) -> None:
         """`rendezvous` (host:port): rank 0 waits there for ranks started elsewhere (`distserve rank`, one per
-        device, e.g. a compose service each); empty: it starts them itself as local processes."""
-        check_layout(config, tp, pp)
+        device, e.g. a compose service each); empty: it starts them itself as local processes. `ep`: expert groups
+        per stage (0: one per TP rank)."""
+        check_layout(config, tp, pp, ep=ep)
         world = tp * pp
         placed = rank_devices(device, world, devices)
         self.config, self.tp, self.pp = config, tp, pp
         self.specs = [RankSpec(str(model_dir), tp, pp, r, placed[r], num_blocks, block_size, dtype,
-                               rank_pool_path(pool_path, r)) for r in range(world)]
+                               rank_pool_path(pool_path, r), ep) for r in range(world)]
         host, _, port = (rendezvous or "127.0.0.1:0").rpartition(":")
         self._store = dist.TCPStore(host, int(port), world, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
         if rendezvous:
@@ -86,7 +87,7 @@ class ParallelRunner:
         self._finalizer = weakref.finalize(self, kill_ranks, self._ranks)  # a runner never closed leaves nothing
         try:
             self.groups = make_groups(0, tp, pp)
-            self.rank0 = RankRunner(self.specs[0], config, shard_for(config, tp, pp, 0), self.groups,
+            self.rank0 = RankRunner(self.specs[0], config, shard_for(config, tp, pp, 0, ep), self.groups,
                                      torch.device(placed[0]))
             wait_ready(self._store, self.specs[1:], self._ranks)
             # the GPU ranks' pools, as their processes exported them (rank 0 registers every pool with kvxfer)

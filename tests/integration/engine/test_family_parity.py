@@ -102,30 +102,38 @@ def test_tokens_and_logprobs_equal_transformers(engines, want, mode: str) -> Non
     assert [g.cached for g in again] == [(len(p) - 1) // 4 * 4 for p in PROMPTS]
 
 
-def _assert_ranks_equal_transformers(folder: str, policy: str, budget: int, tp: int = 2, pp: int = 1) -> None:
-    """The prompts on an instance of TP x PP rank processes: transformers' tokens and logprobs."""
+def _assert_ranks_equal_transformers(folder: str, policy: str, budget: int, tp: int = 2, pp: int = 1,
+                                     ep: int = 0) -> None:
+    """The prompts on an instance of TP x PP rank processes (`ep` expert groups), twice, the second time from the
+    prefix cache: transformers' tokens and logprobs."""
     engine = LLMEngine(EngineConfig(folder, policy=policy, num_blocks=96, block_size=4, max_batch_tokens=budget,
-                                    tp=tp, pp=pp))
+                                    tp=tp, pp=pp, ep=ep))
     try:
-        got = _run(engine, None, PROMPTS)
+        first, again = _run(engine, None, PROMPTS), _run(engine, None, PROMPTS)
     finally:
         engine.close()
-    for g, expected in zip(got, reference(folder)):
+    want = reference(folder)
+    for g, expected in zip(first + again, want + want):
         _assert_equal(g, expected)
+    assert [g.cached for g in again] == [(len(p) - 1) // 4 * 4 for p in PROMPTS]
 
 
 @pytest.mark.long  # some 30 s: rank processes start
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("preset", "policy", "tp", "pp"), [
-    ("tiny-qwen2-moe", "colocated", 2, 1), ("tiny-qwen2-moe", "chunked", 2, 1), ("tiny-qwen2-moe", "chunked", 1, 2),
-    ("tiny-deepseek-v3", "chunked", 1, 2), ("tiny-deepseek-v3", "chunked", 2, 1)])
-def test_moe_on_ranks_equals_transformers(preset: str, policy: str, tp: int, pp: int,
+@pytest.mark.parametrize(("preset", "policy", "tp", "pp", "ep"), [
+    ("tiny-qwen2-moe", "colocated", 2, 1, 0), ("tiny-qwen2-moe", "chunked", 2, 1, 0), ("tiny-qwen2-moe", "chunked", 1, 2, 0),
+    ("tiny-deepseek-v3", "chunked", 1, 2, 0), ("tiny-deepseek-v3", "chunked", 2, 1, 0),
+    ("tiny-mixtral", "colocated", 2, 1, 1), ("tiny-mixtral", "chunked", 2, 1, 2), ("tiny-qwen3-moe", "chunked", 2, 1, 1),
+    ("tiny-qwen3-moe", "colocated", 2, 1, 2), ("tiny-qwen2-moe", "chunked", 2, 1, 1),
+    ("tiny-deepseek-v3", "colocated", 2, 1, 1)])
+def test_moe_on_ranks_equals_transformers(preset: str, policy: str, tp: int, pp: int, ep: int,
                                           tmp_path_factory: pytest.TempPathFactory) -> None:
-    """EP 2: the experts split over 2 rank processes (EP = TP 2: 4 experts each, the shared expert on rank 0, the
-    dense first layer's MLP split by columns), one all-reduce per MoE layer; PP 2: the dense layer on one stage,
-    the sparse one on the other (DeepSeek-V3's latent attention in both)."""
+    """TP 2 with EP = TP (ep 0) or EP 2: the experts split over 2 rank processes, 4 whole experts each; with EP 1:
+    all 8 on each rank, each at half its width (expert TP). The shared expert and the dense first layer's MLP
+    split by columns; one all-reduce per MoE layer either way. PP 2: the dense layer on one stage, the sparse one
+    on the other (DeepSeek-V3's latent attention in both)."""
     _assert_ranks_equal_transformers(str(make_model(preset, tmp_path_factory.mktemp(preset))), policy,
-                                     MODES[policy][1], tp, pp)
+                                     MODES[policy][1], tp, pp, ep)
 
 
 @pytest.mark.long  # some 30 s: rank processes start

@@ -106,3 +106,21 @@ def test_emit_refuses_without_writing(tmp_path: Path, capsys: pytest.CaptureFixt
     assert emit(argparse.Namespace(out=None, nodes=2, node_addresses=""), placement) == 2
     assert "needs --out" in capsys.readouterr().out
     assert not list(tmp_path.iterdir())
+
+
+def test_a_plan_with_fewer_expert_groups_than_tp_launches_them_and_a_new_ep_replaces_the_instance(
+        tmp_path: Path) -> None:
+    """EP 2 inside TP 4 (each expert split over a group of 2 GPUs): rank 0 runs with --tp 4 --ep 2; EP is part of
+    an instance's shape, so replanning to EP = TP replaces the prefill instance and keeps the decode ones."""
+    cluster, addresses = Cluster(nodes=1, gpus_per_node=8), ADDRESSES[:1]
+    apply_placement(ComposeActuator(tmp_path, addresses), pack(cluster, Parallel(4, 1, 2), 1, Parallel(2, 1, 1), 2))
+    services = read(tmp_path)["docker-compose.node0.yml"]
+
+    def layout(name: str) -> list[str]:
+        command = services[name]["command"]
+        return command[command.index("--tp") : command.index("--rendezvous")]
+
+    assert layout("prefill-0") == ["--tp", "4", "--pp", "1", "--ep", "2"]
+    assert layout("decode-0") == layout("decode-1") == ["--tp", "2", "--pp", "1", "--ep", "1"]
+    done = apply_placement(ComposeActuator(tmp_path, addresses), pack(cluster, Parallel(4, 1, 4), 1, Parallel(2, 1, 1), 2))
+    assert (len(done.started), len(done.stopped), sorted(done.kept)) == (1, 1, ["decode-0", "decode-1"])

@@ -76,14 +76,15 @@ def test_a_pipeline_stage_keeps_the_sparse_flags_of_its_own_layers() -> None:
     assert [s.sparse for s in stages if s is not None] == [(False, True), (False, False)]
 
 
-def test_expert_parallel_ranks_hold_contiguous_whole_experts_and_one_runs_the_shared_expert() -> None:
+def test_expert_parallel_ranks_hold_contiguous_whole_experts_and_half_the_shared_expert() -> None:
     config = ModelConfig.from_dict({**QWEN2_MOE, "num_experts": 8})
     ranks = [shard_for(config, 2, 1, rank).local_config(config).moe for rank in (0, 1)]
-    assert [(m.held_experts, m.shared_here) for m in ranks if m is not None] == [(range(0, 4), True), (range(4, 8), False)]
+    assert [(m.held_experts, m.expert_size, m.shared_size) for m in ranks if m is not None] == [
+        (range(0, 4), 32, 24), (range(4, 8), 32, 24)]
 
 
 def test_a_tp_that_does_not_divide_the_experts_is_refused_naming_the_flag() -> None:
-    with pytest.raises(ParallelConfigError, match="--tp: 4 does not divide the model's 6 experts"):
+    with pytest.raises(ParallelConfigError, match="--tp: 4 does not divide the model's 6 experts .EP = TP"):
         check_layout(ModelConfig.from_dict({**MIXTRAL, "num_local_experts": 6}), 4, 1)
 
 
@@ -92,3 +93,34 @@ def test_latent_attention_under_tp_replicates_the_latent_and_splits_the_heads() 
     shards = [shard_for(config, 2, 1, rank) for rank in (0, 1)]
     assert [(s.heads.start, s.heads.count) for s in shards] == [(0, 2), (2, 2)]
     assert [(s.kv_heads.start, s.kv_heads.count) for s in shards] == [(0, 1), (0, 1)]  # every rank the whole latent
+
+
+def test_fewer_expert_groups_than_ranks_split_each_expert_over_its_group() -> None:
+    """TP 4 x EP 2: ranks 0-1 hold experts 0-3, ranks 2-3 experts 4-7, each rank half of every one's width; the
+    shared expert a quarter on each rank. Heads, KV heads and the dense MLP as at EP = TP."""
+    config = ModelConfig.from_dict({**QWEN2_MOE, "shared_expert_intermediate_size": 64})
+    shards = [shard_for(config, 4, 1, rank, ep=2) for rank in range(4)]
+    assert [(s.experts.start, s.experts.count) for s in shards] == [(0, 4), (0, 4), (4, 4), (4, 4)]
+    assert [(s.expert_columns.start, s.expert_columns.count) for s in shards] == [(0, 16), (16, 16)] * 2
+    assert [(s.shared_columns.start, s.shared_columns.count) for s in shards] == [(0, 16), (16, 16), (32, 16), (48, 16)]
+    default = [shard_for(config, 4, 1, rank) for rank in range(4)]
+    assert [(s.heads, s.kv_heads, s.columns) for s in shards] == [(s.heads, s.kv_heads, s.columns) for s in default]
+
+
+@pytest.mark.parametrize(("raw", "tp", "ep", "message"), [
+    (MIXTRAL, 4, 3, "--ep: 3 expert groups do not divide the 4 TP ranks"),
+    ({**MIXTRAL, "num_local_experts": 6}, 4, 4, "--ep: 4 does not divide the model's 6 experts$"),
+    ({**QWEN2_MOE, "moe_intermediate_size": 30}, 4, 1, "--ep: an expert's width 30 does not split over the 4 ranks"),
+    ({**QWEN2_MOE, "shared_expert_intermediate_size": 50}, 4, 2, "--tp: 4 does not divide the shared expert's width 50"),
+    (MIXTRAL, 2, -1, "--ep: must be >= 1"),
+    ({**SIZE, "model_type": "llama"}, 2, 4, "--ep: 4 expert groups do not divide the 2 TP ranks"),
+])
+def test_an_expert_layout_the_model_cannot_take_names_the_flag(raw: dict, tp: int, ep: int, message: str) -> None:
+    with pytest.raises(ParallelConfigError, match=message):
+        check_layout(ModelConfig.from_dict(raw), tp, 1, ep=ep)
+
+
+def test_a_dense_model_takes_the_expert_groups_a_plan_names_and_ignores_them() -> None:
+    dense = ModelConfig.from_dict({**SIZE, "model_type": "llama"})
+    check_layout(dense, 2, 1, ep=1)
+    assert shard_for(dense, 2, 1, 1, ep=1) == shard_for(dense, 2, 1, 1)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.cli import build_parser
+from services.engine.make_model import make_model
 
 
 def _up(folder: Path, *flags: str) -> None:
@@ -37,3 +38,12 @@ def test_a_sentencepiece_only_tokenizer_and_a_broken_template_are_refused(folder
     (folder / "tokenizer.json").rename(folder / "tokenizer.model")
     with pytest.raises(SystemExit, match="tokenizer.model but no tokenizer.json"):
         _up(folder)
+
+
+@pytest.mark.timeout(60)  # a check that let the layout through would start the stack
+def test_expert_groups_the_model_cannot_take_name_the_role_flag(tmp_path: Path) -> None:
+    folder = make_model("tiny-qwen3-moe", tmp_path / "m", overrides={"moe_intermediate_size": 50})
+    with pytest.raises(SystemExit, match="--decode-ep: 3 expert groups do not divide the 2 TP ranks"):
+        _up(folder, "--decode-tp", "2", "--decode-ep", "3")
+    with pytest.raises(SystemExit, match="--prefill-ep: an expert's width 50 does not split over the 4 ranks"):
+        _up(folder, "--prefill-tp", "4", "--prefill-ep", "1")

@@ -24,7 +24,7 @@ def test_a_batch_activates_k_experts_per_token_until_every_expert_is_active() ->
     assert active_experts(256, 8, 2) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 2))  # 15.75: some overlap
     assert active_experts(256, 8, 512) == pytest.approx(256, rel=1e-6)
     cost = ExpertCost(256, 8, 58, read_s=1e-3, token_s=1e-7, token_bytes=14336)
-    sliced = ExpertSpread(cost, width=8, ep=False)
+    sliced = ExpertSpread(cost, width=8, groups=1)
     steps = [sliced.seconds(b) for b in (1, 8, 64, 512)]
     assert steps == sorted(steps) and steps[0] == pytest.approx(8 * 1e-3 / 8)  # each active expert read once
     assert steps[3] == pytest.approx(256 * 1e-3 / 8, rel=1e-3)  # every expert read: the read stops growing
@@ -33,9 +33,9 @@ def test_a_batch_activates_k_experts_per_token_until_every_expert_is_active() ->
 def test_under_ep_the_busiest_gpu_and_the_all_to_all_over_the_links_add_to_the_step() -> None:
     cost = ExpertCost(256, 8, 58, read_s=1e-3, token_s=1e-7, token_bytes=14336, imbalance=1.3)
     fabric = Fabric(8, 2400.0, 200.0)
-    node = ExpertSpread(cost, 8, True, fabric.seconds_per_byte(8))
-    two_nodes = ExpertSpread(cost, 16, True, fabric.seconds_per_byte(16))
-    assert node.seconds(1) > 1.3 * ExpertSpread(cost, 8, False).seconds(1)  # imbalance and the all-to-all
+    node = ExpertSpread(cost, 8, 8, fabric.seconds_per_byte(8))
+    two_nodes = ExpertSpread(cost, 16, 16, fabric.seconds_per_byte(16))
+    assert node.seconds(1) > 1.3 * ExpertSpread(cost, 8, 1).seconds(1)  # imbalance and the all-to-all
     assert fabric.seconds_per_byte(16) > 5 * fabric.seconds_per_byte(8)  # half of it crosses the slower link
     assert two_nodes.seconds(64) - two_nodes.seconds(32) > 0
 
@@ -92,8 +92,22 @@ def test_decode_goodput_per_gpu_of_ep_and_no_ep_is_ordered_as_the_step_model_pre
     assert simulated[Parallel(1, 1, 8)] > simulated[Parallel(8, 1, 1)]  # EP with data-parallel attention wins
 
 
+def test_fewer_expert_groups_than_tp_run_more_smaller_products_for_less_imbalance() -> None:
+    """Mixtral 8x7B at TP 8 on A100s: the search offers EP 1, 2, 4 (expert groups inside the instance) and 8 (whole
+    experts). A decode step of 8 tokens is fastest with 4 groups (fewer products per GPU than EP 1, less skew and
+    no all-to-all against EP 8); a 4096-token prefill with one group (balanced compute)."""
+    model = load_latency_model("a100-80gb", load_shape("mixtral-8x7b"))
+    scn = Scenario(model, Cluster(1, 8), Workload("chatbot"), SLO_, num_requests=100)
+    assert sorted({par.ep for par in candidates(scn, 8) if par.tp == 8}) == [1, 2, 4, 8]
+    decode, prefill = ({ep: model.at(8, 1, ep).expert_time(tokens) for ep in (1, 2, 4, 8)} for tokens in (8, 4096))
+    assert min(decode, key=decode.__getitem__) == 4 and decode[1] > decode[4] < decode[8]
+    assert min(prefill, key=prefill.__getitem__) == 1 and prefill == dict(sorted(prefill.items(), key=lambda i: i[1]))
+
+
 def test_a_plan_whose_experts_spread_wider_than_its_tp_is_refused_by_the_actuator() -> None:
     cluster = Cluster(4, 8)
     assert len(specs_of(pack(cluster, Parallel(8, 1, 8), 1, Parallel(8, 1, 8), 1))) == 2  # the engine's EP = TP
+    prefill, decode = specs_of(pack(cluster, Parallel(8, 1, 2), 1, Parallel(8, 1, 1), 1))  # expert TP inside
+    assert prefill.parallel_flags() == ["--tp", "8", "--pp", "1", "--ep", "2"] and decode.ep == 1
     with pytest.raises(ValueError, match="decode EP 16 over TP 1"):
         specs_of(pack(cluster, Parallel(8, 1, 8), 1, Parallel(1, 1, 16), 1))
