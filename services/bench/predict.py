@@ -71,7 +71,7 @@ class Predictor:
         else:
             result = simulate_colocated(self.model.at(1), self.mode, self.cluster.gpus_per_node,
                                         self.model.kv_capacity(1, 1), self.max_batch_tokens, sample.prompts,
-                                        sample.outputs, sample.arrivals(rate), self.serving, self.model.shape.kv_tokens)
+                                        sample.outputs, sample.arrivals(rate), self.serving, self.model.shape)
         limits = slo.limits
         return result.attainment(limits)
 

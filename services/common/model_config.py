@@ -64,6 +64,7 @@ class ModelConfig:
     # a token's latent and rotary key (num_kv_heads 1, head_dim their half), so its layout and transfers are as ever
     mla: MLAConfig | None = None
     dtype: str = "float32"  # the checkpoint's (torch_dtype; transformers 5 writes dtype): what --dtype auto serves
+    next_token_layers: int = 0  # DeepSeek-V3's multi-token-prediction layers after the last (not served)
 
     @property
     def head_dim(self) -> int:
@@ -111,6 +112,7 @@ class ModelConfig:
             query_scale=raw["query_pre_attn_scalar"] ** -0.5 if gemma else None,
             attn_softcap=raw.get("attn_logit_softcapping"), final_softcap=raw.get("final_logit_softcapping"),
             moe=moe_config(raw) if model_type in MOE_TYPES else None, dtype=dtype,
+            next_token_layers=raw.get("num_nextn_predict_layers") or 0,
         )
         if model_type in MLA_TYPES:
             mla = mla_config(raw)

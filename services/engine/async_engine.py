@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
@@ -19,6 +18,7 @@ from services.common.kv_groups import KVGroups
 from services.common.kv_layout import KVLayout
 from services.common.pool_site import PoolSite
 from services.common.sampling import FinishReason, SamplingParams
+from services.engine.block_queue import BlockQueue
 from services.engine.engine import LLMEngine, StepOutput, fork_id
 from services.engine.engine_thread import EngineThread
 from services.engine.kv_tables import CachedPrefix, Tables
@@ -36,7 +36,7 @@ class AsyncEngine:
         self.engine = engine
         self._loop = asyncio.get_running_loop()
         self._streams: dict[str, asyncio.Queue[StepOutput | BaseException]] = {}
-        self._block_waiters: deque[tuple[int, asyncio.Future[list[int]]]] = deque()
+        self._reservations = BlockQueue(engine.blocks.try_allocate, engine.free_blocks)  # decode's pulls, FCFS
         self.thread = EngineThread(engine, lambda outs: self._loop.call_soon_threadsafe(self._dispatch, outs),
                                    lambda exc: self._loop.call_soon_threadsafe(self._fail_streams, exc))
         self.thread.start()
@@ -50,8 +50,8 @@ class AsyncEngine:
             queue = self._streams.get(out.request_id)
             if queue is not None:
                 queue.put_nowait(out)
-        if self._block_waiters and any(out.finished for out in outputs):
-            self._grant_blocks()
+        if self._reservations and any(out.finished for out in outputs):
+            self._reservations.grant()
 
     def _fail_streams(self, exc: BaseException) -> None:
         for queue in self._streams.values():
@@ -86,7 +86,7 @@ class AsyncEngine:
                 # blocks it frees then go to the requests waiting for some.
                 left = sorted(running)
                 self.thread.call(lambda e: [e.abort(r) for r in left]).add_done_callback(
-                    lambda _: self._loop.call_soon_threadsafe(self._grant_blocks))
+                    lambda _: self._loop.call_soon_threadsafe(self._reservations.grant))
 
     async def end(self, request_id: str) -> bool:
         """Ends one choice of a running stream early (its client has its text); its blocks go back and its stream
@@ -94,7 +94,7 @@ class AsyncEngine:
         ended = await self.call(lambda e: e.abort(request_id))
         if ended and (queue := self._streams.get(request_id)) is not None:
             queue.put_nowait(StepOutput(request_id, [], FinishReason.ABORT))
-            self._grant_blocks()
+            self._reservations.grant()
         return ended
 
     @property
@@ -161,38 +161,13 @@ class AsyncEngine:
                                                                     cache_namespace, carried))
 
     async def reserve_blocks(self, num_tokens: int) -> list[int]:
-        """Waits (FCFS) until the pool can hold `num_tokens` tokens and returns the reserved blocks. The allocator
-        is thread-safe, so this does not wait for the engine's step to end."""
-        waiter = (num_tokens, self._loop.create_future())
-        self._block_waiters.append(waiter)
-        self._grant_blocks()
-        try:
-            return await waiter[1]
-        except asyncio.CancelledError:
-            future = waiter[1]
-            if future.done() and not future.cancelled():  # granted just as the cancel came
-                self.free_blocks(future.result())
-            elif waiter in self._block_waiters:  # leave the queue: the next waiter may fit now
-                self._block_waiters.remove(waiter)
-                self._grant_blocks()
-            raise
+        """Waits (FCFS, `BlockQueue`) until the pool can hold what a sequence of `num_tokens` tokens keeps and
+        returns the reserved blocks. The allocator is thread-safe, so this does not wait for the engine's step."""
+        return await self._reservations.reserve(self.engine.groups.num_kept(num_tokens))
 
     def try_reserve(self, num_blocks: int) -> list[int] | None:
-        """`num_blocks` blocks now, or None when the pool cannot give them or earlier waiters queue."""
-        return None if self._block_waiters else self.engine.blocks.try_allocate(num_blocks)
-
-    def _grant_blocks(self) -> None:
-        """Reserves blocks for the waiters at the head of the queue, in order, until one does not fit."""
-        while self._block_waiters:
-            num_tokens, future = self._block_waiters[0]
-            if future.done():  # cancelled; its task leaves the queue next
-                self._block_waiters.popleft()
-                continue
-            blocks = self.engine.reserve_blocks(num_tokens)
-            if blocks is None:
-                return
-            self._block_waiters.popleft()
-            future.set_result(blocks)
+        """`num_blocks` blocks now, or None when the pool cannot give them or earlier reservations wait."""
+        return self._reservations.try_reserve(num_blocks)
 
     def release(self, request_id: str) -> None:
         """Prefill: the held K/V of `request_id` was pulled or its lease ended; its blocks go back (queued)."""
@@ -201,7 +176,7 @@ class AsyncEngine:
     def free_blocks(self, block_ids: list[int]) -> None:
         """Returns reserved blocks to the pool at once and grants what waits for them."""
         self.engine.free_blocks(block_ids)
-        self._grant_blocks()
+        self._reservations.grant()
 
     def stop(self) -> None:
         self.thread.stop()

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 from services.engine.cpu import paged_attention as cpu_attention
 
+WINDOW_PIECE = 256  # a sliding layer's long prompt attends in query pieces of at least this many (`_windowed_prompt`)
+
 
 @dataclass(frozen=True, slots=True)
 class AttentionSpec:
@@ -76,11 +78,33 @@ def paged_attention(
             blocks = torch.tensor(table[first:], device=q.device)
             kv = cache.index_select(0, blocks).permute(1, 2, 0, 3, 4).flatten(2, 3)[:, :, : total - first * bs]
             ks, vs = kv[0][None], kv[1][None]  # [1, KVH, keys, D]
-        causal_only = start == 0 and (spec.window is None or spec.window >= n)
-        mask = None if causal_only else _prompt_mask(first * bs, start, n, spec.window, q.device)
-        outs.append(_attend(qs, ks, vs, mask, spec, gqa)[0].transpose(0, 1))
+        if spec.window is not None and n > max(spec.window, WINDOW_PIECE):
+            out = _windowed_prompt(qs, ks, vs, first * bs, start, spec, gqa)
+        else:
+            causal_only = start == 0 and (spec.window is None or spec.window >= n)
+            mask = None if causal_only else _prompt_mask(first * bs, start, n, spec.window, q.device)
+            out = _attend(qs, ks, vs, mask, spec, gqa)
+        outs.append(out[0].transpose(0, 1))
         pos += n
     return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+
+def _windowed_prompt(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, first: int, start: int, spec: AttentionSpec,
+                     gqa: bool) -> torch.Tensor:
+    """A long prompt's attention in a sliding-window layer, its queries [1, H, n, D] (positions from `start`) in
+    pieces of max(window, WINDOW_PIECE), each over the keys its window reaches (k, v: [1, KVH, keys, D] from
+    position `first`): about 2·n·window scores instead of the whole prompt's n², as the planner's latency terms
+    count it (`services/common/step_model/attended.py`)."""
+    assert spec.window is not None
+    n, piece = q.shape[2], max(spec.window, WINDOW_PIECE)
+    outs = []
+    for lo in range(0, n, piece):
+        hi = min(n, lo + piece)
+        keys_from = max(first, start + lo - spec.window + 1)
+        ks, vs = k[:, :, keys_from - first : start + hi - first], v[:, :, keys_from - first : start + hi - first]
+        mask = _prompt_mask(keys_from, start + lo, hi - lo, spec.window, q.device)
+        outs.append(_attend(q[:, :, lo:hi], ks, vs, mask, spec, gqa))
+    return torch.cat(outs, dim=2)
 
 
 def _prompt_mask(first: int, start: int, n: int, window: int | None, device: torch.device) -> torch.Tensor:

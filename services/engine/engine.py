@@ -22,6 +22,7 @@ from services.common.model_config import ModelConfig
 from services.common.prefix_hash import block_hashes
 from services.common.sampling import MAX_N, FinishReason, SamplingParams, TokenLogprobs, choice_seed
 from services.common.step_journal import StepJournal
+from services.common.step_model.attended import Attended
 from services.common.validation import validate_request
 from services.engine.block_manager import BlockManager
 from services.engine.finish import FinishRule
@@ -93,6 +94,8 @@ class LLMEngine:
         mc = self.model_config
         dtype = mc.dtype if config.dtype == "auto" else config.dtype
         self.groups = KVGroups.of_model(mc, config.block_size)
+        sliding = [layer for layer in range(mc.num_layers) if mc.window(layer) is not None]
+        self.attended = Attended.of(mc.num_layers, len(sliding), mc.sliding_window or 0)  # the step log's units
         self.layout = KVLayout(config.num_blocks, self.groups.slots(0, mc.num_layers), config.block_size,
                                mc.num_kv_heads, mc.head_dim, dtype)
         check_layout(mc, config.tp, config.pp, ep=config.ep)
@@ -279,7 +282,7 @@ class LLMEngine:
         step_start = time.time()
         ran = self.guard.run(self._execute, batch, self.lost_rank)
         step_end = time.time()
-        self.last_step = StepRecord.of(ran.batch, step_start, step_end - step_start) if ran.batch.items else None
+        self.last_step = StepRecord.of(ran.batch, step_start, step_end - step_start, self.attended) if ran.batch.items else None
         self.computed_tokens += ran.batch.num_tokens
         outputs = [self._fail(item.seq, exc) for item, exc in ran.failed]
         for it in ran.batch.items:

@@ -113,6 +113,8 @@ PRESETS: dict[str, dict] = {
     "tiny-llama": _llama(64, 128, 2, 4, 2, BYTE_VOCAB, 2048, torch_dtype="float32"),
     "small-llama": _llama(512, 1408, 13, 8, 4, BYTE_VOCAB, 4096, torch_dtype="float32"),
     "medium-llama": _llama(1024, 2816, 24, 16, 8, BYTE_VOCAB, 4096, torch_dtype="float32"),  # 1.1 GB: CPU scaling
+    "small-mistral": {**_llama(512, 1408, 13, 8, 4, BYTE_VOCAB, 4096, torch_dtype="float32"),  # small-llama, windowed
+                      "architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 256},
     "tiny-opt": {**_opt(64, 256, 2, 4, BYTE_VOCAB, 2048), "torch_dtype": "float32"},
     "opt-13b": {**_opt(5120, 20480, 40, 40, 50272, 2048), "torch_dtype": "float16"},
     "opt-66b": {**_opt(9216, 36864, 64, 72, 50272, 2048), "torch_dtype": "float16"},

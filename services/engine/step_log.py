@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from services.common.step_model import prompt_sq
+from services.common.step_model.attended import FULL, Attended
 
 if TYPE_CHECKING:  # the mock instances read these records without loading the engine (and torch)
     from services.engine.scheduler import SchedulerOutput
@@ -27,19 +27,20 @@ class StepRecord:
     tokens: int  # tokens computed
     sum_sq: int  # t2: Σ `prompt_sq` of the tokens computed per sequence (a whole prompt: its length²; a decode: 1)
     context: int  # Σ tokens attended per sequence (cached + computed)
+    # both in the latency model's units: a sliding layer's attention counts its window only (`Attended`)
     start: float  # unix seconds, as the step's outputs are stamped
     seconds: float  # the step's period in service (module docstring)
 
     @classmethod
-    def of(cls, batch: SchedulerOutput, start: float, seconds: float) -> StepRecord:
+    def of(cls, batch: SchedulerOutput, start: float, seconds: float, attended: Attended = FULL) -> StepRecord:
         decodes = sum(1 for it in batch.items if it.num_new == 1 and it.seq.num_computed > 0)
         kind: StepKind = "decode" if decodes == len(batch.items) else "prefill" if not decodes else "mixed"
         # a prompt's suffix after a prefix-cache hit (or earlier chunks) attends to them too: t2 counts that, as
         # the planner's simulator charges it; a decoding sequence's attention is the decode terms' (by context)
-        t2 = sum(1 if it.num_new == 1 and it.seq.num_computed > 0 else prompt_sq(it.num_new, it.seq.num_computed)
+        t2 = sum(1 if it.num_new == 1 and it.seq.num_computed > 0 else attended.prompt_sq(it.num_new, it.seq.num_computed)
                  for it in batch.items)
-        return cls(kind, len(batch.items), batch.num_tokens, t2,
-                   sum(it.seq.num_computed + it.num_new for it in batch.items), start, seconds)
+        context = sum(attended.context(it.seq.num_computed + it.num_new) for it in batch.items)
+        return cls(kind, len(batch.items), batch.num_tokens, round(t2), round(context), start, seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,11 +95,11 @@ def _served(f: Any, fused: dict[str, list[tuple[str, int]]]) -> Iterator[tuple[s
 Transform = Callable[[str, Any], "tuple[str, torch.Tensor] | None"]
 
 
-def _next_token_layers(folder: Path, num_layers: int) -> tuple[str, ...]:
+def _next_token_layers(config: ModelConfig) -> tuple[str, ...]:
     """Name prefixes of DeepSeek-V3's multi-token-prediction layers (`num_nextn_predict_layers`, after the model's
     last layer): a speculative head the model's forward pass does not use, so not loaded (as transformers skips it)."""
-    mtp = json.loads((folder / "config.json").read_text()).get("num_nextn_predict_layers") or 0
-    return tuple(f"model.layers.{i}." for i in range(num_layers, num_layers + mtp))
+    last = config.num_layers
+    return tuple(f"model.layers.{i}." for i in range(last, last + config.next_token_layers))
 
 
 def load_weights(model: nn.Module, folder: str | Path, transform: Transform | None = None) -> None:
@@ -112,7 +112,7 @@ def load_weights(model: nn.Module, folder: str | Path, transform: Transform | No
     missing = {name for name, _ in checkpoint_shapes(model)}
     config = ModelConfig.from_folder(folder)
     fused = fused_parts(config)
-    unserved = _next_token_layers(Path(folder), config.num_layers)
+    unserved = _next_token_layers(config)
     for path in checkpoint_files(Path(folder)):
         with safe_open(str(path), framework="pt") as f:
             for key, name, part in _served(f, fused):

@@ -18,6 +18,7 @@ from services.common.sampling import SamplingParams
 from services.common.step_model import prompt_sq
 from services.common.validation import validate_request
 from services.engine.block_manager import BlockManager
+from services.engine.block_queue import BlockQueue
 from services.engine.step_log import EngineStats, StepLog, StepRecord
 from services.mocker.config import MockSettings
 from services.mocker.leases import LeaseTable
@@ -56,7 +57,7 @@ class MockEngine:
         self._decoding: list[Seq] = []
         self._waiting: deque[Seq] = deque()  # decodes past max_num_seqs
         self._work = asyncio.Event()
-        self._block_waiters: deque[tuple[int, asyncio.Future]] = deque()
+        self._reservations = BlockQueue(self.blocks.try_allocate, self.blocks.free)
 
     def validate(self, prompt: list[int], params: SamplingParams) -> None:
         validate_request(self.model, prompt, params)
@@ -79,32 +80,12 @@ class MockEngine:
         return held
 
     async def reserve(self, num_blocks: int) -> list[int]:
-        """Waits (FCFS) until the pool can give `num_blocks` blocks."""
-        if not self._block_waiters and (blocks := self.blocks.try_allocate(num_blocks)) is not None:
-            return blocks
-        waiter = (num_blocks, asyncio.get_running_loop().create_future())
-        self._block_waiters.append(waiter)
-        try:
-            return await waiter[1]
-        except asyncio.CancelledError:
-            if waiter[1].done() and not waiter[1].cancelled():
-                self.free(waiter[1].result())
-            elif waiter in self._block_waiters:
-                self._block_waiters.remove(waiter)
-            raise
+        """Waits (FCFS, `BlockQueue`) until the pool can give `num_blocks` blocks."""
+        return await self._reservations.reserve(num_blocks)
 
     def free(self, blocks: list[int]) -> None:
         self.blocks.free(blocks)
-        while self._block_waiters:
-            num_blocks, future = self._block_waiters[0]
-            if future.done():
-                self._block_waiters.popleft()
-                continue
-            granted = self.blocks.try_allocate(num_blocks)
-            if granted is None:
-                return
-            self._block_waiters.popleft()
-            future.set_result(granted)
+        self._reservations.grant()
 
     def register(self, seq: Seq) -> None:
         """Caches the sequence's full blocks under their hashes (its K/V is computed or pulled)."""

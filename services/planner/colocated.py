@@ -21,8 +21,9 @@ from typing import Literal
 
 import numpy as np
 
-from services.common.step_model import prompt_sq
+from services.common.step_model.attended import FULL
 from services.common.step_model.latency import TPCoefficients
+from services.common.step_model.shape import ModelShape
 from services.planner.instances import INF
 from services.planner.serving import ServingOverheads
 from services.planner.simulator import SimResult, at_client
@@ -42,9 +43,9 @@ class _Seq:
 @dataclass(slots=True)
 class _Step:
     prompt_tokens: int = 0
-    prompt_sq: int = 0  # t2 of the prompt tokens (`prompt_sq` of each chunk after its computed tokens)
+    prompt_sq: float = 0  # t2 of the prompt tokens (`prompt_sq` of each chunk after its computed tokens)
     decodes: int = 0
-    context: int = 0  # tokens the decodes attend to
+    context: float = 0  # tokens the decodes attend to (`Attended.context`)
 
     def seconds(self, coeffs: TPCoefficients) -> float:
         if not self.decodes:
@@ -55,13 +56,15 @@ class _Step:
 
 
 class ColocatedInstance:
-    """One engine serving both phases; driven like the disaggregated instances (`advance`, `load`, `enqueue`)."""
+    """One engine serving both phases; driven like the disaggregated instances (`advance`, `load`, `enqueue`).
+    With a `shape`, a request holds the K/V its layer groups keep and a sliding layer attends to its window only."""
 
     def __init__(self, coeffs: TPCoefficients, policy: Policy, capacity: int, max_batch_tokens: int,
                  prompt: list[int], output: list[int], first_at: list[float], finish_at: list[float],
-                 kv_tokens: Callable[[int], int] = int) -> None:
+                 shape: ModelShape | None = None) -> None:
         self.coeffs, self.chunked, self.capacity, self.budget = coeffs, policy == "chunked", capacity, max_batch_tokens
-        self.kv_tokens = kv_tokens  # the K/V a request of so many tokens holds (ModelShape.kv_tokens)
+        self.kv_tokens: Callable[[int], int] = shape.kv_tokens if shape else int
+        self.attended = shape.attended if shape else FULL
         self.prompt, self.output, self.first_at, self.finish_at = prompt, output, first_at, finish_at
         self.waiting: deque[int] = deque()
         self.arrival: dict[int, float] = {}
@@ -99,14 +102,14 @@ class ColocatedInstance:
             batch += self._admit(self.budget - sum(take for _, take in batch))
         else:
             batch = self._admit(self.budget) or self._continue(INF)
-        step = _Step()
+        step, attended = _Step(), self.attended
         for seq, take in batch:
             if seq.prompt_left:
                 step.prompt_tokens += take
-                step.prompt_sq += prompt_sq(take, seq.computed)
+                step.prompt_sq += attended.prompt_sq(take, seq.computed)
             else:
                 step.decodes += 1
-                step.context += seq.computed + 1
+                step.context += attended.context(seq.computed + 1)
         return step, batch
 
     def _admit(self, budget: float) -> list[tuple[_Seq, int]]:
@@ -156,14 +159,14 @@ class ColocatedInstance:
 
 def simulate_colocated(coeffs: TPCoefficients, policy: Policy, instances: int, capacity: int, max_batch_tokens: int,
                        prompts: np.ndarray, outputs: np.ndarray, arrivals: np.ndarray,
-                       serving: ServingOverheads | None = None, kv_tokens: Callable[[int], int] = int) -> SimResult:
-    """Every request's TTFT and TPOT on `instances` colocated instances (arrivals ascending); `kv_tokens`: the K/V
-    a request of so many tokens holds."""
+                       serving: ServingOverheads | None = None, shape: ModelShape | None = None) -> SimResult:
+    """Every request's TTFT and TPOT on `instances` colocated instances (arrivals ascending); `shape`: the model's,
+    for the K/V a request holds and what its sliding layers attend to."""
     hop = serving or ServingOverheads()
     n = len(prompts)
     prompt, output = prompts.tolist(), outputs.tolist()
     first, finish = [0.0] * n, [0.0] * n
-    pool = [ColocatedInstance(coeffs, policy, capacity, max_batch_tokens, prompt, output, first, finish, kv_tokens)
+    pool = [ColocatedInstance(coeffs, policy, capacity, max_batch_tokens, prompt, output, first, finish, shape)
             for _ in range(instances)]
     for rid, t in enumerate((arrivals + hop.to_prefill).tolist()):
         for inst in pool:

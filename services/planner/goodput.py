@@ -70,7 +70,7 @@ class Scenario:
 
     def prefill_attainment(self, par: Parallel, rate: float) -> float:
         prompts, _, arrivals, cached = self.requests(rate)
-        ttft = simulate_prefill(self.coeffs(par), par.pp, self.lm(par), prompts, arrivals, cached)
+        ttft = simulate_prefill(self.coeffs(par), par.pp, self.lm(par), prompts, arrivals, cached, self.model.shape)
         return float(np.mean(ttft <= self.slo.ttft))
 
     def decode_attainment(self, par: Parallel, rate: float) -> float:
@@ -78,7 +78,7 @@ class Scenario:
         capacity = self.model.kv_capacity(par.tp, par.pp, par.ep)
         misses = int((1 - self.slo.attainment) * len(prompts))  # beyond this the target is lost: stop early
         tpot = simulate_decode(self.coeffs(par), par.pp, capacity, prompts, outputs, arrivals,
-                               self.slo.tpot, misses, self.model.shape.kv_tokens)
+                               self.slo.tpot, misses, self.model.shape)
         return float(np.mean(tpot <= self.slo.tpot))
 
     def attainment(self, placement: Placement, rate: float) -> float:

@@ -12,13 +12,13 @@ With `serving` (the overheads of a served stack, `serving.py`) the hops are adde
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from services.common.slo import SLO
 from services.common.step_model.latency import LatencyModel, TPCoefficients
+from services.common.step_model.shape import ModelShape
 from services.planner.instances import INF, DecodeInstance, PrefillInstance
 from services.planner.placement import Cluster, Instance, Placement
 from services.planner.serving import ServingOverheads
@@ -43,10 +43,13 @@ class SimResult:
 
 
 def simulate_prefill(coeffs: TPCoefficients, pp: int, max_batch_tokens: int, prompts: np.ndarray,
-                     arrivals: np.ndarray, cached: np.ndarray | None = None) -> np.ndarray:
-    """TTFT of each request on one prefill instance (`cached`: its prompt tokens found in the prefix cache)."""
+                     arrivals: np.ndarray, cached: np.ndarray | None = None,
+                     shape: ModelShape | None = None) -> np.ndarray:
+    """TTFT of each request on one prefill instance (`cached`: its prompt tokens found in the prefix cache;
+    `shape`: the model's, whose sliding layers attend to their window only)."""
     prompt, done = prompts.tolist(), [0.0] * len(prompts)
-    inst = PrefillInstance(coeffs, pp, max_batch_tokens, prompt, done, None if cached is None else cached.tolist())
+    inst = PrefillInstance(coeffs, pp, max_batch_tokens, prompt, done, None if cached is None else cached.tolist(),
+                           shape)
     for rid, t in enumerate(arrivals.tolist()):
         inst.advance(t)
         inst.enqueue(rid, t)
@@ -56,10 +59,10 @@ def simulate_prefill(coeffs: TPCoefficients, pp: int, max_batch_tokens: int, pro
 
 def simulate_decode(coeffs: TPCoefficients, pp: int, capacity: int, prompts: np.ndarray, outputs: np.ndarray,
                     arrivals: np.ndarray, tpot_slo: float = INF, max_misses: int | None = None,
-                    kv_tokens: Callable[[int], int] = int) -> np.ndarray:
+                    shape: ModelShape | None = None) -> np.ndarray:
     """TPOT of each request on one decode instance, counted from its arrival there. With `max_misses`, the run
-    stops once more requests than that missed `tpot_slo`; the unfinished ones get an infinite TPOT. `kv_tokens`:
-    the K/V a request of so many tokens holds."""
+    stops once more requests than that missed `tpot_slo`; the unfinished ones get an infinite TPOT. `shape`: the
+    model's, for the K/V a request holds and what its sliding layers attend to (`DecodeInstance`)."""
     n = len(prompts)
     start, finish = [0.0] * n, [INF] * n
     output, arrival = outputs.tolist(), arrivals.tolist()
@@ -70,7 +73,7 @@ def simulate_decode(coeffs: TPCoefficients, pp: int, capacity: int, prompts: np.
             misses[0] += 1
 
     inst = DecodeInstance(coeffs, pp, capacity, prompts.tolist(), output, start, finish,
-                          count if max_misses is not None else None, kv_tokens=kv_tokens)
+                          count if max_misses is not None else None, shape=shape)
     for rid, t in enumerate(arrival):
         inst.advance(t)
         if max_misses is not None and misses[0] > max_misses:
@@ -118,7 +121,7 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
     capacity = model.kv_capacity(dec.tp, dec.pp, dec.ep)
     first, start, finish, owner = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
 
-    prefills = [PrefillInstance(p_coeffs, placement.prefill.pp, lm, prompt, first, hit)
+    prefills = [PrefillInstance(p_coeffs, placement.prefill.pp, lm, prompt, first, hit, model.shape)
                 for _ in range(placement.n_prefill)]
     for rid, t in enumerate((arrivals + hop.to_prefill).tolist()):
         for inst in prefills:
@@ -129,7 +132,7 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
         inst.advance(INF)
 
     decodes = [DecodeInstance(d_coeffs, placement.decode.pp, capacity, prompt, output, start, finish, join_s=hop.join,
-                              kv_tokens=model.shape.kv_tokens)
+                              shape=model.shape)
                for _ in range(placement.n_decode)]
     p_inst, d_inst = placement.of_role("prefill"), placement.of_role("decode")
     kv_bytes = model.shape.kv_bytes_per_token()

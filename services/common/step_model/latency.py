@@ -36,7 +36,7 @@ class TPCoefficients:
         """Seconds the routed experts add to a step computing `tokens` tokens (0 for a dense model)."""
         return self.experts.seconds(tokens) if self.experts is not None else 0.0
 
-    def prefill_time(self, tokens: int, sum_sq: int) -> float:
+    def prefill_time(self, tokens: int, sum_sq: float) -> float:
         """Seconds to prefill one batch on the whole model (all pipeline stages)."""
         return self.prefill.seconds(tokens, sum_sq) + self.expert_time(tokens)
 
@@ -44,11 +44,11 @@ class TPCoefficients:
         """The decode set for a batch of `batch` requests."""
         return self.decode_large if batch >= self.large_batch else self.decode_small
 
-    def decode_time(self, context_tokens: int, batch: int) -> float:
+    def decode_time(self, context_tokens: float, batch: int) -> float:
         """Seconds for one decode step of `batch` requests holding `context_tokens` in all."""
         return self.decode_coeffs(batch).seconds(context_tokens, batch) + self.expert_time(batch)
 
-    def mixed_time(self, prompt_tokens: int, prompt_sq: int, context_tokens: int, batch: int) -> float:
+    def mixed_time(self, prompt_tokens: int, prompt_sq: float, context_tokens: float, batch: int) -> float:
         """Seconds for a step that computes prompt tokens (chunks) beside `batch` decoding requests: one fixed
         cost, the prefill's, plus the prefill terms of the prompt tokens and the decode terms of the requests."""
         d = self.decode_coeffs(batch)

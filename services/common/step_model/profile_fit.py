@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs
+from services.common.step_model.attended import Attended
 from services.common.step_model.latency import LatencyModel, TPCoefficients
 from services.common.step_model.shape import ModelShape
 
@@ -58,7 +59,7 @@ def nonneg_lstsq(features: np.ndarray, target: np.ndarray) -> np.ndarray:
         active.pop(int(np.argmin(coef)))
 
 
-def fit_prefill(points: list[tuple[int, int, float]], per_sq: float | None = None) -> PrefillCoeffs:
+def fit_prefill(points: list[tuple[int, float, float]], per_sq: float | None = None) -> PrefillCoeffs:
     """Prefill coefficients from (tokens in the batch, Σ squared prompt lengths, seconds) by non-negative least
     squares on (1, t, t2); with `per_sq` given, that term is kept and the other two are fitted."""
     rows = np.array(points, dtype=float)
@@ -68,7 +69,7 @@ def fit_prefill(points: list[tuple[int, int, float]], per_sq: float | None = Non
     return PrefillCoeffs(float(c0), float(per_token), per_sq)
 
 
-def fit_decode(points: list[tuple[int, int, float]], per_ctx: float | None = None) -> DecodeCoeffs:
+def fit_decode(points: list[tuple[float, int, float]], per_ctx: float | None = None) -> DecodeCoeffs:
     """Decode coefficients from (context tokens in the batch, requests, seconds) by non-negative least squares
     on (1, context tokens, requests); with `per_ctx` given, that term is kept and the other two are fitted."""
     rows = np.array(points, dtype=float)
@@ -78,10 +79,15 @@ def fit_decode(points: list[tuple[int, int, float]], per_ctx: float | None = Non
     return DecodeCoeffs(float(c0), per_ctx, float(per_req))
 
 
-def fit_coefficients(profile: ProfileFile) -> TPCoefficients:
-    """Fit prefill (1, t, t2) and decode (1, context tokens, batch) by non-negative least squares."""
-    prefill = fit_prefill([(sum(p.prompt_lens), sum(x * x for x in p.prompt_lens), p.seconds) for p in profile.prefill])
-    decode = fit_decode([(sum(p.context_lens), len(p.context_lens), p.seconds) for p in profile.decode])
+def fit_coefficients(profile: ProfileFile, attended: Attended | None = None) -> TPCoefficients:
+    """Fit prefill (1, t, t2) and decode (1, context tokens, batch) by non-negative least squares; t2 and the
+    context as the profiled model's layers attend (a sliding layer to its window: `ModelShape.attended`) unless
+    `attended` says otherwise."""
+    attended = attended or ModelShape(**profile.model).attended
+    prefill = fit_prefill([(sum(p.prompt_lens), sum(attended.prompt_sq(x, 0) for x in p.prompt_lens), p.seconds)
+                           for p in profile.prefill])
+    decode = fit_decode([(sum(attended.context(x) for x in p.context_lens), len(p.context_lens), p.seconds)
+                         for p in profile.decode])
     return TPCoefficients(prefill=prefill, decode_small=decode, decode_large=decode)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from services.common import defaults
+from services.common.step_model.attended import Attended
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,11 @@ class ModelShape:
             return tokens
         kept = min(tokens, self.window + defaults.BLOCK_SIZE)
         return -(-((self.layers - self.sliding_layers) * tokens + self.sliding_layers * kept) // self.layers)
+
+    @property
+    def attended(self) -> Attended:
+        """What its attention reads, per layer group: the latency terms of its sliding layers (`attended.py`)."""
+        return Attended.of(self.layers, self.sliding_layers, self.window)
 
     def as_dict(self) -> dict:
         return asdict(self)

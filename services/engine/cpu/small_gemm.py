@@ -27,9 +27,9 @@ def available() -> bool:
     return _function() is not None
 
 
-def takes_weight(weight_t: torch.Tensor) -> bool:
-    """Whether `small_gemm` takes products with this [in, out] weight: fp32 on CPU, contiguous."""
-    return weight_t.dtype == torch.float32 and weight_t.device.type == "cpu" and weight_t.is_contiguous()
+def takes_dtype(weight: torch.Tensor) -> bool:
+    """Whether `small_gemm` takes products with this weight once stored transposed: fp32 on CPU."""
+    return weight.dtype == torch.float32 and weight.device.type == "cpu"
 
 
 def takes_input(x: torch.Tensor) -> bool:
@@ -38,7 +38,8 @@ def takes_input(x: torch.Tensor) -> bool:
 
 
 def small_gemm(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x: [M, K], weight_t: [K, N] (the Linear weight transposed), bias: [N] or None → [M, N]. Check `takes_weight` and `takes_input` first."""
+    """x: [M, K], weight_t: [K, N] (the Linear weight transposed, contiguous), bias: [N] or None → [M, N].
+    Check `takes_dtype` and `takes_input` first."""
     fn = _function()
     assert fn is not None, "small_gemm without its kernel: check available() first"
     m, k = x.shape

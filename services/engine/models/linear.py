@@ -22,10 +22,14 @@ class Linear(nn.Linear):
         return F.linear(x, self.weight, self.bias)
 
     def use_small_gemm(self) -> None:
-        # Transposed storage also suits MKL, which runs its faster no-transpose GEMM for the larger batches.
+        # Transposed storage also suits MKL, which runs its faster no-transpose GEMM for the larger batches. Only
+        # for weights small_gemm takes (fp32): a bf16/fp16 product's rounding can depend on the weight's layout
+        # (AVX2 hosts), and transformers' is the row-major one.
+        if not (small_gemm.available() and small_gemm.takes_dtype(self.weight)):
+            return
         self.weight.data = self.weight.data.t().contiguous().t()
         self.weight_t = self.weight.t()
-        self.small = small_gemm.available() and small_gemm.takes_weight(self.weight_t)
+        self.small = True
 
 
 def use_small_gemm(model: nn.Module) -> None:

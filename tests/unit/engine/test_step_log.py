@@ -7,6 +7,7 @@ import threading
 import time
 
 from services.common.sampling import SamplingParams
+from services.common.step_model.attended import Attended
 from services.engine.engine_thread import EngineThread
 from services.engine.scheduler import ScheduledSeq, SchedulerOutput
 from services.engine.sequence import Sequence
@@ -33,6 +34,16 @@ def test_a_suffix_after_a_prefix_hit_counts_its_attention_over_the_prefix() -> N
     # 8 tokens computed after 32 cached: t2 = 40² − 32² (the planner's simulator charges the same, prompt_sq)
     hit = StepRecord.of(SchedulerOutput([ScheduledSeq(_seq(40, 32), 8), ScheduledSeq(_seq(6, 0), 6)]), 5.0, 0.1)
     assert (hit.kind, hit.tokens, hit.sum_sq, hit.context) == ("prefill", 14, 40 ** 2 - 32 ** 2 + 36, 46)
+
+
+def test_a_sliding_model_logs_its_attention_in_the_latency_models_units() -> None:
+    # half the layers attend to their last 16 positions: a 100-token decode counts 50 + 8, a 40-token prompt
+    # half its square and half the windowed one (16² + 2·16·24), as the planner's terms (`Attended`) do
+    half = Attended.of(4, 2, 16)
+    decode = StepRecord.of(SchedulerOutput([ScheduledSeq(_seq(99, 99, 1), 1)]), 5.0, 0.1, half)
+    assert decode.context == 58
+    prompt = StepRecord.of(SchedulerOutput([ScheduledSeq(_seq(40, 0), 40)]), 5.0, 0.1, half)
+    assert (prompt.sum_sq, prompt.context) == ((40 ** 2 + 16 ** 2 + 2 * 16 * 24) // 2, 28)
 
 
 def test_log_keeps_the_newest_and_filters_by_start() -> None:

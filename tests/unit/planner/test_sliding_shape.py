@@ -34,6 +34,6 @@ def test_a_sliding_model_decodes_more_requests_in_the_same_memory() -> None:
     prompts, outputs, arrivals = np.full(4, 8000), np.full(4, 11), np.zeros(4)
     capacity = 2 * (8000 + 11)  # two requests at a time if every layer kept every token
     full = simulate_decode(coeffs, 1, capacity, prompts, outputs, arrivals)
-    sliding = simulate_decode(coeffs, 1, capacity, prompts, outputs, arrivals, kv_tokens=shape.kv_tokens)
+    sliding = simulate_decode(coeffs, 1, capacity, prompts, outputs, arrivals, shape=shape)
     assert sorted(full) == pytest.approx([0.01, 0.01, 0.02, 0.02])
     assert sliding == pytest.approx([0.01] * 4)  # all four fit at once
