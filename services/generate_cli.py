@@ -20,7 +20,8 @@ def _generate(args: argparse.Namespace) -> int:
 
         devices = split_devices(args.devices)
         try:
-            result = generate_local(resolve_model(args.model), args.device, args.prompt, params, args.tp, args.pp, devices)
+            result = generate_local(resolve_model(args.model), args.device, args.prompt, params, args.tp, args.pp, devices,
+                                    args.ep)
         except ParallelConfigError as exc:
             raise SystemExit(str(exc)) from None
     else:
@@ -43,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="device for --local")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per stage (--local)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (--local)")
+    p.add_argument("--ep", type=int, default=0, help="MoE: expert groups per stage, dividing --tp (--local; 0: one "
+                   "per TP rank)")
     p.add_argument("--devices", default="", help="comma-separated device per rank (--local with --tp/--pp)")
     p.add_argument("--router", default="127.0.0.1:50051", help="router gRPC address")
     p.add_argument("--api-key", default=os.environ.get("DISTSERVE_API_KEY", ""),

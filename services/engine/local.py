@@ -9,13 +9,14 @@ from services.engine.engine import EngineConfig, LLMEngine
 
 
 def generate_local(model: str, device: str, prompt: str, params: SamplingParams, tp: int = 1, pp: int = 1,
-                   devices: tuple[str, ...] = ()) -> dict:
-    """Generates for one prompt (on TP x PP rank processes when either is > 1); returns {token_ids, text, prompt_token_ids}."""
+                   devices: tuple[str, ...] = (), ep: int = 0) -> dict:
+    """Generates for one prompt (on TP x PP rank processes when either is > 1, `ep` expert groups; 0: EP = TP);
+    returns {token_ids, text, prompt_token_ids}."""
     dev = setup_device(devices[0] if devices else device)
     tokenizer = load_tokenizer(model)
     prompt_ids = tokenizer.encode(prompt)
     engine = LLMEngine(EngineConfig(model, policy="colocated", device=device, num_blocks=512, tp=tp, pp=pp,
-                                    devices=devices), dev)
+                                    ep=ep, devices=devices), dev)
     try:
         (token_ids,) = engine.generate([prompt_ids], params)
     finally:
