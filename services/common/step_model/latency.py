@@ -154,9 +154,10 @@ class LatencyModel:
 
     def kv_capacity(self, tp: int, pp: int, ep: int = 1) -> int:
         """KV-cache tokens an instance of pp stages of max(tp, ep) devices holds; 0 when the weights do not fit.
-        A latent (MLA) is whole on every tensor-parallel rank, so tp ranks hold one copy each."""
+        A latent (MLA) is whole on every tensor-parallel rank, so tp ranks hold one copy each. A tabled capacity
+        holds for any expert groups inside the TP instance (each GPU holds the same weight bytes)."""
         if self.kv_tokens:
-            return self.kv_tokens.get((tp, pp), 0) if ep == 1 else 0
+            return self.kv_tokens.get((tp, pp), 0) if tp % ep == 0 else 0
         s, width = self.shape, max(tp, ep)
         usable = 0.9 * self.gpu_memory_gb * 1e9 * width * pp - s.weight_bytes * (s.dense_params * (width // tp) + s.routed_params)
         copies = tp if s.kv_entry else 1

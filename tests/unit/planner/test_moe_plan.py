@@ -3,6 +3,8 @@ parallelism in the search, and a DeepSeek-V3 plan on four nodes of eight A100-80
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from services.common.slo import SLO
@@ -111,3 +113,8 @@ def test_a_plan_whose_experts_spread_wider_than_its_tp_is_refused_by_the_actuato
     assert prefill.parallel_flags() == ["--tp", "8", "--pp", "1", "--ep", "2"] and decode.ep == 1
     with pytest.raises(ValueError, match="decode EP 16 over TP 1"):
         specs_of(pack(cluster, Parallel(8, 1, 8), 1, Parallel(1, 1, 16), 1))
+
+
+def test_a_tabled_kv_capacity_holds_for_any_expert_groups_inside_the_tp_instance() -> None:
+    model = replace(load_latency_model("a100-80gb", load_shape("mixtral-8x7b")), kv_tokens={(4, 1): 1000})
+    assert [model.kv_capacity(4, 1, ep) for ep in (1, 2, 4, 8)] == [1000, 1000, 1000, 0]  # ep 8: data-parallel
