@@ -125,13 +125,14 @@ def _assert_ranks_equal_transformers(folder: str, policy: str, budget: int, tp: 
     ("tiny-deepseek-v3", "chunked", 1, 2, 0), ("tiny-deepseek-v3", "chunked", 2, 1, 0),
     ("tiny-mixtral", "colocated", 2, 1, 1), ("tiny-mixtral", "chunked", 2, 1, 2), ("tiny-qwen3-moe", "chunked", 2, 1, 1),
     ("tiny-qwen3-moe", "colocated", 2, 1, 2), ("tiny-qwen2-moe", "chunked", 2, 1, 1),
-    ("tiny-deepseek-v3", "colocated", 2, 1, 1)])
+    ("tiny-deepseek-v3", "colocated", 2, 1, 1), ("tiny-qwen2-moe", "chunked", 2, 2, 1)])
 def test_moe_on_ranks_equals_transformers(preset: str, policy: str, tp: int, pp: int, ep: int,
                                           tmp_path_factory: pytest.TempPathFactory) -> None:
     """TP 2 with EP = TP (ep 0) or EP 2: the experts split over 2 rank processes, 4 whole experts each; with EP 1:
     all 8 on each rank, each at half its width (expert TP). The shared expert and the dense first layer's MLP
     split by columns; one all-reduce per MoE layer either way. PP 2: the dense layer on one stage, the sparse one
-    on the other (DeepSeek-V3's latent attention in both)."""
+    on the other (DeepSeek-V3's latent attention in both); TP 2 x PP 2 x EP 1: 4 ranks, the sparse stage's experts
+    sliced over its 2."""
     _assert_ranks_equal_transformers(str(make_model(preset, tmp_path_factory.mktemp(preset))), policy,
                                      MODES[policy][1], tp, pp, ep)
 
