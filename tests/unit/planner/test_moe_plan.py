@@ -3,6 +3,8 @@ parallelism in the search, and a DeepSeek-V3 plan on four nodes of eight A100-80
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from services.common.slo import SLO
@@ -50,6 +52,19 @@ def test_deepseek_v3_fits_four_nodes_of_eight_a100s_only_with_its_experts_spread
     layouts = candidates(deepseek, deepseek.cluster.num_gpus)
     assert layouts and all(par.ep >= 16 for par in layouts)  # one node (TP 8, no EP) holds 84 GB per GPU
     assert deepseek.model.weight_bytes_per_gpu(8, 1, 1) > 80e9
+
+
+def test_a_launchable_search_keeps_the_experts_within_each_instances_tp_ranks(deepseek) -> None:
+    """What a replanner with an actuator searches: no DP attention (ep > tp), so DeepSeek-V3 fits nowhere on
+    4 x 8 A100s; Mixtral 8x7B's layouts all keep ep dividing tp, and the replanner asks for that."""
+    assert not candidates(replace(deepseek, launchable=True), deepseek.cluster.num_gpus)
+    mixtral = Scenario(load_latency_model("a100-80gb", load_shape("mixtral-8x7b")), Cluster(1, 8), Workload("chatbot"),
+                       SLO_, num_requests=500)
+    every = candidates(mixtral, 8)
+    launchable = candidates(replace(mixtral, launchable=True), 8)
+    assert any(par.ep > par.tp for par in every)
+    assert launchable and all(par.tp % par.ep == 0 for par in launchable)
+    assert set(launchable) == {par for par in every if par.tp % par.ep == 0}
 
 
 def test_a_latent_is_copied_on_every_tensor_parallel_rank_so_data_parallel_attention_holds_more_kv(deepseek) -> None:
