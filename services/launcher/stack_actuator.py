@@ -7,6 +7,7 @@ processes, stage-major on its stages' devices.
 
 from __future__ import annotations
 
+from services.common.model_config import ModelConfig
 from services.launcher.stack import Stack
 from services.planner.actuation import InstanceSpec, RunningInstance
 from services.planner.placement import Stage
@@ -16,6 +17,8 @@ class StackActuator:
     def __init__(self, stack: Stack, drain_timeout_s: float = 60.0) -> None:
         self.stack = stack
         self.drain_timeout_s = drain_timeout_s
+        # a plan names ep = 1 for a dense model; an MoE instance started without --ep holds whole experts (EP = TP)
+        self.dense = ModelConfig.from_folder(stack.config.model).moe is None
 
     def running(self) -> list[RunningInstance]:
         out = []
@@ -24,7 +27,7 @@ class StackActuator:
                 tp, pp, ep = proc.parallel
                 gpus = [self.stack.device_index(d) for d in proc.rank_devices or (proc.device,)]
                 stages = tuple(Stage(0, tuple(gpus[s * tp:(s + 1) * tp])) for s in range(pp))
-                out.append(RunningInstance(proc.name, InstanceSpec(proc.role, tp, pp, stages, ep or tp)))
+                out.append(RunningInstance(proc.name, InstanceSpec(proc.role, tp, pp, stages, 1 if self.dense else ep or tp)))
         return out
 
     def start(self, spec: InstanceSpec) -> str:

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from services.engine.make_model import make_model
 from services.launcher.stack_actuator import StackActuator
 from services.planner.actuation import apply_placement
 from services.planner.placement import Instance, Parallel, Placement, Stage
@@ -37,20 +38,41 @@ def test_apply_placement_scales_the_stack(tiny_llama_dir: str, redis_url: str) -
         assert sum(len(r.token_ids) for r in responses) == 4
 
 
+def _tokens(stack) -> list[int]:
+    responses = asyncio.run(generate(stack.router_address, "tensor parallel", max_tokens=6, temperature=0.0,
+                                     ignore_eos=True))
+    return [t for r in responses for t in r.token_ids]
+
+
+def _tp2_prefill(ep: int) -> Placement:
+    return Placement(Parallel(2, 1, ep), Parallel(1, 1), 1, 1, (
+        Instance("prefill", 0, (Stage(0, (0, 1)),)), Instance("decode", 0, (Stage(0, (1,)),))))
+
+
 @pytest.mark.long
 def test_apply_placement_runs_a_tensor_parallel_prefill(tiny_llama_dir: str, redis_url: str) -> None:
-    def tokens(stack) -> list[int]:
-        responses = asyncio.run(generate(stack.router_address, "tensor parallel", max_tokens=6, temperature=0.0,
-                                         ignore_eos=True))
-        return [t for r in responses for t in r.token_ids]
-
     with running_stack(tiny_llama_dir, redis_url, mode="disagg") as stack:
-        reference = tokens(stack)
+        reference = _tokens(stack)
         actuator = StackActuator(stack)
-        placement = Placement(Parallel(2, 1), Parallel(1, 1), 1, 1, (
-            Instance("prefill", 0, (Stage(0, (0, 1)),)), Instance("decode", 0, (Stage(0, (1,)),))))
+        placement = _tp2_prefill(1)
         done = apply_placement(actuator, placement)
         assert len(done.started) == 1 and len(done.stopped) == 1  # the TP 1 prefill replaced, the decode kept
         prefill = next(r.spec for r in actuator.running() if r.spec.role == "prefill")
-        assert (prefill.tp, prefill.pp, prefill.stages) == (2, 1, (Stage(0, (0, 1)),))
-        assert tokens(stack) == reference
+        assert (prefill.tp, prefill.pp, prefill.ep, prefill.stages) == (2, 1, 1, (Stage(0, (0, 1)),))
+        assert _tokens(stack) == reference
+        assert not apply_placement(actuator, placement).started  # read back as planned (a dense model's ep 1): kept
+
+
+@pytest.mark.long
+def test_apply_placement_launches_the_planned_expert_groups(redis_url: str, tmp_path) -> None:
+    """A MoE prefill at TP 2 with EP 1 (each expert split over both ranks), then EP 2: EP is part of an
+    instance's shape, so the second plan replaces it; tokens stay those of the TP 1 stack."""
+    folder = str(make_model("tiny-qwen3-moe", tmp_path / "m"))
+    with running_stack(folder, redis_url, mode="disagg") as stack:
+        reference = _tokens(stack)
+        actuator = StackActuator(stack)
+        for ep in (1, 2):
+            done = apply_placement(actuator, _tp2_prefill(ep))
+            assert (len(done.started), len(done.stopped)) == (1, 1)
+            assert [r.spec.ep for r in actuator.running() if r.spec.role == "prefill"] == [ep]
+            assert _tokens(stack) == reference

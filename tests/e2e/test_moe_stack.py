@@ -4,7 +4,8 @@ and layer only the latent and the rotary key (its pulled bytes are layers × pul
 qk_rope_head_dim) × 4, fp32); and Qwen2-MoE and DeepSeek-V3 with their experts split over 2 ranks on each side
 (EP 2 = TP 2; DeepSeek-V3's heads split, its latent on every rank, so a decode rank pulls whole blocks); and Mixtral
 and Qwen3-MoE at TP 2 on each side with EP 2 on one and EP 1 (each expert split over both ranks) on the other: the
-KV does not depend on EP, so the pull is the same, each prompt again from the prefix cache."""
+KV does not depend on EP, so the pull is the same; and Mixtral from a TP 2 x EP 1 prefill to a TP 1 decode (a
+re-sharded pull). Each prompt again from the prefix cache."""
 
 from __future__ import annotations
 
@@ -38,16 +39,21 @@ def stack(deepseek: str, redis_url: str) -> Iterator[Stack]:
         yield stack
 
 
-EXPERT_LAYOUTS = {  # preset → each phase's expert groups at TP 2 (0: EP = TP)
-    "tiny-qwen2-moe": (0, 0), "tiny-deepseek-v3": (0, 0), "tiny-mixtral": (2, 1), "tiny-qwen3-moe": (1, 2)}
+TP2 = {"prefill_tp": 2, "decode_tp": 2, "devices": ("cpu:0", "cpu:1", "cpu:0", "cpu:1")}
+EXPERT_LAYOUTS = {  # case → (preset, the stack's layout); without --ep, EP = TP
+    "qwen2-moe": ("tiny-qwen2-moe", TP2), "deepseek-v3": ("tiny-deepseek-v3", TP2),
+    "mixtral-ep2-to-ep1": ("tiny-mixtral", {**TP2, "prefill_ep": 2, "decode_ep": 1}),
+    "qwen3-moe-ep1-to-ep2": ("tiny-qwen3-moe", {**TP2, "prefill_ep": 1, "decode_ep": 2}),
+    # re-sharding: a TP 1 decode pulls each block's heads from both prefill ranks, whose experts are sliced
+    "mixtral-tp2-ep1-to-tp1": ("tiny-mixtral", {"prefill_tp": 2, "prefill_ep": 1, "devices": ("cpu:0", "cpu:1", "cpu:0")}),
+}
 
 
 @pytest.fixture(scope="module", params=list(EXPERT_LAYOUTS))
 def ep2_stack(request, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
-    folder = str(make_model(request.param, tmp_path_factory.mktemp(request.param)))
-    prefill_ep, decode_ep = EXPERT_LAYOUTS[request.param]
-    with running_stack(folder, f"{redis_url.rsplit('/', 1)[0]}/{EP2_DB}", mode="disagg", prefill_tp=2, decode_tp=2,
-                       prefill_ep=prefill_ep, decode_ep=decode_ep, devices=("cpu:0", "cpu:1", "cpu:0", "cpu:1")) as stack:
+    preset, layout = EXPERT_LAYOUTS[request.param]
+    folder = str(make_model(preset, tmp_path_factory.mktemp(request.param)))
+    with running_stack(folder, f"{redis_url.rsplit('/', 1)[0]}/{EP2_DB}", mode="disagg", **layout) as stack:
         yield stack, folder
 
 
