@@ -53,6 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument("--num-requests", type=int, default=2000)
     plan.add_argument("--seed", type=int, default=0)
     plan.add_argument("--workers", type=int, default=None)
+    plan.add_argument("--launchable", action="store_true", help="only layouts distserve's engine launches (MoE: "
+                                                                 "experts within each instance's TP ranks)")
     plan.add_argument("--plot", default="plan.png", help="attainment vs rate PNG ('' for none)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
     add_emit_arguments(plan)
@@ -105,7 +107,7 @@ def plan_request(args: argparse.Namespace) -> PlanRequest:
         cluster=ClusterBody(nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_memory_gb=args.gpu_memory_gb,
                             intra_node_gbps=args.intra_node_gbps, inter_node_gbps=args.inter_node_gbps),
         slo=SLOBody(ttft=args.ttft, tpot=args.tpot, attainment=args.attainment),
-        num_requests=args.num_requests, seed=args.seed)
+        num_requests=args.num_requests, seed=args.seed, launchable=args.launchable)
 
 
 def format_table(plan: dict) -> str:

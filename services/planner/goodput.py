@@ -34,6 +34,7 @@ class Scenario:
     max_batch_tokens: int | None = None  # prefill Lm; None: from the latency model
     max_requests: int = 20000  # size of the request pool, the most any run takes
     decode_holds_prefix: bool = False  # a pull moves only the uncached KV: the decode instance holds the prefix
+    launchable: bool = False  # only layouts the engine launches: experts within an instance's TP ranks
 
     @cached_property
     def pool(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -45,6 +45,8 @@ class Replanner:
         """Plan for the recorded workload at its rate, or for the best goodput per GPU where that rate cannot be
         served; store it at `ds:plan` (with the latency model that made it)."""
         req = replan_request(self.request, recorded)
+        if self.actuator is not None:  # what it plans is launched: layouts the engine runs only
+            req = req.model_copy(update={"launchable": True})
         fit = stored_model(self.client) if self.fitted else None
         try:
             plan, result, _ = run_plan(req, self.workers, fit)

@@ -79,6 +79,9 @@ class _Common(_Body):
     slo: SLOBody = Field(default_factory=SLOBody)
     num_requests: int = Field(2000, ge=50, le=20000, description="requests per simulation (at least)")
     seed: int = Field(0, ge=0, description="seed of the request sample")
+    launchable: bool = Field(False, description="only layouts distserve's engine launches: a mixture-of-experts "
+                                                "model's experts within each instance's TP ranks (ep dividing tp; "
+                                                "there is no DP attention). Replanning with an actuator sets it")
 
 
 class PlanRequest(_Common):

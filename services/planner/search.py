@@ -44,11 +44,13 @@ def _divisors(n: int, limit: int) -> list[int]:
 def expert_degrees(scn: Scenario, tp: int, limit: int) -> list[int]:
     """EP degrees for tp: 1 (experts sliced over the tp GPUs), and for a model with routed experts the divisors of
     tp that divide the experts and whose tp / ep GPUs split an expert's width (expert groups inside the instance),
-    and the multiples of tp up to `limit` GPUs that divide the experts, within a node or over whole nodes."""
+    and the multiples of tp up to `limit` GPUs that divide the experts, within a node or over whole nodes (not
+    where the plan must be `launchable`: the engine has no DP attention, so its experts stay within its TP ranks)."""
     shape, per_node = scn.model.shape, scn.cluster.gpus_per_node
     if scn.model.experts is None:
         return [1]
     inside = [ep for ep in range(2, tp) if tp % ep == 0 and shape.experts % ep == 0 and shape.expert_ffn % (tp // ep) == 0]
+    limit = tp if scn.launchable else limit
     return [1, *inside] + [ep for ep in range(tp, limit + 1, tp)
                            if ep > 1 and shape.experts % ep == 0 and (ep <= per_node or ep % per_node == 0)]
 

@@ -55,7 +55,8 @@ def scenario_of(req: PlanRequest | SimulateRequest, fit: dict | None = None) -> 
     if workload.name == "fixed" and workload.input_len + workload.output_len > longest:
         raise ValueError(f"workload: input_len + output_len exceeds the model's context of {longest}")
     slo = SLO(req.slo.ttft, req.slo.tpot, req.slo.attainment)
-    return Scenario(model, cluster, workload, slo, req.num_requests, req.seed, req.workload.arrival_cv)
+    return Scenario(model, cluster, workload, slo, req.num_requests, req.seed, req.workload.arrival_cv,
+                    launchable=req.launchable)
 
 
 def placement_dict(placement: Placement) -> list[dict]:

@@ -105,3 +105,22 @@ def test_replanning_plans_with_the_stacks_fitted_model_and_records_it(rds, recor
     assert plan["latency_model"]["coefficients"]["1"]["prefill"] == fitted
     assert json.loads(rds.get(PLAN_KEY))["latency_model"] == plan["latency_model"]
     assert plan["goodput_per_gpu"] < seeded["goodput_per_gpu"]
+
+
+def test_a_replanner_that_launches_plans_only_launchable_layouts(rds, record, monkeypatch):
+    """With an actuator, what is planned is launched: the search keeps a mixture-of-experts model's experts within
+    each instance's TP ranks (the engine has no DP attention); without one, every layout is planned."""
+    asked = []
+
+    def run_plan(req, workers, fit):
+        asked.append(req.launchable)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr("services.planner.replan.run_plan", run_plan)
+    record(rds, 100, rate=1.0, prompt=300, output=30, start=time.time() - 100)
+    for actuator in (Recorder(), None):
+        try:
+            _replanner(rds, actuator).check()
+        except ValueError:
+            pass
+    assert asked[0] is True and asked[-1] is False

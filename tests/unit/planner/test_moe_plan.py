@@ -54,6 +54,19 @@ def test_deepseek_v3_fits_four_nodes_of_eight_a100s_only_with_its_experts_spread
     assert deepseek.model.weight_bytes_per_gpu(8, 1, 1) > 80e9
 
 
+def test_a_launchable_search_keeps_the_experts_within_each_instances_tp_ranks(deepseek) -> None:
+    """What a replanner with an actuator searches: no DP attention (ep > tp), so DeepSeek-V3 fits nowhere on
+    4 x 8 A100s; Mixtral 8x7B's layouts all keep ep dividing tp, and the replanner asks for that."""
+    assert not candidates(replace(deepseek, launchable=True), deepseek.cluster.num_gpus)
+    mixtral = Scenario(load_latency_model("a100-80gb", load_shape("mixtral-8x7b")), Cluster(1, 8), Workload("chatbot"),
+                       SLO_, num_requests=500)
+    every = candidates(mixtral, 8)
+    launchable = candidates(replace(mixtral, launchable=True), 8)
+    assert any(par.ep > par.tp for par in every)
+    assert launchable and all(par.tp % par.ep == 0 for par in launchable)
+    assert set(launchable) == {par for par in every if par.tp % par.ep == 0}
+
+
 def test_a_latent_is_copied_on_every_tensor_parallel_rank_so_data_parallel_attention_holds_more_kv(deepseek) -> None:
     model = deepseek.model
     free = [16 * 0.9 * 80e9 - 16 * model.weight_bytes_per_gpu(tp, 1, 16) for tp in (1, 8)]
