@@ -11,12 +11,14 @@ from services.planner.placement import Placement, Stage
 
 @dataclass(frozen=True, slots=True)
 class InstanceSpec:
-    """One instance to run: its phase, parallelism, and the node and GPU ids of each pipeline stage."""
+    """One instance to run: its phase, parallelism, and the node and GPU ids of each pipeline stage (on a CPU
+    host, core ids: each rank `threads` consecutive ones of its stage)."""
 
     role: str  # "prefill" | "decode"
     tp: int
     pp: int
     stages: tuple[Stage, ...]
+    threads: int = 1  # cores per rank (CPU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,17 @@ def specs_of(placement: Placement) -> list[InstanceSpec]:
         if layout.width > layout.tp:
             raise ValueError(f"placement: {role} EP {layout.ep} over TP {layout.tp} cannot be launched (the engine's "
                              "expert parallelism equals its tensor parallelism)")
-    return [InstanceSpec(inst.role, par[inst.role].tp, par[inst.role].pp, inst.stages) for inst in placement.instances]
+    return [InstanceSpec(inst.role, par[inst.role].tp, par[inst.role].pp, inst.stages, par[inst.role].threads)
+            for inst in placement.instances]
+
+
+def gpu_ranks(spec: InstanceSpec, deployment: str) -> InstanceSpec:
+    """`spec` when each of its ranks is one device; ValueError for CPU ranks of several cores, which only a local
+    stack launches (a `deployment` of containers reserves GPUs)."""
+    if spec.threads > 1:
+        raise ValueError(f"{deployment}: ranks of {spec.threads} CPU cores each run on a local stack (`distserve up`), "
+                         "not in containers reserving GPUs")
+    return spec
 
 
 def _relabel(spec: InstanceSpec, planned: InstanceSpec, running: InstanceSpec) -> InstanceSpec:
@@ -77,7 +89,7 @@ def _relabel(spec: InstanceSpec, planned: InstanceSpec, running: InstanceSpec) -
 
 
 def apply_placement(actuator: Actuator, placement: Placement) -> Actuation:
-    """Keep running instances that the placement also wants (same role, tp and pp; they stay on their GPUs and
+    """Keep running instances that the placement also wants (same role, tp, pp and threads; they stay on their GPUs and
     the planned GPUs are relabelled around them), start the missing ones first so capacity never dips, then
     drain and stop the rest. An instance needing GPUs that a surplus instance holds starts after it stops."""
     wanted = specs_of(placement)
@@ -86,8 +98,9 @@ def apply_placement(actuator: Actuator, placement: Placement) -> Actuation:
     surplus = []
     for exact in (True, False):
         for inst in list(running):
-            shape = (inst.spec.role, inst.spec.tp, inst.spec.pp)
-            match = next((w for w in wanted if (w == inst.spec if exact else (w.role, w.tp, w.pp) == shape)), None)
+            shape = (inst.spec.role, inst.spec.tp, inst.spec.pp, inst.spec.threads)
+            match = next((w for w in wanted if (w == inst.spec if exact else (w.role, w.tp, w.pp, w.threads) == shape)),
+                         None)
             if match is None:
                 continue
             wanted.remove(match)
