@@ -64,6 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prof.add_argument("--out", default="profile.json", help="profile file to write")
     prof.add_argument("--max-tokens", type=int, default=4096, help="largest batch in tokens")
     prof.add_argument("--repeats", type=int, default=3, help="timed runs per shape (median kept)")
+    prof.add_argument("--best-of", type=int, default=1, help="each timed run the best of this many (a host shared "
+                      "with other work: its bursts left out)")
     prof.add_argument("--tp", type=int, default=1, help="profile a tensor-parallel instance of this many ranks per stage")
     prof.add_argument("--pp", type=int, default=1, help="... and this many pipeline stages")
     prof.add_argument("--devices", default="", help="comma-separated device per rank (default: consecutive from --device)")
@@ -187,7 +189,7 @@ def _profile(args: argparse.Namespace) -> int:
     try:
         time_prefill, time_decode = engine_timers(engine)
         profile = record_profile(shape, device, time_prefill, time_decode, tp=args.tp, max_tokens=args.max_tokens,
-                                 repeats=args.repeats, pp=args.pp)
+                                 repeats=args.repeats, pp=args.pp, best_of=args.best_of)
     finally:
         engine.close()
     write_profile(profile, args.out)
