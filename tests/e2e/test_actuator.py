@@ -54,3 +54,22 @@ def test_apply_placement_runs_a_tensor_parallel_prefill(tiny_llama_dir: str, red
         prefill = next(r.spec for r in actuator.running() if r.spec.role == "prefill")
         assert (prefill.tp, prefill.pp, prefill.stages) == (2, 1, (Stage(0, (0, 1)),))
         assert tokens(stack) == reference
+
+
+@pytest.mark.long
+def test_apply_placement_runs_a_decode_instance_on_two_cores(tiny_llama_dir: str, redis_url: str) -> None:
+    def tokens(stack) -> list[int]:
+        responses = asyncio.run(generate(stack.router_address, "two cores", max_tokens=6, temperature=0.0,
+                                         ignore_eos=True))
+        return [t for r in responses for t in r.token_ids]
+
+    with running_stack(tiny_llama_dir, redis_url, mode="disagg") as stack:
+        reference = tokens(stack)
+        actuator = StackActuator(stack)
+        placement = Placement(Parallel(1, 1), Parallel(1, 1, threads=2), 1, 1, (
+            Instance("prefill", 0, (Stage(0, (0,)),)), Instance("decode", 0, (Stage(0, (0, 1)),))))
+        done = apply_placement(actuator, placement)
+        assert len(done.started) == 1 and len(done.stopped) == 1  # the one-core decode replaced, the prefill kept
+        decode = next(r.spec for r in actuator.running() if r.spec.role == "decode")
+        assert (decode.tp, decode.threads, decode.stages) == (1, 2, (Stage(0, (0, 1)),))
+        assert tokens(stack) == reference
