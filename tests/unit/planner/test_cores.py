@@ -84,3 +84,4 @@ def test_distserve_plan_says_which_layout_each_phase_took_and_why(capsys):
     chosen = [line for line in table.splitlines() if line.endswith("<- chosen")]
     assert [line.split()[0] for line in chosen] == ["prefill", "decode"]
     assert "1 core per rank" in chosen[0] and "2 cores per rank" in chosen[1]
+    assert set(plan["latency_model"]["threaded"]) == {"1x2"}  # which measured coefficients planned it
