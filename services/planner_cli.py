@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from services.common.devices import split_devices
+from services.common.devices import cpu_cores, cpu_device, split_devices
 from services.common.settings_cli import add_settings_arguments, settings_values
 from services.deploy.cli import (
     add_actuator_arguments,
@@ -66,6 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prof.add_argument("--out", default="profile.json", help="profile file to write")
     prof.add_argument("--max-tokens", type=int, default=4096, help="largest batch in tokens")
     prof.add_argument("--repeats", type=int, default=3, help="timed runs per shape (median kept)")
+    prof.add_argument("--best-of", type=int, default=1, help="each timed run the best of this many (a host shared "
+                      "with other work: its bursts left out)")
     prof.add_argument("--tp", type=int, default=1, help="profile a tensor-parallel instance of this many ranks per stage")
     prof.add_argument("--pp", type=int, default=1, help="... and this many pipeline stages")
     prof.add_argument("--devices", default="", help="comma-separated device per rank (default: consecutive from --device)")
@@ -110,11 +112,28 @@ def plan_request(args: argparse.Namespace) -> PlanRequest:
         num_requests=args.num_requests, seed=args.seed, launchable=args.launchable)
 
 
+def format_layouts(plan: dict, shown: int = 4) -> list[str]:
+    """Why each phase's layout won: the best `shown` layouts the search simulated, by goodput per device."""
+    rows = ["", "goodput of one instance per device (core), the phase simulations' best:"]
+    for phase in ("prefill", "decode"):
+        chosen = {k: plan[phase][k] for k in ("tp", "pp", "ep", "threads")}
+        for i, r in enumerate(plan[phase]["layouts"][:shown]):
+            layout = f"TP {r['tp']} x PP {r['pp']}" + (f" x EP {r['ep']}" if r["ep"] > 1 else "") + \
+                f", {r['threads']} core{'s' if r['threads'] > 1 else ''} per rank"
+            mark = "  <- chosen" if {k: r[k] for k in chosen} == chosen else ""
+            rows.append(f"{phase if i == 0 else '':8} {layout:32} {r['devices']:>3} dev {r['goodput']:>8.2f} r/s"
+                        f" {r['goodput_per_device']:>8.3f} r/s per device{mark}")
+    return rows
+
+
 def format_table(plan: dict) -> str:
-    rows = [f"{'phase':8} {'tp':>3} {'pp':>3} {'ep':>3} {'replicas':>8} {'goodput/inst':>13} {'weights/GPU':>12}"]
+    threaded = any(r["threads"] > 1 for phase in ("prefill", "decode") for r in plan[phase]["layouts"])
+    cores = f" {'cores/rank':>10}" if threaded else ""
+    rows = [f"{'phase':8} {'tp':>3} {'pp':>3} {'ep':>3}{cores} {'replicas':>8} {'goodput/inst':>13} {'weights/GPU':>12}"]
     for phase in ("prefill", "decode"):
         p = plan[phase]
-        rows.append(f"{phase:8} {p['tp']:>3} {p['pp']:>3} {p['ep']:>3} {p['replicas']:>8} {p['goodput']:>9.2f} r/s"
+        cores = f" {p['threads']:>10}" if threaded else ""
+        rows.append(f"{phase:8} {p['tp']:>3} {p['pp']:>3} {p['ep']:>3}{cores} {p['replicas']:>8} {p['goodput']:>9.2f} r/s"
                     f" {p['weights_gb_per_gpu']:>9.1f} GB")
     rows += ["", f"algorithm {plan['algorithm']}; {plan['num_gpus']} GPUs; goodput {plan['goodput']:.2f} req/s = "
                  f"{plan['goodput_per_gpu']:.3f} req/s per GPU (phase estimate {plan['estimated_goodput_per_gpu']:.3f}); "
@@ -123,6 +142,8 @@ def format_table(plan: dict) -> str:
         rows.append(f"prefix hits: {plan['hit_rate']:.0%} of prompt tokens found in the prefix cache")
     if plan["rate"] is not None:
         rows.append(f"rate {plan['rate']} req/s: {'met' if plan['meets_rate'] else 'NOT met'} in the whole-system simulation")
+    if threaded:
+        rows += format_layouts(plan)
     rows += ["", "instance     node  gpus"]
     rows += [f"{i['role']}[{i['index']}]".ljust(12) + f" {i['node']:>4}  {' '.join(map(str, i['gpus']))}"
              + ("" if len(i["stages"]) == 1 else f"  (stages on nodes {[s['node'] for s in i['stages']]})")
@@ -162,17 +183,20 @@ def _profile(args: argparse.Namespace) -> int:
     folder = resolve_model(args.model)
     shape = load_shape(folder)
     devices = split_devices(args.devices)
+    cores = [c for d in devices if d.startswith("cpu:") for c in cpu_cores(d)]
+    # the instance's device as the profile records it: every rank's cores, shared out evenly (`ProfileFile.threads`)
+    device = cpu_device(tuple(sorted(cores))) if cores and len(cores) == len(set(cores)) else args.device
     engine = open_engine(folder, setup_device(devices[0] if devices else args.device), args.max_tokens,
                          tp=args.tp, pp=args.pp, devices=devices)
     try:
         time_prefill, time_decode = engine_timers(engine)
-        profile = record_profile(shape, args.device, time_prefill, time_decode, tp=args.tp, max_tokens=args.max_tokens,
-                                 repeats=args.repeats, pp=args.pp)
+        profile = record_profile(shape, device, time_prefill, time_decode, tp=args.tp, max_tokens=args.max_tokens,
+                                 repeats=args.repeats, pp=args.pp, best_of=args.best_of)
     finally:
         engine.close()
     write_profile(profile, args.out)
     coeffs = fit_profile(profile).at(args.tp)
-    print(f"{len(profile.prefill)} prefill and {len(profile.decode)} decode points on {args.device} "
+    print(f"{len(profile.prefill)} prefill and {len(profile.decode)} decode points on {device} "
           f"(TP {args.tp} x PP {args.pp}) -> {args.out}")
     print(f"prefill = {coeffs.prefill.c0 * 1e3:.3f} ms + {coeffs.prefill.per_token * 1e6:.3f} us/token"
           f" + {coeffs.prefill.per_sq * 1e9:.4f} ns/token^2; Lm = {coeffs.saturation_tokens()} tokens")

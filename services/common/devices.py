@@ -23,6 +23,13 @@ def cpu_cores(spec: str) -> tuple[int, ...]:
     return tuple(cores)
 
 
+def cpu_device(cores: tuple[int, ...]) -> str:
+    """The CPU device of `cores` (ascending, distinct): `cpu:N`, `cpu:a-b` when consecutive, else `cpu:a,b,...`."""
+    if len(cores) > 1 and cores == tuple(range(cores[0], cores[-1] + 1)):
+        return f"cpu:{cores[0]}-{cores[-1]}"
+    return f"cpu:{','.join(map(str, cores))}"
+
+
 def split_devices(text: str) -> tuple[str, ...]:
     """A comma-separated device list: `cpu:0,cpu:1` → two devices, `cpu:0,1,cpu:2-3` → (`cpu:0,1`, `cpu:2-3`): an item
     that is only core numbers continues the CPU device before it."""

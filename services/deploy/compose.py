@@ -17,7 +17,7 @@ import yaml
 from services.common import defaults
 from services.common.redis_auth import USER as REDIS_USER
 from services.deploy.compose_secrets import REDIS_ACL, RUN, TLS, secrets_section, with_credentials
-from services.planner.actuation import InstanceSpec, specs_of
+from services.planner.actuation import InstanceSpec, gpu_ranks, specs_of
 from services.planner.placement import Placement, Stage
 
 IMAGE = "${DISTSERVE_IMAGE:-distserve:latest}"
@@ -190,6 +190,7 @@ def compose_files(instances: Mapping[str, InstanceSpec], addresses: tuple[str, .
     kvxfer on every host, each instance (its rank 0) on the host of its first stage, and a service per other
     rank of a TP/PP instance on the host of its stage, each pinned to its GPU."""
     for name, spec in instances.items():
+        gpu_ranks(spec, "compose")
         nodes = sorted({stage.node for stage in spec.stages})
         if nodes[-1] >= len(addresses):
             raise ValueError(f"compose: {name} is on node {nodes[-1]}, but there are {len(addresses)} node addresses")

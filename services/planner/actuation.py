@@ -11,13 +11,15 @@ from services.planner.placement import Placement, Stage
 
 @dataclass(frozen=True, slots=True)
 class InstanceSpec:
-    """One instance to run: its phase, parallelism, and the node and GPU ids of each pipeline stage."""
+    """One instance to run: its phase, parallelism, and the node and GPU ids of each pipeline stage (on a CPU
+    host, core ids: each rank `threads` consecutive ones of its stage)."""
 
     role: str  # "prefill" | "decode"
     tp: int
     pp: int
     stages: tuple[Stage, ...]
     ep: int = 1  # MoE: expert groups per stage, dividing tp (1: each expert split over the tp GPUs; tp: whole)
+    threads: int = 1  # cores per rank (CPU)
 
     def parallel_flags(self) -> list[str]:
         """The instance command's flags of this layout (none for a single rank)."""
@@ -68,8 +70,17 @@ def specs_of(placement: Placement) -> list[InstanceSpec]:
             raise ValueError(f"placement: {role} EP {layout.ep} over TP {layout.tp} cannot be launched (the engine "
                              "splits the experts over expert groups dividing its TP ranks; attention replicated "
                              "over more GPUs than TP, DP attention, is not built)")
-    return [InstanceSpec(inst.role, par[inst.role].tp, par[inst.role].pp, inst.stages, par[inst.role].ep)
-            for inst in placement.instances]
+    return [InstanceSpec(inst.role, par[inst.role].tp, par[inst.role].pp, inst.stages, ep=par[inst.role].ep,
+                         threads=par[inst.role].threads) for inst in placement.instances]
+
+
+def gpu_ranks(spec: InstanceSpec, deployment: str) -> InstanceSpec:
+    """`spec` when each of its ranks is one device; ValueError for CPU ranks of several cores, which only a local
+    stack launches (a `deployment` of containers reserves GPUs)."""
+    if spec.threads > 1:
+        raise ValueError(f"{deployment}: ranks of {spec.threads} CPU cores each run on a local stack (`distserve up`), "
+                         "not in containers reserving GPUs")
+    return spec
 
 
 def _relabel(spec: InstanceSpec, planned: InstanceSpec, running: InstanceSpec) -> InstanceSpec:
@@ -86,7 +97,8 @@ def _relabel(spec: InstanceSpec, planned: InstanceSpec, running: InstanceSpec) -
 
 
 def apply_placement(actuator: Actuator, placement: Placement) -> Actuation:
-    """Keep running instances that the placement also wants (same role, tp, pp and ep; they stay on their GPUs and
+    """Keep running instances that the placement also wants (same role, tp, pp, ep and threads; they stay on their
+    GPUs and
     the planned GPUs are relabelled around them), start the missing ones first so capacity never dips, then
     drain and stop the rest. An instance needing GPUs that a surplus instance holds starts after it stops."""
     wanted = specs_of(placement)
@@ -95,8 +107,9 @@ def apply_placement(actuator: Actuator, placement: Placement) -> Actuation:
     surplus = []
     for exact in (True, False):
         for inst in list(running):
-            shape = (inst.spec.role, inst.spec.tp, inst.spec.pp, inst.spec.ep)
-            match = next((w for w in wanted if (w == inst.spec if exact else (w.role, w.tp, w.pp, w.ep) == shape)),
+            shape = (inst.spec.role, inst.spec.tp, inst.spec.pp, inst.spec.ep, inst.spec.threads)
+            match = next((w for w in wanted
+                          if (w == inst.spec if exact else (w.role, w.tp, w.pp, w.ep, w.threads) == shape)),
                          None)
             if match is None:
                 continue

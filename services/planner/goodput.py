@@ -60,11 +60,11 @@ class Scenario:
     def fits(self, par: Parallel) -> bool:
         """The weights fit and the longest request's KV fits in one instance of `par`."""
         prompts, outputs, _ = self.pool
-        return self.model.kv_capacity(par.tp, par.pp, par.ep) >= self.model.shape.kv_tokens(int((prompts + outputs).max()))
+        return self.model.kv_capacity(par.tp, par.pp, par.ep, par.threads) >= self.model.shape.kv_tokens(int((prompts + outputs).max()))
 
     def coeffs(self, par: Parallel, stages: bool = True) -> TPCoefficients:
         """The latency model at `par` on this cluster (`stages`: with its pipeline's hand-offs)."""
-        return self.model.at(par.tp, par.pp if stages else 1, par.ep, self.cluster.fabric)
+        return self.model.at(par.tp, par.pp if stages else 1, par.ep, self.cluster.fabric, par.threads)
 
     def lm(self, par: Parallel) -> int:
         return self.max_batch_tokens or self.coeffs(par, stages=False).saturation_tokens()
@@ -76,7 +76,7 @@ class Scenario:
 
     def decode_attainment(self, par: Parallel, rate: float) -> float:
         prompts, outputs, arrivals, _ = self.requests(rate)
-        capacity = self.model.kv_capacity(par.tp, par.pp, par.ep)
+        capacity = self.model.kv_capacity(par.tp, par.pp, par.ep, par.threads)
         misses = int((1 - self.slo.attainment) * len(prompts))  # beyond this the target is lost: stop early
         tpot = simulate_decode(self.coeffs(par), par.pp, capacity, prompts, outputs, arrivals,
                                self.slo.tpot, misses, self.model.shape)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.common.step_model.experts import Fabric
 
@@ -29,19 +29,26 @@ class Cluster:
 class Parallel:
     """An instance's layout: pp pipeline stages of `width` GPUs; attention and dense layers tensor-parallel over tp
     (width / tp replicas of them), a mixture-of-experts model's experts split over the width in ep groups: whole
-    with ep >= tp, each sliced over its group's tp / ep GPUs with ep dividing tp (ep = 1: over all tp)."""
+    with ep >= tp, each sliced over its group's tp / ep GPUs with ep dividing tp (ep = 1: over all tp).
+    On a CPU cluster a device is a core, and a rank may run `threads` intra-op threads on as many cores."""
 
     tp: int = 1
     pp: int = 1
     ep: int = 1  # expert groups: a divisor of tp, or a multiple (the GPUs of a stage that split the experts whole)
+    threads: int = 1  # cores per rank (CPU); 1 on GPUs
 
     @property
     def width(self) -> int:
         return max(self.tp, self.ep)
 
     @property
+    def stage_devices(self) -> int:
+        """Devices (GPUs, or CPU cores) of one pipeline stage."""
+        return self.width * self.threads
+
+    @property
     def gpus(self) -> int:
-        return self.width * self.pp
+        return self.stage_devices * self.pp
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +113,7 @@ def pack(cluster: Cluster, prefill: Parallel, n_prefill: int, decode: Parallel, 
     """High node-affinity placement: each stage first-fit on any node (stages of an instance may span nodes)."""
     free = _Free(cluster)
     instances = [
-        Instance(role, i, tuple(stage for _ in range(par.pp) for stage in free.take_wide(par.width)))
+        Instance(role, i, tuple(stage for _ in range(par.pp) for stage in free.take_wide(par.stage_devices)))
         for role, par, count in (("prefill", prefill, n_prefill), ("decode", decode, n_decode))
         for i in range(count)
     ]
@@ -126,9 +133,9 @@ def pack_units(cluster: Cluster, prefill: Parallel, decode: Parallel, cross: int
             node = next((n for n, g in enumerate(free.free) if len(g) >= seg), None)
             if node is None:
                 raise ValueError(f"cluster: no node has {seg} free GPUs for a segment")
-            p_stages += [free.take(prefill.width, node) for _ in range(prefill.pp)]
-            d_stages += [free.take(decode.width, node) for _ in range(decode.pp)]
+            p_stages += [free.take(prefill.stage_devices, node) for _ in range(prefill.pp)]
+            d_stages += [free.take(decode.stage_devices, node) for _ in range(decode.pp)]
         instances += [Instance("prefill", u, tuple(p_stages)), Instance("decode", u, tuple(d_stages))]
-    full_p = Parallel(prefill.tp, prefill.pp * cross, prefill.ep)
-    full_d = Parallel(decode.tp, decode.pp * cross, decode.ep)
+    full_p = replace(prefill, pp=prefill.pp * cross)
+    full_d = replace(decode, pp=decode.pp * cross)
     return Placement(full_p, full_d, units, units, tuple(instances))

@@ -74,7 +74,8 @@ class SLOBody(_Body):
 
 class _Common(_Body):
     model: str = Field(description="a preset name (opt-13b, opt-66b, opt-175b, ...) or a model folder")
-    hardware: str = Field("a100-80gb", description="a shipped coefficient set (a100-80gb) or a profile file")
+    hardware: str = Field("a100-80gb", description="a shipped coefficient set (a100-80gb), a profile file, or "
+                          "several (comma-separated or a folder: TP/PP layouts, CPU instances of several cores)")
     cluster: ClusterBody = Field(default_factory=ClusterBody)
     slo: SLOBody = Field(default_factory=SLOBody)
     num_requests: int = Field(2000, ge=50, le=20000, description="requests per simulation (at least)")
@@ -104,6 +105,8 @@ class PhaseBody(_Body):
                                                   "tp (expert groups of tp / ep GPUs, each expert sliced over its "
                                                   "group), or a multiple of tp: each stage's GPUs, holding the "
                                                   "routed experts whole")
+    threads: int = Field(1, ge=1, le=256, description="CPU cores per rank, each running an intra-op thread (a "
+                                                     "profiled count: the hardware's profile files)")
     replicas: int = Field(1, ge=1, le=1024, description="number of instances")
 
 

@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 
 from services.planner.goodput import Scenario, phase_goodput, placement_goodput
@@ -30,7 +30,7 @@ class PlanResult:
     simulated_goodput: float = 0.0  # req/s of the placement in the whole-system simulation
     meets_rate: bool | None = None  # with a rate: the whole-system simulation meets the SLO at it
     search_seconds: float = 0.0
-    evaluated: dict[tuple[str, int, int, int], float] = field(default_factory=dict)  # (phase, tp, pp, ep) → req/s
+    evaluated: dict[tuple[str, Parallel], float] = field(default_factory=dict)  # (phase, layout) → req/s
 
     @property
     def goodput_per_gpu(self) -> float:
@@ -55,17 +55,24 @@ def expert_degrees(scn: Scenario, tp: int, limit: int) -> list[int]:
                            if ep > 1 and shape.experts % ep == 0 and (ep <= per_node or ep % per_node == 0)]
 
 
+def rank_layouts(scn: Scenario, per_node: int) -> list[tuple[int, int]]:
+    """(tp, cores per rank) of a stage within `per_node` devices: tp dividing the heads, one core per rank or (CPU)
+    as many as the latency model has profiles of at that tp (`LatencyModel.threaded`)."""
+    return [(tp, threads) for tp in _divisors(scn.model.shape.heads, per_node)
+            for threads in scn.model.threads_at(tp) if tp * threads <= per_node]
+
+
 def candidates(scn: Scenario, max_gpus: int) -> list[Parallel]:
-    """(tp, pp, ep) with tp within a node dividing the heads, ep as `expert_degrees`, pp dividing the layers, and
-    the model fitting."""
+    """(tp, pp, ep, threads) with (tp, threads) as `rank_layouts` within a node, ep as `expert_degrees`, pp dividing
+    the layers, and the model fitting."""
     shape, cluster = scn.model.shape, scn.cluster
-    return [par for tp in _divisors(shape.heads, cluster.gpus_per_node)
-            for ep in expert_degrees(scn, tp, max_gpus)
-            for pp in _divisors(shape.layers, max_gpus // max(tp, ep))
-            if scn.fits(par := Parallel(tp, pp, ep))]
+    return [par for tp, threads in rank_layouts(scn, cluster.gpus_per_node)
+            for ep in expert_degrees(scn, tp, max_gpus // threads)
+            for pp in _divisors(shape.layers, max_gpus // (max(tp, ep) * threads))
+            if scn.fits(par := Parallel(tp, pp, ep, threads))]
 
 
-def _evaluate(scn: Scenario, tasks: list[tuple[str, Parallel]], workers: int | None) -> dict:
+def _evaluate(scn: Scenario, tasks: list[tuple[str, Parallel]], workers: int | None) -> dict[tuple[str, Parallel], float]:
     """Phase goodput of every (phase, config), across processes when there are several CPU cores."""
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(tasks) < 2:
@@ -75,7 +82,7 @@ def _evaluate(scn: Scenario, tasks: list[tuple[str, Parallel]], workers: int | N
         context = multiprocessing.get_context("forkserver")
         with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context) as pool:
             values = list(pool.map(phase_goodput, [scn] * len(tasks), *zip(*tasks), chunksize=1))
-    return {(phase, par.tp, par.pp, par.ep): value for (phase, par), value in zip(tasks, values)}
+    return dict(zip(tasks, values))
 
 
 def replicas(g_p: float, gpus_p: int, g_d: float, gpus_d: int, budget: int, rate: float | None) -> tuple[int, int]:
@@ -104,7 +111,7 @@ def high_affinity(scn: Scenario, rate: float | None = None, workers: int | None 
     goodput = _evaluate(scn, [(phase, c) for phase in ("prefill", "decode") for c in configs], workers)
     ranked = []
     for par_p, par_d in product(configs, configs):
-        g_p, g_d = goodput["prefill", par_p.tp, par_p.pp, par_p.ep], goodput["decode", par_d.tp, par_d.pp, par_d.ep]
+        g_p, g_d = goodput["prefill", par_p], goodput["decode", par_d]
         try:
             n_p, n_d = replicas(g_p, par_p.gpus, g_d, par_d.gpus, scn.cluster.num_gpus, rate)
             placement = pack(scn.cluster, par_p, n_p, par_d, n_d)
@@ -142,14 +149,14 @@ def _choose(scn: Scenario, ranked: list[PlanResult], rate: float | None, began: 
 def unit_configs(scn: Scenario) -> list[tuple[int, Parallel, Parallel]]:
     """Alg. 2's space: `cross` inter-node stages, each a node segment with prefill and decode layouts (tp, pp, ep)."""
     cluster, shape = scn.cluster, scn.model.shape
-    per_node = [Parallel(tp, pp, ep) for tp in _divisors(shape.heads, cluster.gpus_per_node)
-                for ep in expert_degrees(scn, tp, cluster.gpus_per_node)
-                for pp in _divisors(shape.layers, cluster.gpus_per_node // max(tp, ep))]
+    per_node = [Parallel(tp, pp, ep, threads) for tp, threads in rank_layouts(scn, cluster.gpus_per_node)
+                for ep in expert_degrees(scn, tp, cluster.gpus_per_node // threads)
+                for pp in _divisors(shape.layers, cluster.gpus_per_node // (max(tp, ep) * threads))]
     out = []
     for cross, seg_p, seg_d in product(_divisors(cluster.nodes, cluster.nodes), per_node, per_node):
         if seg_p.gpus + seg_d.gpus > cluster.gpus_per_node:
             continue
-        full_p, full_d = Parallel(seg_p.tp, seg_p.pp * cross, seg_p.ep), Parallel(seg_d.tp, seg_d.pp * cross, seg_d.ep)
+        full_p, full_d = replace(seg_p, pp=seg_p.pp * cross), replace(seg_d, pp=seg_d.pp * cross)
         if shape.layers % full_p.pp or shape.layers % full_d.pp or not (scn.fits(full_p) and scn.fits(full_d)):
             continue
         out.append((cross, seg_p, seg_d))
@@ -162,14 +169,14 @@ def low_affinity(scn: Scenario, rate: float | None = None, workers: int | None =
     units = unit_configs(scn)
     if not units:
         raise ValueError("cluster: the model fits no node-local prefill + decode segment")
-    fulls = {(phase, Parallel(seg.tp, seg.pp * cross, seg.ep))
+    fulls = {(phase, replace(seg, pp=seg.pp * cross))
              for cross, seg_p, seg_d in units for phase, seg in (("prefill", seg_p), ("decode", seg_d))}
-    goodput = _evaluate(scn, sorted(fulls, key=lambda t: (t[0], t[1].tp, t[1].pp, t[1].ep)), workers)
+    goodput = _evaluate(scn, sorted(fulls, key=lambda t: (t[0], t[1].tp, t[1].pp, t[1].ep, t[1].threads)), workers)
 
     cluster, ranked = scn.cluster, []
     for cross, seg_p, seg_d in units:
-        g_p = goodput["prefill", seg_p.tp, seg_p.pp * cross, seg_p.ep]
-        g_d = goodput["decode", seg_d.tp, seg_d.pp * cross, seg_d.ep]
+        g_p = goodput["prefill", replace(seg_p, pp=seg_p.pp * cross)]
+        g_d = goodput["decode", replace(seg_d, pp=seg_d.pp * cross)]
         g = min(g_p, g_d)
         room = (cluster.nodes // cross) * (cluster.gpus_per_node // (seg_p.gpus + seg_d.gpus))
         if g <= 0:

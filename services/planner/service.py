@@ -71,17 +71,27 @@ def memory_dict(scn: Scenario, par: Parallel) -> dict:
     """What one GPU of an instance of `par` holds: its weights, and the KV cache the rest leaves room for."""
     model = scn.model
     return {"gpus_per_instance": par.gpus, "weights_gb_per_gpu": model.weight_bytes_per_gpu(par.tp, par.pp, par.ep) / 1e9,
-            "kv_tokens": model.kv_capacity(par.tp, par.pp, par.ep)}
+            "kv_tokens": model.kv_capacity(par.tp, par.pp, par.ep, par.threads)}
+
+
+def layouts_dict(result: PlanResult, phase: str) -> list[dict]:
+    """Why a phase's layout won: every layout the search simulated for it, by goodput per device (GPU or core)."""
+    rows = [{"tp": par.tp, "pp": par.pp, "ep": par.ep, "threads": par.threads, "devices": par.gpus,
+             "goodput": g, "goodput_per_device": g / par.gpus}
+            for (ph, par), g in result.evaluated.items() if ph == phase]
+    return sorted(rows, key=lambda r: (-r["goodput_per_device"], r["devices"]))
 
 
 def plan_dict(req: PlanRequest, result: PlanResult, scn: Scenario) -> dict:
     p = result.placement
     return {
         "model": req.model, "hardware": req.hardware, "algorithm": result.algorithm,
-        "prefill": {"tp": p.prefill.tp, "pp": p.prefill.pp, "ep": p.prefill.ep, "replicas": p.n_prefill,
-                    "goodput": result.prefill_goodput, **memory_dict(scn, p.prefill)},
-        "decode": {"tp": p.decode.tp, "pp": p.decode.pp, "ep": p.decode.ep, "replicas": p.n_decode,
-                   "goodput": result.decode_goodput, **memory_dict(scn, p.decode)},
+        "prefill": {"tp": p.prefill.tp, "pp": p.prefill.pp, "ep": p.prefill.ep, "threads": p.prefill.threads,
+                    "replicas": p.n_prefill, "goodput": result.prefill_goodput, **memory_dict(scn, p.prefill),
+                    "layouts": layouts_dict(result, "prefill")},
+        "decode": {"tp": p.decode.tp, "pp": p.decode.pp, "ep": p.decode.ep, "threads": p.decode.threads,
+                   "replicas": p.n_decode, "goodput": result.decode_goodput, **memory_dict(scn, p.decode),
+                   "layouts": layouts_dict(result, "decode")},
         "goodput": result.simulated_goodput,
         "goodput_per_gpu": result.goodput_per_gpu,
         "estimated_goodput_per_gpu": result.estimated_goodput / p.num_gpus,
@@ -110,8 +120,11 @@ def placement_of(req: SimulateRequest, scn: Scenario) -> Placement:
         if phase.ep > 1 and (not experts or (phase.ep % phase.tp and phase.tp % phase.ep) or experts % phase.ep):
             raise ValueError(f"{field}.ep: a divisor or a multiple of tp dividing the routed experts "
                              f"({experts or 'none'})")
-    return pack(scn.cluster, Parallel(pre.tp, pre.pp, pre.ep), pre.replicas, Parallel(dec.tp, dec.pp, dec.ep),
-                dec.replicas)
+        if phase.threads not in scn.model.threads_at(phase.tp):
+            raise ValueError(f"{field}.threads: the hardware's profiles have TP {phase.tp} on "
+                             f"{', '.join(map(str, scn.model.threads_at(phase.tp)))} cores per rank")
+    return pack(scn.cluster, Parallel(pre.tp, pre.pp, pre.ep, pre.threads), pre.replicas,
+                Parallel(dec.tp, dec.pp, dec.ep, dec.threads), dec.replicas)
 
 
 def run_simulate(req: SimulateRequest) -> dict:

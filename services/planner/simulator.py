@@ -115,10 +115,10 @@ def simulate(model: LatencyModel, placement: Placement, cluster: Cluster, prompt
     hit = [0] * n if cached is None else cached.tolist()
     moved = [p - c for p, c in zip(prompt, hit)] if decode_holds_prefix else prompt
     pre, dec = placement.prefill, placement.decode
-    p_coeffs = model.at(pre.tp, pre.pp, pre.ep, cluster.fabric)
-    d_coeffs = model.at(dec.tp, dec.pp, dec.ep, cluster.fabric)
+    p_coeffs = model.at(pre.tp, pre.pp, pre.ep, cluster.fabric, pre.threads)
+    d_coeffs = model.at(dec.tp, dec.pp, dec.ep, cluster.fabric, dec.threads)
     lm = max_batch_tokens or p_coeffs.saturation_tokens()
-    capacity = model.kv_capacity(dec.tp, dec.pp, dec.ep)
+    capacity = model.kv_capacity(dec.tp, dec.pp, dec.ep, dec.threads)
     first, start, finish, owner = [0.0] * n, [0.0] * n, [0.0] * n, [0] * n
 
     prefills = [PrefillInstance(p_coeffs, placement.prefill.pp, lm, prompt, first, hit, model.shape)

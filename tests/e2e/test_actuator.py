@@ -76,3 +76,17 @@ def test_apply_placement_launches_the_planned_expert_groups(redis_url: str, tmp_
             assert (len(done.started), len(done.stopped)) == (1, 1)
             assert [r.spec.ep for r in actuator.running() if r.spec.role == "prefill"] == [ep]
             assert _tokens(stack) == reference
+
+
+@pytest.mark.long
+def test_apply_placement_runs_a_decode_instance_on_two_cores(tiny_llama_dir: str, redis_url: str) -> None:
+    with running_stack(tiny_llama_dir, redis_url, mode="disagg") as stack:
+        reference = _tokens(stack)
+        actuator = StackActuator(stack)
+        placement = Placement(Parallel(1, 1), Parallel(1, 1, threads=2), 1, 1, (
+            Instance("prefill", 0, (Stage(0, (0,)),)), Instance("decode", 0, (Stage(0, (0, 1)),))))
+        done = apply_placement(actuator, placement)
+        assert len(done.started) == 1 and len(done.stopped) == 1  # the one-core decode replaced, the prefill kept
+        decode = next(r.spec for r in actuator.running() if r.spec.role == "decode")
+        assert (decode.tp, decode.threads, decode.stages) == (1, 2, (Stage(0, (0, 1)),))
+        assert _tokens(stack) == reference

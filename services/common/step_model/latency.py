@@ -123,14 +123,26 @@ class LatencyModel:
     gpu_memory_gb: float = 80.0
     parallel: ParallelCost | None = None  # measured K and stage cost; None: ideal speed-up, free stages
     experts: ExpertCost | None = None  # a mixture-of-experts model's routed experts; `by_tp` then holds the rest
+    # CPU: (tp, cores per rank) → coefficients of ranks running that many intra-op threads, as profiled (never
+    # rescaled: a thread's speed-up is the host's memory bandwidth and caches, not appendix A); `by_tp`: one core
+    threaded: dict[tuple[int, int], TPCoefficients] = field(default_factory=dict)
 
-    def at(self, tp: int, pp: int = 1, ep: int = 1, fabric: Fabric = ONE_NODE) -> TPCoefficients:
+    def threads_at(self, tp: int) -> list[int]:
+        """Cores per rank an instance of `tp` ranks can be planned with: 1, and those profiled at that degree."""
+        return [1] + sorted(threads for degree, threads in self.threaded if degree == tp)
+
+    def at(self, tp: int, pp: int = 1, ep: int = 1, fabric: Fabric = ONE_NODE, threads: int = 1) -> TPCoefficients:
         """Coefficients at `tp` (and over `pp` stages): measured ones, else the nearest measured degree rescaled
         by appendix A (by the measured K per doubling where there is one); plus the measured stage hand-offs.
         A mixture-of-experts model adds its experts, split over each stage's max(tp, ep) GPUs in ep expert groups
         (whole experts where ep >= tp, their all-to-all over `fabric`; ep dividing tp: each expert sliced over its
-        group's tp / ep GPUs), the rest replicated width / tp times."""
-        if tp in self.by_tp:
+        group's tp / ep GPUs), the rest replicated width / tp times. `threads` > 1: ranks of that many cores each,
+        only as profiled (`threaded`)."""
+        if threads > 1:
+            if (tp, threads) not in self.threaded:
+                raise ValueError(f"hardware: no profile of TP {tp} with {threads} cores per rank")
+            coeffs = self.threaded[tp, threads]
+        elif tp in self.by_tp:
             coeffs = self.by_tp[tp]
         else:
             nearest = min(self.by_tp, key=lambda known: (abs(known - tp), known))
@@ -152,13 +164,14 @@ class LatencyModel:
         s = self.shape
         return s.weight_bytes * (s.dense_params / tp + s.routed_params / max(tp, ep)) / pp
 
-    def kv_capacity(self, tp: int, pp: int, ep: int = 1) -> int:
+    def kv_capacity(self, tp: int, pp: int, ep: int = 1, threads: int = 1) -> int:
         """KV-cache tokens an instance of pp stages of max(tp, ep) devices holds; 0 when the weights do not fit.
         A latent (MLA) is whole on every tensor-parallel rank, so tp ranks hold one copy each. A tabled capacity
-        holds for any expert groups inside the TP instance (each GPU holds the same weight bytes)."""
+        holds for any expert groups inside the TP instance (each GPU holds the same weight bytes). On a CPU a device
+        is a core (`gpu_memory_gb` its share of the host's memory), a rank of `threads` cores holds their shares."""
         if self.kv_tokens:
             return self.kv_tokens.get((tp, pp), 0) if tp % ep == 0 else 0
         s, width = self.shape, max(tp, ep)
-        usable = 0.9 * self.gpu_memory_gb * 1e9 * width * pp - s.weight_bytes * (s.dense_params * (width // tp) + s.routed_params)
+        usable = 0.9 * self.gpu_memory_gb * 1e9 * width * threads * pp - s.weight_bytes * (s.dense_params * (width // tp) + s.routed_params)
         copies = tp if s.kv_entry else 1
         return max(0, int(usable // (s.kv_bytes_per_token() * copies)))

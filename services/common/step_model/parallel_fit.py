@@ -60,13 +60,18 @@ def stage_cost(base: ProfileFile, pp: ProfileFile, phase: str) -> tuple[float, f
 
 def fit_parallel(profiles: Sequence[ProfileFile]) -> LatencyModel:
     """A latency model from profiles of one model on one device kind: the coefficients of every PP 1 degree
-    profiled, K from TP 2^n × PP 1 beside TP 1 × PP 1, the stage cost from TP 1 × PP p beside it."""
-    by_layout = {(p.tp, p.pp): p for p in profiles}
-    if len(by_layout) != len(profiles):
-        raise ValueError("hardware: two profiles of the same TP x PP")
+    profiled, K from TP 2^n × PP 1 beside TP 1 × PP 1, the stage cost from TP 1 × PP p beside it. Profiles of
+    ranks on several CPU cores each (`ProfileFile.threads`, PP 1) are kept as measured, per (tp, cores per rank)."""
+    one_core = [p for p in profiles if p.threads == 1]
+    by_layout = {(p.tp, p.pp): p for p in one_core}
+    threaded = {(p.tp, p.threads): p for p in profiles if p.threads > 1}
+    if len(by_layout) + len(threaded) != len(profiles):
+        raise ValueError("hardware: two profiles of the same TP x PP and cores per rank")
+    if any(p.pp > 1 for p in threaded.values()):
+        raise ValueError("hardware: a profile of several cores per rank is planned at PP 1 only")
     base = by_layout.get((1, 1))
     if base is None:
-        raise ValueError("hardware: a TP 1 x PP 1 profile is needed beside the TP/PP ones")
+        raise ValueError("hardware: a TP 1 x PP 1 profile is needed beside the others (one core per rank)")
     shape = ModelShape(**base.model)
     for p in profiles:
         if ModelShape(**p.model) != shape:
@@ -80,5 +85,6 @@ def fit_parallel(profiles: Sequence[ProfileFile]) -> LatencyModel:
         stage_decode=stage_cost(base, by_layout[1, pps[0]], "decode") if pps else (0.0, 0.0),
         measured=tuple(sorted(by_layout)))
     by_tp = {tp: fit_coefficients(p) for (tp, pp), p in by_layout.items() if pp == 1}
-    return LatencyModel(shape, by_tp, source=f"profiles:{base.device} {'/'.join(f'{t}x{p}' for t, p in cost.measured)}",
-                        parallel=cost)
+    layouts = [f"{t}x{p}" for t, p in cost.measured] + [f"{t}x1 on {c} cores each" for t, c in sorted(threaded)]
+    return LatencyModel(shape, by_tp, source=f"profiles:{base.device} {'/'.join(layouts)}", parallel=cost,
+                        threaded={key: fit_coefficients(p) for key, p in threaded.items()})

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
+from services.common.devices import cpu_cores
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs
 from services.common.step_model.attended import Attended
 from services.common.step_model.latency import LatencyModel, TPCoefficients
@@ -31,12 +32,19 @@ class DecodePoint(BaseModel):
 class ProfileFile(BaseModel):
     version: int = 1
     model: dict = Field(description="ModelShape fields of the profiled model")
-    device: str = Field(description="device the points were measured on, e.g. cpu:0 or cuda:0")
+    device: str = Field(description="device the points were measured on, e.g. cpu:0, cpu:0-1 (one instance on two "
+                                    "cores) or cuda:0; a TP/PP instance's: every rank's cores, shared out evenly")
     tp: int = Field(default=1, ge=1, description="tensor-parallel degree of the profiled instance")
     pp: int = Field(default=1, ge=1, description="pipeline stages of the profiled instance (times are of the "
                                                  "whole pipeline, its micro-batches included)")
     prefill: list[PrefillPoint] = Field(min_length=3)
     decode: list[DecodePoint] = Field(min_length=3)
+
+    @property
+    def threads(self) -> int:
+        """Cores per rank (intra-op threads): a CPU device's cores shared over the tp × pp ranks; 1 elsewhere."""
+        cores = len(cpu_cores(self.device)) if self.device.startswith("cpu") else 1
+        return max(1, cores // (self.tp * self.pp))
 
 
 def read_profile(path: str | Path) -> ProfileFile:

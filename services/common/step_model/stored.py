@@ -80,6 +80,8 @@ def with_fit(seed: LatencyModel, stored: dict) -> LatencyModel:
 
 
 def describe(model: LatencyModel) -> dict:
-    """Which model made a plan: its source, coefficients per degree and routed experts' costs (None: dense)."""
+    """Which model made a plan: its source, coefficients per degree (`threaded`: per TP degree x cores per rank, CPU
+    ranks of several cores) and routed experts' costs (None: dense)."""
     return {"source": model.source, "coefficients": {str(tp): asdict(c) for tp, c in sorted(model.by_tp.items())},
+            "threaded": {f"{tp}x{threads}": asdict(c) for (tp, threads), c in sorted(model.threaded.items())},
             "experts": asdict(model.experts) if model.experts is not None else None}

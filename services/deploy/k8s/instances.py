@@ -19,7 +19,7 @@ from services.common import defaults
 from services.common.secret import SECRET_ENV
 from services.deploy.compose import INSTANCE_METRICS_PORT, INSTANCE_PORT, KVXFER_PORT, RENDEZVOUS_PORT, spec_json
 from services.deploy.k8s.layout import PodLayout, node_group, pod_layout
-from services.planner.actuation import InstanceSpec
+from services.planner.actuation import InstanceSpec, gpu_ranks
 
 IMAGE = "distserve:latest"  # the overlay's `images:` names the real one
 PART_OF = "app.kubernetes.io/part-of"
@@ -145,7 +145,7 @@ def _metadata(name: str, spec: InstanceSpec) -> dict:
 
 def instance_object(name: str, spec: InstanceSpec, redis_url: str) -> dict:
     """The instance's Deployment (one node) or LeaderWorkerSet (its shares on several nodes)."""
-    layout, group = pod_layout(spec), node_group(spec)
+    layout, group = pod_layout(gpu_ranks(spec, "kubernetes")), node_group(spec)
     env = _env(redis_url)
     affinity = _affinity(name, group, layout)
     if not layout.spans_nodes:

@@ -7,8 +7,9 @@
  * arrived at op + 1, that is, after each finished reading it at op: two buffers and the counters are all the
  * synchronisation needed.
  *
- * A waiting rank spins a little (the other rank, on its own core, is usually microseconds away), then sleeps on
- * the counter as a futex, which the arriving rank wakes: a core shared with other work is not spun on.
+ * A waiting rank spins for some tens of microseconds (the other rank, on its own core, is usually microseconds to
+ * tens of microseconds away, and sleeping and being woken costs more than such a wait), then sleeps on the counter
+ * as a futex, which the arriving rank wakes: a rank held up longer, by other work on its core, is not spun on.
  * Each rank holds an open-file-description lock on byte `rank` of the segment's file for as long as it lives
  * (the kernel drops it when the process dies), so a rank waiting for a late one can tell it is gone.
  */
@@ -24,7 +25,7 @@
 #include <unistd.h>
 
 #define LINE 64
-#define SPINS 10000
+#define SPINS 200000 /* loads of the counter: tens of microseconds */
 #define WAIT_NS (20 * 1000 * 1000) /* a sleeping rank looks this often whether the late one is gone */
 
 static double seconds(void) {

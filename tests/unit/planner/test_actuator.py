@@ -60,3 +60,13 @@ def test_moving_to_gpus_a_surplus_instance_holds_waits_for_it_to_stop():
     done = apply_placement(launcher, pack(cluster, Parallel(2, 1), 1, Parallel(2, 1), 1))  # reuses GPUs 0-3
     assert len(done.started) == 2 and len(done.stopped) + len(done.kept) == 4
     assert len(launcher.instances) == 2
+
+
+def test_an_instance_of_two_core_ranks_is_kept_only_by_one_of_the_same_cores_per_rank():
+    launcher, cluster = Launcher(), Cluster(1, 4)
+    apply_placement(launcher, pack(cluster, Parallel(2, 1), 1, Parallel(1, 1, threads=2), 1))
+    decode = next(spec for spec in launcher.instances.values() if spec.role == "decode")
+    assert (decode.tp, decode.threads, [s.gpus for s in decode.stages]) == (1, 2, [(2, 3)])
+    done = apply_placement(launcher, pack(cluster, Parallel(2, 1), 1, Parallel(2, 1), 1))  # TP 2 in its place
+    assert len(done.kept) == 1 and len(done.started) == 1 and len(done.stopped) == 1
+    assert {(s.role, s.tp, s.threads) for s in launcher.instances.values()} == {("prefill", 2, 1), ("decode", 2, 1)}

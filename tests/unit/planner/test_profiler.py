@@ -27,3 +27,13 @@ def test_recorded_profile_fits_the_timer_it_measured():
     assert coeffs.prefill.per_token == pytest.approx(2e-6, rel=1e-6)
     assert coeffs.decode_small.c0 == pytest.approx(5e-4, rel=1e-6)
 
+
+
+def test_each_repeat_is_the_best_of_its_runs_so_a_burst_of_other_work_is_left_out():
+    runs = iter(range(10**6))
+
+    def bursty(lens):  # every other run lands in a burst of other work: ten times as long
+        return 1e-3 * sum(lens) * (10 if next(runs) % 2 else 1)
+
+    profile = record_profile(PRESETS["tiny-llama"], "cpu:0", bursty, bursty, repeats=3, best_of=2)
+    assert all(p.seconds == pytest.approx(1e-3 * sum(p.prompt_lens)) for p in profile.prefill)
