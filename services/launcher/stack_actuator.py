@@ -8,6 +8,8 @@ device of those cores (`cpu:0-1`: a thread on each).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from services.common.devices import cpu_cores, cpu_device
 from services.common.model_config import ModelConfig
 from services.launcher.stack import Stack
@@ -19,8 +21,11 @@ class StackActuator:
     def __init__(self, stack: Stack, drain_timeout_s: float = 60.0) -> None:
         self.stack = stack
         self.drain_timeout_s = drain_timeout_s
-        # a plan names ep = 1 for a dense model; an MoE instance started without --ep holds whole experts (EP = TP)
-        self.dense = ModelConfig.from_folder(stack.config.model).moe is None
+
+    @cached_property
+    def dense(self) -> bool:
+        """A plan names ep = 1 for a dense model; an MoE instance started without --ep holds whole experts (EP = TP)."""
+        return ModelConfig.from_folder(self.stack.config.model).moe is None
 
     def _slots(self, device: str) -> list[int]:
         """The stack's device slots a rank's device takes: one, or one per core of a multi-core CPU device."""
