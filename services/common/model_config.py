@@ -77,6 +77,11 @@ class ModelConfig:
         """The sliding window of a layer, None for full attention."""
         return self.sliding_window if self.layer_type(layer) == SLIDING else None
 
+    @property
+    def sliding_layers(self) -> int:
+        """Layers that attend to a sliding window."""
+        return sum(self.window(layer) is not None for layer in range(self.num_layers))
+
     @classmethod
     def from_dict(cls, raw: dict) -> ModelConfig:
         model_type = raw.get("model_type", "llama")

@@ -94,8 +94,7 @@ class LLMEngine:
         mc = self.model_config
         dtype = mc.dtype if config.dtype == "auto" else config.dtype
         self.groups = KVGroups.of_model(mc, config.block_size)
-        sliding = [layer for layer in range(mc.num_layers) if mc.window(layer) is not None]
-        self.attended = Attended.of(mc.num_layers, len(sliding), mc.sliding_window or 0)  # the step log's units
+        self.attended = Attended.of(mc.num_layers, mc.sliding_layers, mc.sliding_window or 0)  # the step log's units
         self.layout = KVLayout(config.num_blocks, self.groups.slots(0, mc.num_layers), config.block_size,
                                mc.num_kv_heads, mc.head_dim, dtype)
         check_layout(mc, config.tp, config.pp, ep=config.ep)

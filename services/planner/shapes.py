@@ -45,7 +45,7 @@ def _shape_of(c: ModelConfig, name: str) -> ModelShape:
         name=name, hidden=c.hidden_size, layers=c.num_layers, heads=c.num_heads, kv_heads=c.num_kv_heads,
         ffn=c.intermediate_size, vocab=c.vocab_size, max_context=c.max_position, ffn_matrices=2 if c.arch == "opt" else 3,
         head_size=0 if c.head_dim == c.hidden_size // c.num_heads else c.head_dim,
-        sliding_layers=sum(c.window(layer) is not None for layer in range(c.num_layers)), window=c.sliding_window or 0,
+        sliding_layers=c.sliding_layers, window=c.sliding_window or 0,
     )
     if c.moe is not None:  # the sparse layers' active width; the idle experts averaged over all layers
         moe = c.moe

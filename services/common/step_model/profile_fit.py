@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field
 
 from services.common.devices import cpu_cores
 from services.common.step_model import DecodeCoeffs, PrefillCoeffs
-from services.common.step_model.attended import Attended
 from services.common.step_model.latency import LatencyModel, TPCoefficients
 from services.common.step_model.shape import ModelShape
 
@@ -87,11 +86,10 @@ def fit_decode(points: list[tuple[float, int, float]], per_ctx: float | None = N
     return DecodeCoeffs(float(c0), per_ctx, float(per_req))
 
 
-def fit_coefficients(profile: ProfileFile, attended: Attended | None = None) -> TPCoefficients:
+def fit_coefficients(profile: ProfileFile) -> TPCoefficients:
     """Fit prefill (1, t, t2) and decode (1, context tokens, batch) by non-negative least squares; t2 and the
-    context as the profiled model's layers attend (a sliding layer to its window: `ModelShape.attended`) unless
-    `attended` says otherwise."""
-    attended = attended or ModelShape(**profile.model).attended
+    context as the profiled model's layers attend (a sliding layer to its window: `ModelShape.attended`)."""
+    attended = ModelShape(**profile.model).attended
     prefill = fit_prefill([(sum(p.prompt_lens), sum(attended.prompt_sq(x, 0) for x in p.prompt_lens), p.seconds)
                            for p in profile.prefill])
     decode = fit_decode([(sum(attended.context(x) for x in p.context_lens), len(p.context_lens), p.seconds)
